@@ -1,0 +1,48 @@
+# Skyscan developer entry points. `make test` and `make up` set up everything they need.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+CLUSTER_DIR ?= .skyscan/cluster
+
+.PHONY: venv binaries crds check-crds lint test test-unit cluster-up cluster-down up down clean
+
+venv: $(STAMP)
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+binaries:               ## build the control-plane binaries once into ~/.cache/skyscan/k8s/<version>
+	bash tools/k8s/build.sh
+
+crds: venv              ## regenerate crds/ from the domain model
+	$(PY) -m skyscan.crd
+
+check-crds: venv
+	$(PY) -m skyscan.crd --check
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: venv binaries     ## the whole suite against a real control plane (or SKYSCAN_TEST_KUBECONFIG)
+	SKYSCAN_K8S_BIN_READY=$$(bash tools/k8s/build.sh) $(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: venv
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+cluster-up: venv binaries   ## start the local control plane; prints the kubeconfig path
+	$(VENV)/bin/skyscan-cluster up --dir $(CLUSTER_DIR)
+
+cluster-down: venv
+	$(VENV)/bin/skyscan-cluster down --dir $(CLUSTER_DIR)
+
+up: cluster-up          ## the local stack so far: control plane + Scan CRD
+	$(PY) -m skyscan.install --kubeconfig $(CLUSTER_DIR)/kubeconfig
+
+down: cluster-down
+
+clean: cluster-down
+	rm -rf $(VENV) .skyscan .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,266 @@
+"""The Scan custom resource: its spec (the normalised scan request) and status.
+
+This module is the one source of the CRD (see `skyscan.crd`). Python names are snake_case; the
+Kubernetes wire names are camelCase aliases. Validation that plain OpenAPI cannot say lives in
+`x-kubernetes-validations` (CEL) next to the field it guards.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "skyscan.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "Scan"
+PLURAL = "scans"
+SINGULAR = "scan"
+SHORT_NAMES = ["scn"]
+
+# Sizes the reference service applies when a request names none (decimal units, as it parses them).
+DEFAULT_SCANNER_SERVER_MEMORY_BYTES = 1_024_000_000  # "1024M"
+DEFAULT_WORKER_MEMORY_BYTES = 8_000_000_000  # "8GB"
+DEFAULT_WORKER_DISK_BYTES = 1_000_000_000  # "1GB"
+
+CLASSIFIER_MAX_ENTRIES = 25
+CLASSIFIER_MAX_KEY_LENGTH = 25
+CLASSIFIER_MAX_STRING_LENGTH = 25
+RESERVED_CLASSIFIER_KEYS = ("rescan", "origin_scan_id")
+ENV_MAX_ENTRIES = 25
+ENV_MAX_KEY_LENGTH = 128
+ENV_MAX_STRING_LENGTH = 4096
+
+
+class KubeModel(BaseModel):
+    """A model whose wire form is the Kubernetes camelCase one."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    def to_kube(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class RealOrSimulatedEvent(StrEnum):
+    REAL = "real"
+    REAL_EVENT = "real_event"
+    SIM = "sim"
+    SIMULATED = "simulated"
+    SIMULATED_EVENT = "simulated_event"
+
+    @property
+    def is_real(self) -> bool:
+        return self.value.startswith("real")
+
+
+class DebugMode(StrEnum):
+    CLIENT_LOGS = "client-logs"
+
+
+NonBlank = Annotated[str, Field(min_length=1, pattern=r"\S")]
+Scalar = str | bool | int | float | None
+
+
+def _scalar_map_rules(max_string_length: int) -> list[dict[str, str]]:
+    """CEL for a map of scalars: the schema cannot type a union, so the values are checked here."""
+    return [
+        {
+            "rule": "self.all(k, type(self[k]) != list && type(self[k]) != map)",
+            "message": "values must be scalars (string, boolean, number or null)",
+        },
+        {
+            "rule": f"self.all(k, type(self[k]) != string || size(self[k]) <= {max_string_length})",
+            "message": f"string values must be no more than {max_string_length} characters long",
+        },
+    ]
+
+
+_CLASSIFIER_RULES = _scalar_map_rules(CLASSIFIER_MAX_STRING_LENGTH) + [
+    {"rule": f"!('{key}' in self)", "message": f"classifier cannot contain '{key}' sub-field"}
+    for key in RESERVED_CLASSIFIER_KEYS
+]
+
+Classifiers = Annotated[
+    dict[
+        Annotated[str, Field(max_length=CLASSIFIER_MAX_KEY_LENGTH)],
+        Annotated[str, Field(max_length=CLASSIFIER_MAX_STRING_LENGTH)] | bool | int | float | None,
+    ],
+    Field(
+        max_length=CLASSIFIER_MAX_ENTRIES,
+        json_schema_extra={"x-kubernetes-validations": _CLASSIFIER_RULES},
+    ),
+]
+
+ScannerServerEnv = Annotated[
+    dict[
+        Annotated[str, Field(min_length=1, max_length=ENV_MAX_KEY_LENGTH)],
+        Annotated[str, Field(max_length=ENV_MAX_STRING_LENGTH)] | bool | int | float | None,
+    ],
+    Field(
+        max_length=ENV_MAX_ENTRIES,
+        json_schema_extra={"x-kubernetes-validations": _scalar_map_rules(ENV_MAX_STRING_LENGTH)},
+    ),
+]
+
+
+class ClusterRequest(KubeModel):
+    """Workers requested at one WMS cluster location; a location may appear more than once."""
+
+    location: NonBlank
+    n_workers: int = Field(ge=1)
+
+
+class WorkerRequest(KubeModel):
+    """An add-workers action, carried out by the operator and answered in status."""
+
+    id: NonBlank
+    location: NonBlank
+    n_workers: int = Field(ge=1)
+
+
+class ScanSpec(KubeModel):
+    """The normalised scan request (sizes in bytes, clusters as pairs, the resolved image tag)."""
+
+    docker_tag: NonBlank = Field(description="Resolved skymap-scanner image tag, without a leading 'v'.")
+    reco_algo: NonBlank
+    sensor_event_id: NonBlank = Field(description="Name of the stored sensor event this scan reads.")
+    nsides: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        min_length=1, description="nside -> pixel extension, as the scanner's --nsides takes them."
+    )
+    real_or_simulated_event: RealOrSimulatedEvent
+    max_pixel_reco_time: int = Field(ge=1, description="Seconds.")
+    request_clusters: list[ClusterRequest] = Field(min_length=1)
+    scanner_server_memory_bytes: int = Field(default=DEFAULT_SCANNER_SERVER_MEMORY_BYTES, ge=0)
+    worker_memory_bytes: int = Field(default=DEFAULT_WORKER_MEMORY_BYTES, ge=0)
+    worker_disk_bytes: int = Field(default=DEFAULT_WORKER_DISK_BYTES, ge=0)
+    predictive_scanning_threshold: float = Field(default=1.0, ge=0, le=1)
+    priority: int = 0
+    debug_mode: list[DebugMode] = Field(
+        default_factory=list, json_schema_extra={"x-kubernetes-list-type": "set"}
+    )
+    classifiers: Classifiers = Field(default_factory=dict)
+    scanner_server_env_from_user: ScannerServerEnv = Field(default_factory=dict)
+    rescan_of: str | None = Field(default=None, description="The scan this one rescans.")
+    deleted: bool = Field(default=False, description="Soft delete: abort the scan but keep its record.")
+    replaced_by: str | None = Field(default=None, description="The scan that replaces this one.")
+    worker_requests: list[WorkerRequest] = Field(
+        default_factory=list,
+        description="Add-workers actions; not for GitOps (outcomes are recorded in status).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
+    )
+
+    @field_validator("classifiers")
+    @classmethod
+    def _no_reserved_classifiers(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
+        for key in RESERVED_CLASSIFIER_KEYS:
+            if key in value:
+                raise ValueError(f"classifier cannot contain '{key}' sub-field")
+        return value
+
+
+class Condition(KubeModel):
+    """A Kubernetes API convention condition."""
+
+    type: NonBlank
+    status: Literal["True", "False", "Unknown"]
+    reason: str = Field(pattern=r"^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?)?$")
+    message: str = ""
+    last_transition_time: str = Field(description="RFC 3339 time of the last status change.")
+    observed_generation: int | None = None
+
+
+class EventMetadata(KubeModel):
+    run_id: int
+    event_id: int
+    event_type: str
+    mjd: float
+    is_real_event: bool
+
+
+FreeForm = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
+
+
+class WorkflowStatus(KubeModel):
+    """The scan's WMS workflow. `requested_at` is the intent marker written *before* the request is
+    sent, so a restart that finds it without an `id` knows a workflow may exist and must not
+    silently create a second one."""
+
+    requested_at: str | None = Field(default=None, description="RFC 3339; set before POST /v1/workflows.")
+    id: str | None = None
+    address: str | None = None
+    queues_activated: bool = False
+    deactivated: str | None = Field(default=None, description="ABORTED or FINISHED, as the WMS says.")
+    finish_requested_at: str | None = None
+    abort_requested_at: str | None = None
+
+
+class BacklogStatus(KubeModel):
+    """Bookkeeping while the scan waits for admission (the REST backlog entry). Unix seconds."""
+
+    entered_at: float
+    priority: int = 0
+    pending_since: float = 0.0
+    attempts: int = 0
+
+
+class JobStatus(KubeModel):
+    name: str
+    created_at: str | None = None
+    started_at: float | None = Field(default=None, description="Unix seconds when the scanner Pod started.")
+    state: str | None = Field(default=None, description="Pending, Running, Succeeded, Failed or Deleted.")
+    reason: str | None = None
+
+
+class Workforce(KubeModel):
+    """Summed over the workflow's taskforces (compound statuses, running workers, top errors)."""
+
+    statuses: FreeForm = Field(default_factory=dict)
+    n_running: int = 0
+    top_errors: FreeForm = Field(default_factory=dict)
+
+
+class WorkerRequestOutcome(KubeModel):
+    """The answer to one `spec.workerRequests` entry, keyed by its id."""
+
+    id: NonBlank
+    state: Literal["Succeeded", "Failed"]
+    taskforce_uuid: str | None = None
+    n_workers: int | None = None
+    reason: str | None = None
+
+
+class ResultStatus(KubeModel):
+    """Written by the shim next to the stored result payload, so the operator can finish the workflow."""
+
+    is_final: bool
+    updated_at: float
+
+
+class ScanStatus(KubeModel):
+    """Operator keys and shim keys are disjoint; each writes only its own through the status subresource."""
+
+    # operator
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    state: str | None = Field(default=None, description="The REST scan_state, for kubectl get.")
+    backlog: BacklogStatus | None = None
+    workflow: WorkflowStatus | None = None
+    job: JobStatus | None = None
+    workforce: Workforce | None = None
+    taskforces: list[FreeForm] | None = None
+    worker_requests: list[WorkerRequestOutcome] | None = Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
+    )
+    # shim
+    progress: FreeForm | None = None
+    event_metadata: EventMetadata | None = None
+    scan_metadata: FreeForm | None = None
+    result: ResultStatus | None = None
+    last_updated: float | None = Field(default=None, description="Unix seconds of the last manifest change.")

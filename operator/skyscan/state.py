@@ -1,0 +1,45 @@
+"""The REST `scan_state`, computed from what a Scan records (reference behaviour, §2 of the notes).
+
+A final result wins over everything; otherwise the stage comes from whether a WMS workflow exists
+and what progress the scanner reported, prefixed by the WMS deactivation (ABORTED/FINISHED).
+Neither the soft-delete flag nor the Job's state takes part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+NOT_YET_REQUESTED = "not-yet-requested"  # the manifest's wms_workflow_id before a workflow exists
+
+SCAN_HAS_FINAL_RESULT = "SCAN_HAS_FINAL_RESULT"
+PARTIAL_RESULT_GENERATED = "PARTIAL_RESULT_GENERATED"
+WAITING_ON_FIRST_PIXEL_RECO = "WAITING_ON_FIRST_PIXEL_RECO"
+WAITING_ON_SCANNER_SERVER_STARTUP = "WAITING_ON_SCANNER_SERVER_STARTUP"
+PRESTARTUP = "PRESTARTUP"
+
+
+def has_requested_workflow(workflow_id: str | None) -> bool:
+    return workflow_id not in (None, "", NOT_YET_REQUESTED)
+
+
+def scan_state(
+    *,
+    has_final_result: bool,
+    workflow_id: str | None,
+    progress: Mapping[str, Any] | None,
+    deactivated: str | None,
+) -> str:
+    if has_final_result:
+        return SCAN_HAS_FINAL_RESULT
+    if not has_requested_workflow(workflow_id):
+        prefix, stage = "PENDING", PRESTARTUP
+    elif not progress:
+        prefix, stage = "PENDING", WAITING_ON_SCANNER_SERVER_STARTUP
+    elif (progress.get("processing_stats") or {}).get("rate"):
+        prefix, stage = "IN_PROGRESS", PARTIAL_RESULT_GENERATED
+    else:
+        prefix, stage = "IN_PROGRESS", WAITING_ON_FIRST_PIXEL_RECO
+    if deactivated and has_requested_workflow(workflow_id):
+        prefix = deactivated.upper()
+    return f"{prefix}__{stage}"
