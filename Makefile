@@ -27,8 +27,8 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: venv binaries     ## the whole suite against a real control plane (or SKYSCAN_TEST_KUBECONFIG)
-	SKYSCAN_K8S_BIN_READY=$$(bash tools/k8s/build.sh) $(PY) -m pytest $(PYTEST_ARGS)
+test: venv              ## the whole suite against a real control plane (or SKYSCAN_TEST_KUBECONFIG)
+	bin=$$(bash tools/k8s/build.sh) && SKYSCAN_K8S_BIN_READY=$$bin $(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from skyscan import install, kube, localcluster
 
+from skyscan import install, kube, localcluster
 from tests.helpers import eventually
 
 

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from kubernetes_asyncio.client.exceptions import ApiException
+
 from skyscan import model
 
 T = TypeVar("T")

@@ -1,9 +1,12 @@
 """Generate the Scan CRD from the pydantic model (`python -m skyscan.crd [--check]`).
 
 Pydantic emits JSON Schema; a CRD wants a *structural* OpenAPI v3 schema. `structural` bridges the
-two: references are inlined, `Optional[X]` becomes `nullable`, a union of scalars becomes a
-preserve-unknown node (its CEL rules sit on the parent), and JSON Schema keywords Kubernetes lacks
-are translated (`propertyNames` -> CEL) or dropped (titles, `additionalProperties: false`).
+two: references are inlined, `Optional[X]` becomes `nullable`, and keywords Kubernetes lacks are
+dropped (titles, `additionalProperties: false`, `propertyNames`). A union of scalars cannot be typed
+structurally, so it becomes an untyped node with value rules that hold for any scalar and refuse
+every list and object (`minItems: 1` with `maxItems: 0`, likewise for properties); its string
+variant's `maxLength` applies as is. CEL cannot see untyped values, which is why these are plain
+value rules.
 """
 
 from __future__ import annotations
@@ -21,6 +24,13 @@ CRD_NAME = f"{model.PLURAL}.{model.GROUP}"
 CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / f"{CRD_NAME}.yaml"
 
 _SCALAR_TYPES = {"string", "boolean", "integer", "number", "null"}
+_ANY_SCALAR = {
+    "x-kubernetes-preserve-unknown-fields": True,
+    "minItems": 1,
+    "maxItems": 0,  # no array satisfies both
+    "minProperties": 1,
+    "maxProperties": 0,  # nor any object
+}
 _DROPPED = {"title", "$defs", "additionalProperties", "propertyNames", "anyOf", "$ref", "uniqueItems"}
 
 PRINTER_COLUMNS = [
@@ -45,31 +55,16 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         variants = node["anyOf"]
         non_null = [v for v in variants if v.get("type") != "null"]
         if all(v.get("type") in _SCALAR_TYPES for v in variants) and len(non_null) > 1:
-            out["x-kubernetes-preserve-unknown-fields"] = True  # typed by the parent's CEL rules
+            out.update(_ANY_SCALAR)
+            out["nullable"] = len(non_null) < len(variants)
+            out.update({k: v[k] for v in variants for k in ("maxLength", "minLength") if k in v})
         else:
             (inner,) = non_null  # Optional[X]: the only union the model uses besides scalars
             out.update(structural(inner, defs))
             out["nullable"] = True
 
-    rules = list(node.get("x-kubernetes-validations", []))
-    names = node.get("propertyNames", {})
-    if "maxLength" in names:
-        rules.append(
-            {
-                "rule": f"self.all(k, size(k) <= {names['maxLength']})",
-                "message": f"keys must be no more than {names['maxLength']} characters long",
-            }
-        )
-    if "minLength" in names:
-        rules.append(
-            {
-                "rule": f"self.all(k, size(k) >= {names['minLength']})",
-                "message": f"keys must be at least {names['minLength']} characters long",
-            }
-        )
-
     for key, value in node.items():
-        if key in _DROPPED or key == "x-kubernetes-validations":
+        if key in _DROPPED:
             continue
         if key == "default" and value is None:
             continue
@@ -83,8 +78,6 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     extra = node.get("additionalProperties")
     if isinstance(extra, dict):
         out["additionalProperties"] = structural(extra, defs)
-    if rules:
-        out["x-kubernetes-validations"] = rules
     return out
 
 

@@ -22,6 +22,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -39,8 +40,14 @@ from cryptography.x509.oid import NameOID
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "tools" / "k8s" / "build.sh"
+CRD_DIR = REPO / "crds"
 NODE_NAME = "kwok-node-0"
 STATE_FILE = "state.json"
+# A Job pod annotated with this stays Running until the annotation is removed (then it succeeds) or
+# it is labelled `pod-container-running-failed.stage.kwok.x-k8s.io=true` (then it fails with the
+# reason/exit code of the `pod-container-running-failed.stage.kwok.x-k8s.io/*` annotations).
+HOLD_ANNOTATION = "skyscan.io/kwok-hold"
+FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 
 
 class ClusterError(RuntimeError):
@@ -161,6 +168,31 @@ def kubeconfig(server: str, ca_file: Path, token: str) -> str:
     )
 
 
+def kwok_stages(stock: Path) -> str:
+    """The stock fast stages, except that held pods are not completed."""
+    stages = [doc for doc in yaml.safe_load_all(stock.read_text()) if doc]
+    for stage in stages:
+        if stage["metadata"]["name"] == "pod-complete":
+            stage["spec"]["selector"]["matchExpressions"].append(
+                {"key": f'.metadata.annotations["{HOLD_ANNOTATION}"]', "operator": "DoesNotExist"}
+            )
+    return yaml.safe_dump_all(stages, sort_keys=False)
+
+
+def install_crd(api: httpx.Client, server: str, crd: dict[str, object], timeout: float) -> None:
+    url = f"{server}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    created = api.post(url, json=crd)
+    if created.status_code != 409:
+        created.raise_for_status()
+    name = crd["metadata"]["name"]  # type: ignore[index]
+
+    def established() -> bool:
+        conditions = api.get(f"{url}/{name}").json().get("status", {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_until(established, f"CRD {name}", timeout)
+
+
 # --- processes ----------------------------------------------------------------------------------
 
 
@@ -219,9 +251,17 @@ def stop(workdir: Path, timeout: float = 15.0) -> None:
 
 
 def start(
-    workdir: Path | None = None, *, tie_to_parent: bool = False, timeout: float = 120.0
+    workdir: Path | None = None,
+    *,
+    crds: Path | None = CRD_DIR,
+    tie_to_parent: bool = False,
+    timeout: float = 120.0,
 ) -> ClusterState:
-    """Start the control plane; on any failure everything started so far is stopped again."""
+    """Start the control plane; on any failure everything started so far is stopped again.
+
+    The CRDs in `crds` are installed before the controller manager starts: its garbage collector
+    discovers resource types only every 30 s, so owners of a later CRD would be collected late.
+    """
     bin_dir = ensure_binaries()
     d = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="skyscan-cluster-"))
     if (d / STATE_FILE).exists():
@@ -236,6 +276,7 @@ def start(
     (d / "tokens.csv").chmod(0o600)
     (d / "kubeconfig").write_text(kubeconfig(server, d / "ca.crt", token))
     (d / "kubeconfig").chmod(0o600)
+    (d / "kwok-stages.yaml").write_text(kwok_stages(bin_dir / "kwok-stages.yaml"))
     state = ClusterState(workdir=str(d), kubeconfig=str(d / "kubeconfig"), server=server)
 
     def launch(name: str, binary: Path, args: list[str]) -> tuple[subprocess.Popen[bytes], Path]:
@@ -253,7 +294,11 @@ def start(
         (d / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
         return proc, log
 
-    api = httpx.Client(verify=str(d / "ca.crt"), headers={"Authorization": f"Bearer {token}"}, timeout=5)
+    api = httpx.Client(
+        verify=ssl.create_default_context(cafile=str(d / "ca.crt")),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=5,
+    )
     insecure = httpx.Client(verify=False, timeout=5)
     kc = str(d / "kubeconfig")
     try:
@@ -302,6 +347,8 @@ def start(
             ],
         )
         wait_until(lambda: api.get(f"{server}/readyz").text == "ok", "kube-apiserver", timeout, proc, log)
+        for crd_file in sorted(crds.glob("*.yaml")) if crds else []:
+            install_crd(api, server, yaml.safe_load(crd_file.read_text()), timeout)
 
         gates = []
         proc, log = launch(
@@ -340,7 +387,7 @@ def start(
             bin_dir / "kwok",
             [
                 f"--kubeconfig={kc}",
-                f"--config={bin_dir / 'kwok-stages.yaml'}",
+                f"--config={d / 'kwok-stages.yaml'}",
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 "--node-lease-duration-seconds=40",

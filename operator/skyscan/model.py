@@ -1,8 +1,8 @@
 """The Scan custom resource: its spec (the normalised scan request) and status.
 
 This module is the one source of the CRD (see `skyscan.crd`). Python names are snake_case; the
-Kubernetes wire names are camelCase aliases. Validation that plain OpenAPI cannot say lives in
-`x-kubernetes-validations` (CEL) next to the field it guards.
+Kubernetes wire names are camelCase aliases. The few rules the CRD schema cannot carry are model
+validators, so REST input is checked by the same source.
 """
 
 from __future__ import annotations
@@ -64,34 +64,15 @@ NonBlank = Annotated[str, Field(min_length=1, pattern=r"\S")]
 Scalar = str | bool | int | float | None
 
 
-def _scalar_map_rules(max_string_length: int) -> list[dict[str, str]]:
-    """CEL for a map of scalars: the schema cannot type a union, so the values are checked here."""
-    return [
-        {
-            "rule": "self.all(k, type(self[k]) != list && type(self[k]) != map)",
-            "message": "values must be scalars (string, boolean, number or null)",
-        },
-        {
-            "rule": f"self.all(k, type(self[k]) != string || size(self[k]) <= {max_string_length})",
-            "message": f"string values must be no more than {max_string_length} characters long",
-        },
-    ]
-
-
-_CLASSIFIER_RULES = _scalar_map_rules(CLASSIFIER_MAX_STRING_LENGTH) + [
-    {"rule": f"!('{key}' in self)", "message": f"classifier cannot contain '{key}' sub-field"}
-    for key in RESERVED_CLASSIFIER_KEYS
-]
-
+# Maps of scalars. The API server cannot type a union, so the CRD leaves each value untyped and
+# refuses lists and objects by value rules (see `skyscan.crd`); CEL cannot see untyped values, so key
+# limits and reserved keys are checked here, by the model the REST shim validates with.
 Classifiers = Annotated[
     dict[
         Annotated[str, Field(max_length=CLASSIFIER_MAX_KEY_LENGTH)],
         Annotated[str, Field(max_length=CLASSIFIER_MAX_STRING_LENGTH)] | bool | int | float | None,
     ],
-    Field(
-        max_length=CLASSIFIER_MAX_ENTRIES,
-        json_schema_extra={"x-kubernetes-validations": _CLASSIFIER_RULES},
-    ),
+    Field(max_length=CLASSIFIER_MAX_ENTRIES),
 ]
 
 ScannerServerEnv = Annotated[
@@ -99,10 +80,7 @@ ScannerServerEnv = Annotated[
         Annotated[str, Field(min_length=1, max_length=ENV_MAX_KEY_LENGTH)],
         Annotated[str, Field(max_length=ENV_MAX_STRING_LENGTH)] | bool | int | float | None,
     ],
-    Field(
-        max_length=ENV_MAX_ENTRIES,
-        json_schema_extra={"x-kubernetes-validations": _scalar_map_rules(ENV_MAX_STRING_LENGTH)},
-    ),
+    Field(max_length=ENV_MAX_ENTRIES),
 ]
 
 
@@ -141,8 +119,16 @@ class ScanSpec(KubeModel):
     debug_mode: list[DebugMode] = Field(
         default_factory=list, json_schema_extra={"x-kubernetes-list-type": "set"}
     )
-    classifiers: Classifiers = Field(default_factory=dict)
-    scanner_server_env_from_user: ScannerServerEnv = Field(default_factory=dict)
+    classifiers: Classifiers = Field(
+        default_factory=dict,
+        description=f"Scalars; strings at most {CLASSIFIER_MAX_STRING_LENGTH} characters; "
+        f"keys at most {CLASSIFIER_MAX_KEY_LENGTH}; not {', '.join(RESERVED_CLASSIFIER_KEYS)}.",
+    )
+    scanner_server_env_from_user: ScannerServerEnv = Field(
+        default_factory=dict,
+        description=f"Environment for the scanner server, applied last. Scalars; strings at most "
+        f"{ENV_MAX_STRING_LENGTH} characters; keys at most {ENV_MAX_KEY_LENGTH}.",
+    )
     rescan_of: str | None = Field(default=None, description="The scan this one rescans.")
     deleted: bool = Field(default=False, description="Soft delete: abort the scan but keep its record.")
     replaced_by: str | None = Field(default=None, description="The scan that replaces this one.")
@@ -212,6 +198,11 @@ class JobStatus(KubeModel):
     started_at: float | None = Field(default=None, description="Unix seconds when the scanner Pod started.")
     state: str | None = Field(default=None, description="Pending, Running, Succeeded, Failed or Deleted.")
     reason: str | None = None
+    replacement: str | None = Field(
+        default=None,
+        description="The replacement scan chosen after this scanner died for a transient reason; written "
+        "before that scan is created (the intent marker that makes the replacement happen exactly once).",
+    )
 
 
 class Workforce(KubeModel):

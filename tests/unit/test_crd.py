@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import ValidationError
+
 from skyscan import crd, model
 
 
@@ -42,17 +43,18 @@ def test_schema_is_structural() -> None:
             assert not isinstance(node.get("additionalProperties"), bool), path
 
 
-def test_optional_becomes_nullable_and_scalar_union_preserves_unknown() -> None:
+def test_optional_becomes_nullable_and_scalar_union_refuses_lists_and_objects() -> None:
     spec = spec_schema()["properties"]["spec"]["properties"]
     assert spec["rescanOf"] == {
         "type": "string",
         "nullable": True,
         "description": "The scan this one rescans.",
     }
-    assert spec["classifiers"]["additionalProperties"] == {"x-kubernetes-preserve-unknown-fields": True}
-    rules = [r["rule"] for r in spec["classifiers"]["x-kubernetes-validations"]]
-    assert "self.all(k, size(k) <= 25)" in rules
-    assert "self.all(k, type(self[k]) != string || size(self[k]) <= 25)" in rules
+    value = spec["classifiers"]["additionalProperties"]
+    assert value["x-kubernetes-preserve-unknown-fields"] is True and "type" not in value
+    assert value["nullable"] is True and value["maxLength"] == 25
+    assert value["minItems"] > value["maxItems"] and value["minProperties"] > value["maxProperties"]
+    assert spec["scannerServerEnvFromUser"]["additionalProperties"]["maxLength"] == 4096
 
 
 def test_spec_defaults_are_the_reference_ones() -> None:
@@ -92,7 +94,9 @@ def test_model_speaks_camel_case_and_applies_defaults() -> None:
     "changes",
     [
         {"classifiers": {"k": "x" * 26}},
+        {"classifiers": {"k" * 26: "x"}},
         {"classifiers": {"rescan": True}},
+        {"classifiers": {"origin_scan_id": "abc"}},
         {"scannerServerEnvFromUser": {"A": ["list"]}},
         {"workerDiskBytes": -1},
         {"requestClusters": []},

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from skyscan.state import NOT_YET_REQUESTED, scan_state
 
 STARTED = {"processing_stats": {"start": {}, "runtime": {}, "rate": {}}}

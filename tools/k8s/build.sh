@@ -42,7 +42,8 @@ stages=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage
 if [ ! -s "$bin/kwok-stages.yaml" ]; then
   [ -d "$stages" ] || go mod download "sigs.k8s.io/kwok@$KWOK_VERSION"
   for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
-           pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+           pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml \
+           pod/chaos/pod-container-running-failed.yaml; do
     echo '---'; cat "$stages/$f"
   done > "$bin/kwok-stages.yaml.tmp"
   mv "$bin/kwok-stages.yaml.tmp" "$bin/kwok-stages.yaml"
