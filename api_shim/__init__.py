@@ -1,0 +1,10 @@
+"""The Skyscan REST shim: the scan service's REST interface, served from Scan custom resources.
+
+Run it with `skyscan-shim serve` (configuration: `SKYSCAN_*` variables, see `settings.py`); make a
+local bearer token with `skyscan-shim make-token --file tokens.json --name me --roles user,system`.
+
+Modules: `app` (factory, auth/redirect guard, CLI), `routes` (the route table and handlers),
+`view` (the REST manifest and other views of a Scan, pure), `launch` (POST /scan normalisation,
+pure), `models` (request/response models, error wording), `openapi`, `cache` (list+watch of
+Scans), `store` (writes), `filters` (the /scans/find matcher), `auth`, `errors`, `sizes`, `tags`.
+"""

@@ -1,0 +1,140 @@
+"""The aiohttp application: factory, per-route guard (auth, roles, redirects), and the CLI.
+
+`skyscan-shim serve` runs it; `skyscan-shim make-token` adds a token to the static token file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from aiohttp import web
+
+from api_shim import auth
+from api_shim.cache import ScanCache
+from api_shim.errors import ApiError, error_middleware
+from api_shim.routes import IDENTITY, ROUTES, SHIM, Handler, Route, Shim, body_flag, query_bool
+from api_shim.settings import ShimSettings
+from api_shim.store import ScanStore
+from api_shim.tags import TagCatalog
+from skyscan import kube
+
+AUTHENTICATORS = web.AppKey("authenticators", list[auth.Authenticator])
+log = logging.getLogger(__name__)
+
+
+def redirect_location(request: web.Request, old: str, new: str) -> str:
+    """The request URL with the scan id swapped, absolute, honouring X-Forwarded-Proto/Host."""
+    scheme = request.headers.get("X-Forwarded-Proto", request.scheme).split(",")[0].strip()
+    host = request.headers.get("X-Forwarded-Host", request.host).split(",")[0].strip()
+    path = request.rel_url.raw_path.replace(old, new, 1)
+    query = request.rel_url.raw_query_string
+    return f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
+
+
+def guard(route: Route) -> Handler:
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        if route.roles is not None:
+            identity = await auth.identify(request.app[AUTHENTICATORS], request.headers.get("Authorization"))
+            if identity is None:
+                raise ApiError(
+                    401, "authentication failed", "Send a valid bearer token.", {"WWW-Authenticate": "Bearer"}
+                )
+            if not identity.roles & route.roles:
+                raise ApiError(
+                    403, "authorization failed", f"This route needs one of: {', '.join(sorted(route.roles))}."
+                )
+            request[IDENTITY] = identity
+            if route.redirect and auth.USER in identity.roles:
+                await _maybe_redirect(request, route)
+        return await route.handler(request)
+
+    guarded.__name__ = route.handler.__name__
+    return guarded
+
+
+async def _maybe_redirect(request: web.Request, route: Route) -> None:
+    old = request.match_info["scan_id"]
+    scan = request.app[SHIM].cache.get(old)
+    new = scan and scan["spec"].get("replacedBy")
+    if not new:
+        return
+    if query_bool(request, "no_redirect") or (
+        request.can_read_body and body_flag(await request.read(), "no_redirect")
+    ):
+        return
+    location = redirect_location(request, old, new)
+    if route.method == "GET":
+        raise web.HTTPFound(location)
+    raise web.HTTPTemporaryRedirect(location)
+
+
+def authenticators(settings: ShimSettings) -> list[auth.Authenticator]:
+    if settings.auth_disabled:
+        return [auth.AllowAll()]
+    if settings.token_file is None:
+        raise SystemExit(
+            "set SKYSCAN_TOKEN_FILE (see `skyscan-shim make-token`) or SKYSCAN_AUTH_DISABLED=true"
+        )
+    return [auth.StaticTokens.load(settings.token_file)]
+
+
+async def create_app(
+    settings: ShimSettings, authenticators_: list[auth.Authenticator] | None = None
+) -> web.Application:
+    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
+    app[AUTHENTICATORS] = authenticators_ if authenticators_ is not None else authenticators(settings)
+    for route in ROUTES:
+        app.router.add_route(route.method, route.path, guard(route))
+
+    async def kubernetes(app: web.Application) -> AsyncIterator[None]:
+        api = await kube.api_client(settings.kubeconfig)
+        cache = ScanCache(api, settings.namespace, settings.watch_timeout)
+        await cache.start()
+        await asyncio.wait_for(cache.synced.wait(), timeout=60)
+        app[SHIM] = Shim(
+            settings=settings,
+            api=api,
+            cache=cache,
+            store=ScanStore(api, settings.namespace, cache, settings.write_timeout),
+            tags=TagCatalog(settings.tag_catalog_dir, settings.tags),
+        )
+        yield
+        await cache.stop()
+        await api.close()
+
+    app.cleanup_ctx.append(kubernetes)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="skyscan-shim", description="The Skyscan REST shim.")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("serve", help="serve the REST interface (configured by SKYSCAN_* variables)")
+    make = sub.add_parser("make-token", help="add a bearer token to a static token file and print it")
+    make.add_argument("--file", type=Path, required=True)
+    make.add_argument("--name", required=True)
+    make.add_argument("--roles", default="user", help="comma-separated: user,system")
+    sub.add_parser("openapi", help="print the OpenAPI document")
+    args = parser.parse_args(argv)
+    if args.command == "make-token":
+        print(auth.make_token(args.file, args.name, [r for r in args.roles.split(",") if r]))
+        return 0
+    if args.command == "openapi":
+        from api_shim.openapi import document
+
+        json.dump(document(ROUTES), sys.stdout, indent=2)
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = ShimSettings()
+    web.run_app(create_app(settings), host=settings.host, port=settings.port, access_log=None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""Error bodies: `{error: <HTTP reason phrase>, reason: <specific text>, message: <explanation>}`.
+
+Handlers raise `ApiError`; one middleware renders it, aiohttp's own HTTP errors (unknown path,
+wrong method) and anything unexpected, so no response ever leaves without that shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+
+import aiohttp
+from aiohttp import web
+from kubernetes_asyncio.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ApiError(Exception):
+    def __init__(
+        self, status: int, reason: str, message: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.message = message or reason
+        self.headers = headers
+
+
+def bad_request(reason: str, message: str | None = None) -> ApiError:
+    return ApiError(400, reason, message or f"The request was rejected: {reason}")
+
+
+def not_found(what: str = "scan") -> ApiError:
+    return ApiError(
+        404, f"{what} not found", f"No {what} with this id (or it is deleted; see include_deleted)."
+    )
+
+
+def unavailable(detail: str) -> ApiError:
+    return ApiError(503, "kubernetes API unavailable", f"The write could not be stored: {detail}")
+
+
+def error_body(status: int, reason: str, message: str) -> dict[str, str]:
+    return {"error": HTTPStatus(status).phrase, "reason": reason, "message": message}
+
+
+def json_error(status: int, reason: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(error_body(status, reason, message), status=status, headers=headers)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as e:
+        return json_error(e.status, e.reason, e.message, e.headers)
+    except web.HTTPRedirection:
+        raise
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        headers = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
+        phrase = HTTPStatus(e.status).phrase
+        return json_error(e.status, phrase.lower(), e.text or phrase, headers)
+    except ApiException as e:
+        if e.status in (408, 429, 500, 502, 503, 504):
+            return json_error(503, "kubernetes API unavailable", f"The API server answered {e.status}.")
+        log.exception("unexpected API server answer on %s %s", request.method, request.path)
+        return json_error(500, "internal error", f"The API server answered {e.status}: {e.reason}.")
+    except (TimeoutError, aiohttp.ClientError, OSError) as e:
+        return json_error(503, "kubernetes API unavailable", f"The API server could not be reached: {e!r}")
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return json_error(500, "internal error", "An unexpected error occurred; see the shim's log.")

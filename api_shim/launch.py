@@ -1,0 +1,126 @@
+"""POST /scan: from a validated request body to the normalised `ScanSpec` (pure).
+
+Checks run in the reference service's order so the first failure a client sees is the same:
+deprecated `memory`, image tag, sizes, classifiers, clusters, the event xor rule, debug caps.
+A canonical field wins over its deprecated alias whenever it is given (not None).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from api_shim.errors import ApiError, bad_request
+from api_shim.models import ScanRequestBody, validation_reason
+from api_shim.sizes import InvalidSize, parse_size
+from api_shim.tags import TagError, resolve_tag
+from skyscan.model import RESERVED_CLASSIFIER_KEYS, DebugMode, ScanSpec
+
+
+@dataclass(frozen=True)
+class Defaults:
+    scanner_server_memory: str
+    worker_memory: str
+    worker_disk: str
+    known_clusters: Mapping[str, int | None]
+    min_tag: str
+
+
+@dataclass(frozen=True)
+class Launch:
+    spec: ScanSpec  # sensor_event_id is a placeholder when `event` is set (the id is minted on store)
+    event: dict[str, Any] | None  # a new event to store
+    sensor_event_id: str | None  # an existing event to reuse
+
+
+def _size(value: str | int | None, fallback: str) -> int:
+    raw = fallback if value is None else value
+    try:
+        return parse_size(raw)
+    except InvalidSize:
+        raise bad_request(f"invalid size: {raw}") from None
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def _clusters(body: ScanRequestBody, known: Mapping[str, int | None]) -> list[tuple[str, int]]:
+    given = _first(body.request_clusters, body.cluster)
+    if given is None:
+        raise bad_request("'request_clusters' is a required property")
+    pairs = list(given.items()) if isinstance(given, dict) else [tuple(p) for p in given]
+    for name, _ in pairs:
+        if name not in known:
+            raise bad_request(f"requested unknown cluster: {name} (available: {', '.join(known)})")
+    return pairs
+
+
+def _event(body: ScanRequestBody) -> dict[str, Any] | None:
+    event: Any = body.event_live_json
+    if isinstance(event, str):
+        try:
+            event = json.loads(event)
+        except json.JSONDecodeError as e:
+            raise bad_request(f"event_live_json is not valid JSON: {e}") from None
+        if not isinstance(event, dict):
+            raise bad_request("event_live_json is not valid JSON: not an object")
+    if bool(event) == bool(body.sensor_event_id):
+        raise bad_request("Must provide either 'event_live_json' or 'sensor_event_id' (xor)")
+    return event or None
+
+
+def normalise(body: ScanRequestBody, tags: Iterable[str], defaults: Defaults) -> Launch:
+    if body.memory:
+        raise bad_request("argument 'memory' is deprecated -- use 'worker_memory_bytes'")
+    try:
+        docker_tag = resolve_tag(body.docker_tag, tags, defaults.min_tag)
+    except TagError as e:
+        raise bad_request(str(e)) from None
+    scanner_memory = _size(
+        _first(body.scanner_server_memory_bytes, body.scanner_server_memory), defaults.scanner_server_memory
+    )
+    for key in RESERVED_CLASSIFIER_KEYS:
+        if key in body.classifiers:
+            raise bad_request(f"classifier cannot contain '{key}' sub-field")
+    clusters = _clusters(body, defaults.known_clusters)
+    worker_memory = _size(_first(body.worker_memory_bytes, body.worker_memory), defaults.worker_memory)
+    worker_disk = _size(_first(body.worker_disk_bytes, body.worker_disk), defaults.worker_disk)
+    debug_mode = (
+        [body.debug_mode] if isinstance(body.debug_mode, DebugMode) else list(dict.fromkeys(body.debug_mode))
+    )
+    event = _event(body)
+    if DebugMode.CLIENT_LOGS in debug_mode:
+        for name, n_workers in clusters:
+            cap = defaults.known_clusters[name]
+            if cap is not None and n_workers > cap:
+                raise bad_request(
+                    f"Too many workers: Cluster '{name}' can only have {cap} workers "
+                    "when 'debug_mode' includes 'client-logs'"
+                )
+    try:
+        spec = ScanSpec(
+            docker_tag=docker_tag,
+            reco_algo=body.reco_algo,
+            sensor_event_id=body.sensor_event_id or "pending",
+            nsides=body.nsides,
+            real_or_simulated_event=body.real_or_simulated_event,
+            max_pixel_reco_time=body.max_pixel_reco_time,
+            request_clusters=[{"location": n, "n_workers": w} for n, w in clusters],  # type: ignore[misc]
+            scanner_server_memory_bytes=scanner_memory,
+            worker_memory_bytes=worker_memory,
+            worker_disk_bytes=worker_disk,
+            predictive_scanning_threshold=body.predictive_scanning_threshold,
+            priority=body.priority,
+            debug_mode=debug_mode,
+            classifiers=body.classifiers,
+            scanner_server_env_from_user=_first(body.scanner_server_env_from_user, body.scanner_server_env)
+            or {},
+        )
+    except ValidationError as e:  # the request model mirrors ScanSpec; this guards drift
+        raise ApiError(400, validation_reason(e) or "unspecified validation error") from None
+    return Launch(spec=spec, event=event, sensor_event_id=body.sensor_event_id)

@@ -1,0 +1,391 @@
+"""REST request and response models (interface names, snake_case on the wire).
+
+Requests are validated with these models (strict JSON types, unknown fields refused) and the
+OpenAPI document is generated from them, so the two cannot disagree. `validation_reason` renders
+pydantic's errors in the reference service's wording (`'docker_tag' is a required property`, ...).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
+
+from skyscan.model import (
+    CLASSIFIER_MAX_ENTRIES,
+    CLASSIFIER_MAX_KEY_LENGTH,
+    CLASSIFIER_MAX_STRING_LENGTH,
+    ENV_MAX_ENTRIES,
+    ENV_MAX_KEY_LENGTH,
+    ENV_MAX_STRING_LENGTH,
+    DebugMode,
+    RealOrSimulatedEvent,
+)
+
+NonBlank = Annotated[str, Field(min_length=1, pattern=r"\S")]
+PositiveInt = Annotated[int, Field(ge=1)]
+DataSize = Annotated[str, Field(min_length=1)] | Annotated[int, Field(ge=0)]
+RequestClusters = (
+    Annotated[dict[NonBlank, PositiveInt], Field(min_length=1)]
+    | Annotated[list[tuple[NonBlank, PositiveInt]], Field(min_length=1)]
+)
+
+
+def _unique(names: list[str]) -> list[str]:
+    if len(set(names)) != len(names):
+        raise ValueError("items must be unique")
+    return names
+
+
+ManifestProjection = (
+    Literal["*"]
+    | Annotated[list[NonBlank], AfterValidator(_unique), Field(json_schema_extra={"uniqueItems": True})]
+)
+ClassifiersIn = Annotated[
+    dict[
+        Annotated[str, Field(max_length=CLASSIFIER_MAX_KEY_LENGTH)],
+        Annotated[str, Field(max_length=CLASSIFIER_MAX_STRING_LENGTH)] | bool | int | float | None,
+    ],
+    Field(max_length=CLASSIFIER_MAX_ENTRIES),
+]
+EnvIn = Annotated[
+    dict[
+        Annotated[str, Field(min_length=1, max_length=ENV_MAX_KEY_LENGTH)],
+        Annotated[str, Field(max_length=ENV_MAX_STRING_LENGTH)] | bool | int | float | None,
+    ],
+    Field(max_length=ENV_MAX_ENTRIES),
+]
+FreeForm = dict[str, Any]
+ClassifiersOut = dict[str, str | bool | int | float | list[str | bool | int | float | None] | None]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class Lenient(BaseModel):
+    """Nested scanner-written objects: unknown keys are dropped, as the reference does."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+# ---------------------------------------------------------------------------------------- requests
+class ScanRequestBody(Body):
+    docker_tag: NonBlank
+    scanner_server_memory_bytes: DataSize | None = None
+    scanner_server_memory: DataSize | None = Field(default=None, json_schema_extra={"deprecated": True})
+    worker_memory_bytes: DataSize | None = None
+    worker_memory: DataSize | None = Field(default=None, json_schema_extra={"deprecated": True})
+    memory: str | int | None = Field(
+        default=None, json_schema_extra={"deprecated": True}, description="Refused when set."
+    )
+    worker_disk_bytes: DataSize | None = None
+    worker_disk: DataSize | None = Field(default=None, json_schema_extra={"deprecated": True})
+    request_clusters: RequestClusters | None = None
+    cluster: RequestClusters | None = Field(default=None, json_schema_extra={"deprecated": True})
+    reco_algo: NonBlank
+    event_live_json: Annotated[str, Field(min_length=2, pattern=r"^\s*\{[\s\S]*\}\s*$")] | FreeForm | None = (
+        None
+    )
+    sensor_event_id: (
+        Annotated[str, Field(max_length=48, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")] | None
+    ) = None
+    nsides: Annotated[dict[str, Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    real_or_simulated_event: RealOrSimulatedEvent
+    predictive_scanning_threshold: Annotated[float, Field(ge=0, le=1)] = 1.0
+    max_pixel_reco_time: PositiveInt
+    debug_mode: DebugMode | list[DebugMode] = Field(default_factory=list)
+    classifiers: ClassifiersIn = Field(default_factory=dict)
+    priority: int = 0
+    scanner_server_env_from_user: EnvIn | None = None
+    scanner_server_env: EnvIn | None = Field(default=None, json_schema_extra={"deprecated": True})
+    manifest_projection: ManifestProjection = "*"
+
+
+class FindBody(Body):
+    filter: FreeForm
+    include_deleted: bool = False
+    manifest_projection: ManifestProjection = "*"
+
+
+class RescanBody(Body):
+    no_redirect: bool = False
+    abort_first: bool = False
+    replace_scan: bool = False
+    manifest_projection: ManifestProjection = "*"
+
+
+class AddWorkersBody(Body):
+    no_redirect: bool = False
+    n_workers: PositiveInt
+    cluster_location: NonBlank
+
+
+class DeleteBody(Body):
+    no_redirect: bool = False
+    delete_completed_scan: bool = False
+    manifest_projection: ManifestProjection = "*"
+
+
+class ProcessingStats(Lenient):
+    start: FreeForm
+    runtime: FreeForm
+    rate: FreeForm = Field(default_factory=dict)
+    end: str = ""
+    finished: bool = False
+    predictions: FreeForm = Field(default_factory=dict)
+
+
+class Progress(Lenient):
+    summary: str
+    epilogue: str
+    tallies: FreeForm
+    processing_stats: ProcessingStats
+    predictive_scanning_threshold: float
+    last_updated: str
+    start: int | None = None
+    end: int | None = None
+
+
+class EventMetadata(Lenient):
+    run_id: int
+    event_id: int
+    event_type: str
+    mjd: float
+    is_real_event: bool
+
+
+class PatchManifestBody(Body):
+    progress: Progress | None = None
+    event_metadata: EventMetadata | None = None
+    scan_metadata: FreeForm | None = None
+
+
+class PutResultBody(Body):
+    scan_result: FreeForm
+    is_final: bool
+
+
+class WorkflowIdBody(Body):
+    workflow_id: NonBlank
+    wms_address: NonBlank
+
+
+# --------------------------------------------------------------------------------------- responses
+class Manifest(BaseModel):
+    scan_id: str
+    timestamp: float
+    is_deleted: bool
+    scanner_server_args: str
+    wms_workflow_id: str | None
+    wms_address: str | None
+    wms_task: str | FreeForm = Field(json_schema_extra={"deprecated": True})
+    priority: int
+    classifiers: ClassifiersOut
+    sensor_event_id: str
+    event_live_json_dict: str | FreeForm = Field(json_schema_extra={"deprecated": True})
+    event_live_json_dict__hash: str | None = Field(json_schema_extra={"deprecated": True})
+    event_metadata: EventMetadata | None
+    scan_metadata: FreeForm | None
+    progress: Progress | None
+    replaced_by_scan_id: str | None
+    last_updated: float
+
+
+class ProjectedManifest(BaseModel):
+    """A Manifest restricted to the requested fields."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra={"description": "Any subset of Manifest."})
+
+
+class Result(BaseModel):
+    scan_id: str
+    scan_result: FreeForm
+    is_final: bool
+
+
+class Empty(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ManifestAndResult(BaseModel):
+    manifest: Manifest | ProjectedManifest
+    result: Result | Empty
+
+
+class FindResponse(BaseModel):
+    manifests: list[ProjectedManifest]
+
+
+class BacklogEntry(BaseModel):
+    scan_id: str
+    timestamp: float
+    pickled_k8s_job: str | None = Field(default=None, json_schema_extra={"deprecated": True})
+    priority: int
+    pending_timestamp: float
+    next_attempt: int
+
+
+class BacklogResponse(BaseModel):
+    entries: list[BacklogEntry]
+
+
+class ScanRequestObj(BaseModel):
+    scan_id: str
+    rescan_ids: list[str]
+    docker_tag: str
+    scanner_server_memory_bytes: int
+    reco_algo: str
+    nsides: dict[str, int]
+    real_or_simulated_event: RealOrSimulatedEvent
+    predictive_scanning_threshold: float
+    classifiers: ClassifiersOut
+    request_clusters: list[tuple[str, int]]
+    worker_memory_bytes: int
+    worker_disk_bytes: int
+    max_pixel_reco_time: int
+    priority: int
+    debug_mode: list[str]
+    sensor_event_id: str
+    scanner_server_env_from_user: FreeForm
+
+
+class LogUrlLink(BaseModel):
+    url: str | None
+
+
+class Workforce(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    workflow_id: str | None
+    statuses: FreeForm
+    n_running: int
+    top_errors: FreeForm
+
+
+class StatusResponse(BaseModel):
+    scan_state: str
+    is_deleted: bool
+    wms_deactivated: str | None
+    scan_complete: bool
+    scanner_server_logs: LogUrlLink
+    wms_workforce: Workforce
+
+
+class LogsResponse(BaseModel):
+    scanner_server: LogUrlLink
+
+
+class SensorEventResponse(BaseModel):
+    sensor_event: FreeForm
+
+
+class WorkflowIdResponse(BaseModel):
+    workflow_id: str | None
+    requested_wms_workflow: bool
+    eligible_for_wms: bool
+    wms_address: str | None
+
+
+class TaskforcesResponse(BaseModel):
+    taskforces: list[FreeForm]
+
+
+class AddWorkersResponse(BaseModel):
+    taskforce_uuid: str
+    n_workers: int
+
+
+class Error(BaseModel):
+    error: str = Field(description="The HTTP reason phrase.")
+    reason: str = Field(description="The specific reason, e.g. `invalid size: 12XB`.")
+    message: str = Field(description="A human explanation.")
+
+
+# ------------------------------------------------------------------------------ error wording
+_UNION_TAG = re.compile(
+    r"^(constrained-\w+|str|int|float|bool|none|(dict|list|tuple|str-enum|literal|function-\w+)\[.*\])$"
+)
+_TYPE_HINTS = {
+    "string": "'string' (str)",
+    "int": "'integer' (int)",
+    "float": "'number' (float or int)",
+    "bool": "'boolean' (bool)",
+    "dict": "'object' (dict)",
+    "list": "'array' (list)",
+    "model": "'object' (dict)",
+    "tuple": "'array' (list)",
+}
+
+
+def _wording(error: ErrorDetails) -> str:
+    kind: str = error["type"]
+    ctx = error.get("ctx") or {}
+    for prefix, hint in _TYPE_HINTS.items():
+        if kind in (f"{prefix}_type", f"{prefix}_parsing", f"{prefix}_attributes_type"):
+            return f"must be type {hint}"
+    if kind == "string_too_short":
+        return f"must be at least {ctx['min_length']} characters long"
+    if kind == "string_too_long":
+        return f"must be no more than {ctx['max_length']} characters long"
+    if kind == "string_pattern_mismatch":
+        return f"must match the pattern {ctx['pattern']!r}"
+    if kind in ("greater_than_equal", "greater_than"):
+        return f"must be at least {ctx.get('ge', ctx.get('gt'))}"
+    if kind in ("less_than_equal", "less_than"):
+        return f"must be no more than {ctx.get('le', ctx.get('lt'))}"
+    if kind in ("enum", "literal_error"):
+        return "must be one of: " + str(ctx["expected"]).replace(" or ", ", ")
+    if kind in ("too_short", "too_long"):
+        noun = "entries" if ctx.get("field_type") == "Dictionary" else "items"
+        if kind == "too_short":
+            return f"must have at least {ctx['min_length']} {noun}"
+        return f"must have no more than {ctx['max_length']} {noun}"
+    if kind == "value_error":
+        return str(ctx.get("error", "invalid value"))
+    if kind == "int_from_float":
+        return "must be type 'integer' (int)"
+    return f"failed '{kind}' constraint"
+
+
+def validation_reason(exc: ValidationError) -> str:
+    """One line per problem, `; `-joined: `'<dotted.path>': <wording>` (no path for missing/extra)."""
+    reasons: list[str] = []
+    extras: dict[tuple[str, ...], list[str]] = {}
+    unions: dict[str, list[tuple[int, str]]] = {}
+    for error in exc.errors(include_url=False):
+        loc = [str(part) for part in error["loc"]]
+        if error["type"] == "extra_forbidden":
+            extras.setdefault(tuple(loc[:-1]), []).append(loc[-1])
+            continue
+        tags = [i for i, part in enumerate(loc) if _UNION_TAG.match(part)]
+        if error["type"] == "missing" and not tags:
+            where = "'" + ".".join(loc[:-1]) + "': " if loc[:-1] else ""
+            reasons.append(f"{where}'{loc[-1]}' is a required property")
+            continue
+        if "[key]" in loc:
+            path, text = loc[: loc.index("[key]")], _wording(error)
+        elif tags:
+            # A union: name the constraint a member of the right type broke, else the union itself.
+            path = loc[: tags[0]]
+            nested = len(loc) > tags[0] + 1
+            generic = nested or error["type"].endswith("_type")
+            text = "must match one of the accepted types" if generic else _wording(error)
+            # A literal alternative (`"*"`) explains less than the constraint the other member broke.
+            rank = 2 if generic else 1 if error["type"] in ("literal_error", "enum") else 0
+            unions.setdefault(".".join(path), []).append((rank, text))
+            continue
+        else:
+            path, text = loc, _wording(error)
+        reasons.append(f"'{'.'.join(path)}': {text}" if path else text)
+    for where, ranked in unions.items():
+        reasons.append(f"'{where}': {min(ranked)[1]}")
+    for place, unexpected in extras.items():
+        names = sorted(unexpected)
+        path = list(place)
+        quoted = ", ".join(repr(n) for n in names)
+        verb = "was" if len(names) == 1 else "were"
+        text = f"Additional properties are not allowed ({quoted} {verb} unexpected)"
+        reasons.append(f"'{'.'.join(path)}': {text}" if path else text)
+    return "; ".join(dict.fromkeys(reasons))

@@ -1,0 +1,100 @@
+"""The OpenAPI 3.1 document, generated from the route table and the pydantic models the routes
+validate with (requests) and answer with (responses)."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+
+from api_shim import models
+
+TITLE = "Skyscan scan orchestration API"
+VERSION = "2.x"
+REF = "#/components/schemas/{model}"
+_ERROR_TEXT = {
+    400: "Argument validation failed or a request-level precondition was violated.",
+    401: "No or invalid bearer token.",
+    403: "The token lacks a role this route needs.",
+    404: "The scan (or its record) does not exist, or is deleted (see include_deleted).",
+    413: "A payload does not fit even compressed.",
+    422: "The request is well-formed but the scan's state disallows the action.",
+    500: "Internal or upstream (WMS) failure.",
+    503: "The Kubernetes API server is unavailable; nothing was written.",
+    504: "The operator did not answer in time.",
+}
+
+
+def _schemas(routes: tuple[Any, ...]) -> tuple[dict[Any, Any], dict[str, Any]]:
+    wanted: list[tuple[type[BaseModel], JsonSchemaMode]] = [(models.Error, "serialization")]
+    for route in routes:
+        if route.body:
+            wanted.append((route.body, "validation"))
+        if route.response:
+            wanted.append((route.response, "serialization"))
+    keys, top = models_json_schema(list(dict.fromkeys(wanted)), ref_template=REF)
+    return dict(keys), top.get("$defs", {})
+
+
+@cache
+def _document(routes: tuple[Any, ...]) -> dict[str, Any]:
+    refs, components = _schemas(routes)
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        op: dict[str, Any] = {
+            "summary": route.summary,
+            "operationId": route.handler.__name__,
+            "parameters": [],
+            "responses": {},
+        }
+        if "{scan_id}" in route.path:
+            op["parameters"].append(
+                {"name": "scan_id", "in": "path", "required": True, "schema": {"type": "string"}}
+            )
+        for q in route.query:
+            op["parameters"].append(
+                {
+                    "name": q.name,
+                    "in": "query",
+                    "required": False,
+                    "description": q.description,
+                    "schema": {"type": q.kind},
+                }
+            )
+        if route.body:
+            op["requestBody"] = {
+                "required": any(f.is_required() for f in route.body.model_fields.values()),
+                "content": {"application/json": {"schema": refs[(route.body, "validation")]}},
+            }
+        ok_schema = refs[(route.response, "serialization")] if route.response else {"type": "object"}
+        op["responses"]["200"] = {"description": "OK", "content": {"application/json": {"schema": ok_schema}}}
+        statuses = set(route.errors) | ({401, 403} if route.roles else set())
+        if route.redirect:
+            op["responses"]["302"] = {"description": "GET of a replaced scan by a user: see Location."}
+            if route.method != "GET":
+                op["responses"]["307"] = {"description": "Same, method kept: see Location."}
+        error_ref = refs[(models.Error, "serialization")]
+        for status in sorted(statuses):
+            op["responses"][str(status)] = {
+                "description": _ERROR_TEXT[status],
+                "content": {"application/json": {"schema": error_ref}},
+            }
+        if route.roles:
+            op["security"] = [{"bearer": []}]
+            op["x-roles"] = sorted(route.roles)
+        paths.setdefault(route.path, {})[route.method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": TITLE, "version": VERSION},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+def document(routes: tuple[Any, ...]) -> dict[str, Any]:
+    return _document(routes)

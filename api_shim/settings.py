@@ -1,0 +1,53 @@
+"""Shim configuration, parsed once from `SKYSCAN_*` environment variables.
+
+Defaults mirror the reference service where it has one (sizes, clusters, minimum tag). Structured
+values (`SKYSCAN_KNOWN_CLUSTERS`, `SKYSCAN_TAGS`) are JSON, as pydantic-settings reads them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ShimSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SKYSCAN_", extra="ignore")
+
+    namespace: str = Field(default="skyscan", description="The one namespace holding every Scan.")
+    kubeconfig: str | None = Field(default=None, description="Unset: in-cluster, else ~/.kube/config.")
+    host: str = "0.0.0.0"
+    port: int = 8080
+
+    known_clusters: dict[str, int | None] = Field(
+        default={"osg": 100, "sub-2": 100, "local": 5},
+        description="WMS cluster location -> max workers when debug_mode has client-logs (null: no cap).",
+    )
+    tag_catalog_dir: Path | None = Field(
+        default=None,
+        description="CVMFS-style directory of images named skymap_scanner:<tag>.",
+    )
+    tags: list[str] = Field(default_factory=list, description="Extra known image tags (JSON list).")
+    min_tag: str = Field(default="4.0.0", description="Semver tags older than this are refused.")
+
+    default_scanner_server_memory: str = "1024M"
+    default_worker_memory: str = "8GB"
+    default_worker_disk: str = "1GB"
+
+    token_file: Path | None = Field(
+        default=None, description="JSON {token: {name, roles}}; see `skyscan-shim make-token`."
+    )
+    auth_disabled: bool = Field(
+        default=False, description="Local development only: every caller has the user and system roles."
+    )
+    logs_url_template: str | None = Field(
+        default=None,
+        description="Scanner-server logs URL; `{scan_id}` and `{namespace}` are filled in. Unset: url null.",
+    )
+    add_workers_timeout: float = Field(
+        default=60.0, description="Seconds to wait for the operator to answer an add-workers request."
+    )
+    write_timeout: float = Field(default=10.0, description="Seconds per API-server write before 503.")
+    watch_timeout: int = Field(default=300, description="Server-side timeout of one watch request.")
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, description="Largest accepted request body.")

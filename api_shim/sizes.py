@@ -1,0 +1,51 @@
+"""Human-readable data sizes, parsed the way the reference service does (humanfriendly rules).
+
+Units starting with k/m/g/t/p/e/z/y are decimal (`8GB` = 8e9, and even `4Gi` = 4e9); only the
+explicit binary spellings (`KiB`, `mebibyte`, ...) are powers of 1024; a bare number or a unit
+starting with `b` means bytes. Integers are byte counts already.
+"""
+
+from __future__ import annotations
+
+import re
+
+_PREFIXES = "kmgtpezy"
+_BINARY_NAMES = (
+    "kibibyte",
+    "mebibyte",
+    "gibibyte",
+    "tebibyte",
+    "pebibyte",
+    "exbibyte",
+    "zebibyte",
+    "yobibyte",
+)
+_TOKEN = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-z]*)\s*$")
+
+
+class InvalidSize(ValueError):
+    pass
+
+
+def parse_size(value: str | int) -> int:
+    if isinstance(value, bool):
+        raise InvalidSize(value)
+    if isinstance(value, int):
+        if value < 0:
+            raise InvalidSize(value)
+        return value
+    match = _TOKEN.match(value.lower())
+    if not match:
+        raise InvalidSize(value)
+    number = float(match.group(1))
+    unit = match.group(2)
+    if unit.endswith("s"):
+        unit = unit[:-1]
+    if not unit or unit.startswith("b"):
+        return int(number)
+    power = _PREFIXES.find(unit[0]) + 1
+    if power == 0:
+        raise InvalidSize(value)
+    if unit == f"{unit[0]}ib" or unit == _BINARY_NAMES[power - 1]:
+        return int(number * 1024**power)
+    return int(number * 1000**power)

@@ -1,0 +1,148 @@
+"""Sensor events and scan results, each stored as its own gzip-compressed ConfigMap.
+
+Payloads never live in the Scan (events are 0.1-0.5 MB, final results up to ~0.7 MB, and every
+Scan update goes to every watcher). Format, for kubectl users and the operator:
+
+- ConfigMap `skyscan-event-<sensor_event_id>` (label `skyscan.io/payload=event`): the sensor
+  event. Immutable, shared by every Scan that uses it (rescans, reuse by `sensor_event_id`); each
+  such Scan is one of its ownerReferences, so it is garbage-collected with the last of them.
+- ConfigMap `skyscan-result-<scan_id>` (label `skyscan.io/payload=result`): the latest result,
+  overwritten on each PUT, owned by its Scan. `is_final` lives in the Scan's `status.result`.
+- Data: `binaryData["payload.json.gz"]` = gzip of the UTF-8 JSON payload.
+  Read one with `kubectl get cm NAME -o jsonpath='{.binaryData.payload\\.json\\.gz}' | base64 -d | gunzip`.
+
+A payload whose compressed form exceeds `MAX_COMPRESSED_BYTES` (below the API server's 1 MiB
+ConfigMap limit) raises `PayloadTooLarge`; callers answer 413 and write nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import json
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from skyscan import model
+
+DATA_KEY = "payload.json.gz"
+KIND_LABEL = "skyscan.io/payload"
+MAX_COMPRESSED_BYTES = 1_000_000
+
+
+class PayloadTooLarge(ValueError):
+    def __init__(self, what: str, size: int) -> None:
+        super().__init__(f"{what} is {size} bytes compressed; at most {MAX_COMPRESSED_BYTES} fit")
+        self.size = size
+
+
+def event_object_name(sensor_event_id: str) -> str:
+    return f"skyscan-event-{sensor_event_id}"
+
+
+def result_object_name(scan_id: str) -> str:
+    return f"skyscan-result-{scan_id}"
+
+
+def encode(payload: Any, what: str) -> bytes:
+    data = gzip.compress(json.dumps(payload, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
+    if len(data) > MAX_COMPRESSED_BYTES:
+        raise PayloadTooLarge(what, len(data))
+    return data
+
+
+def decode(configmap: dict[str, Any]) -> Any:
+    raw = (configmap.get("binaryData") or {})[DATA_KEY]
+    return json.loads(gzip.decompress(base64.b64decode(raw)))
+
+
+def owner_reference(scan: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": model.API_VERSION,
+        "kind": model.KIND,
+        "name": scan["metadata"]["name"],
+        "uid": scan["metadata"]["uid"],
+    }
+
+
+def configmap(name: str, kind: str, data: bytes, owners: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "labels": {KIND_LABEL: kind, "app.kubernetes.io/managed-by": "skyscan"},
+            "ownerReferences": owners,
+        },
+        "binaryData": {DATA_KEY: base64.b64encode(data).decode()},
+    }
+
+
+async def encode_async(payload: Any, what: str) -> bytes:
+    """Compressing half a megabyte takes milliseconds: keep it off the event loop."""
+    return await asyncio.to_thread(encode, payload, what)
+
+
+async def _read(api: client.ApiClient, namespace: str, name: str) -> Any | None:
+    response = await client.CoreV1Api(api).read_namespaced_config_map(name, namespace, _preload_content=False)
+    if response.status == 404:
+        response.release()
+        return None
+    if response.status >= 400:
+        response.release()
+        raise ApiException(status=response.status, reason=response.reason)
+    body = await response.read()
+    return await asyncio.to_thread(lambda: decode(json.loads(body)))
+
+
+async def create_event(api: client.ApiClient, namespace: str, sensor_event_id: str, data: bytes) -> None:
+    """Store an encoded event (no owner yet: the Scan that uses it does not exist yet)."""
+    body = configmap(event_object_name(sensor_event_id), "event", data, [])
+    body["immutable"] = True
+    await client.CoreV1Api(api).create_namespaced_config_map(namespace, body)
+
+
+async def event_exists(api: client.ApiClient, namespace: str, sensor_event_id: str) -> bool:
+    # Unparsed: the payload itself is not needed (and a non-2xx answer does not raise here).
+    response = await client.CoreV1Api(api).read_namespaced_config_map(
+        event_object_name(sensor_event_id), namespace, _preload_content=False
+    )
+    response.release()
+    if response.status not in (200, 404):
+        raise ApiException(status=response.status, reason=response.reason)
+    return bool(response.status == 200)
+
+
+async def add_event_owner(
+    api: client.ApiClient, namespace: str, sensor_event_id: str, scan: dict[str, Any]
+) -> None:
+    """Make `scan` one more owner of the event (strategic merge on ownerReferences, keyed by uid)."""
+    await client.CoreV1Api(api).patch_namespaced_config_map(
+        event_object_name(sensor_event_id),
+        namespace,
+        {"metadata": {"ownerReferences": [owner_reference(scan)]}},
+        _content_type="application/strategic-merge-patch+json",
+    )
+
+
+async def read_event(api: client.ApiClient, namespace: str, sensor_event_id: str) -> Any | None:
+    return await _read(api, namespace, event_object_name(sensor_event_id))
+
+
+async def write_result(api: client.ApiClient, namespace: str, scan: dict[str, Any], data: bytes) -> None:
+    """Create or overwrite the scan's result object."""
+    core = client.CoreV1Api(api)
+    body = configmap(result_object_name(scan["metadata"]["name"]), "result", data, [owner_reference(scan)])
+    try:
+        await core.create_namespaced_config_map(namespace, body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        await core.replace_namespaced_config_map(body["metadata"]["name"], namespace, body)
+
+
+async def read_result(api: client.ApiClient, namespace: str, scan_id: str) -> Any | None:
+    return await _read(api, namespace, result_object_name(scan_id))

@@ -1,0 +1,160 @@
+"""Fixtures running the shim against the session cluster, in the test's namespace, over real HTTP.
+
+The operator does not run here: tests play its part by writing the status keys it owns (backlog,
+workflow, workforce, workerRequests), which is the contract between the two, not a mock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from kubernetes_asyncio import client
+from multidict import CIMultiDictProxy
+
+from api_shim import auth
+from api_shim.app import create_app
+from api_shim.routes import SHIM, Shim
+from api_shim.settings import ShimSettings
+from tests.conftest import Cluster
+from tests.helpers import SCAN
+
+TAGS = ["4.1.0", "4.2.3", "4.2.10", "3.1.5", "gcd-handling-fe8ecee"]
+LOGS = "https://grafana.test/d?var-namespace={namespace}&var-container=skyscan-server-{scan_id}"
+TOKENS = {
+    "user": auth.Identity("alice", frozenset({auth.USER})),
+    "system": auth.Identity("scanner", frozenset({auth.SYSTEM})),
+}
+
+
+def scan_body(**changes: Any) -> dict[str, Any]:
+    """A valid POST /scan body."""
+    body: dict[str, Any] = {
+        "docker_tag": "latest",
+        "reco_algo": "millipede_wilks",
+        "nsides": {"1": 2, "3": 4},
+        "real_or_simulated_event": "real",
+        "max_pixel_reco_time": 600,
+        "request_clusters": {"osg": 10},
+        "event_live_json": {"run": 1, "value": {"data": "x" * 50}},
+        "classifiers": {"origin": "test"},
+    }
+    body.update(changes)
+    return {k: v for k, v in body.items() if v is not None}
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    headers: CIMultiDictProxy[str]
+
+
+@dataclass
+class ShimUnderTest:
+    url: str
+    session: aiohttp.ClientSession
+    app: web.Application
+    api: client.ApiClient
+    namespace: str
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def state(self) -> Shim:
+        return self.app[SHIM]
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        as_: str | None = "user",
+        json_body: Any = None,
+        data: bytes | None = None,
+        params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Reply:
+        hdrs = dict(headers or {})
+        if as_:
+            hdrs["Authorization"] = f"Bearer {self.tokens.get(as_, as_)}"
+        async with self.session.request(
+            method,
+            self.url + path,
+            json=json_body,
+            data=data,
+            params=params,
+            headers=hdrs,
+            allow_redirects=False,
+        ) as response:
+            raw = await response.read()
+            body = json.loads(raw) if raw and response.content_type == "application/json" else raw
+            return Reply(response.status, body, response.headers)
+
+    async def launch(self, **changes: Any) -> dict[str, Any]:
+        reply = await self.call("POST", "/scan", json_body=scan_body(**changes))
+        assert reply.status == 200, reply.body
+        manifest: dict[str, Any] = reply.body
+        return manifest
+
+    async def operator_writes(self, scan_id: str, status: dict[str, Any]) -> None:
+        """Play the operator: merge its status keys into the Scan."""
+        await client.CustomObjectsApi(self.api).patch_namespaced_custom_object_status(
+            **SCAN,
+            namespace=self.namespace,
+            name=scan_id,
+            body={"status": status},
+            _content_type="application/merge-patch+json",
+        )
+
+    async def kube_scan(self, scan_id: str) -> dict[str, Any]:
+        obj: dict[str, Any] = await client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+            **SCAN, namespace=self.namespace, name=scan_id
+        )
+        return obj
+
+
+MakeShim = Callable[..., Awaitable[ShimUnderTest]]
+
+
+@pytest.fixture
+async def make_shim(cluster: Cluster, api: client.ApiClient, namespace: str) -> AsyncIterator[MakeShim]:
+    servers: list[TestServer] = []
+    sessions: list[aiohttp.ClientSession] = []
+
+    async def make(**overrides: Any) -> ShimUnderTest:
+        settings = ShimSettings(
+            **{
+                "namespace": namespace,
+                "kubeconfig": cluster.kubeconfig,
+                "tags": TAGS,
+                "logs_url_template": LOGS,
+                "add_workers_timeout": 5.0,
+                **overrides,
+            }
+        )
+        tokens = {role: f"token-{role}-{namespace}" for role in TOKENS}
+        static = auth.StaticTokens({auth.token_hash(tokens[r]): ident for r, ident in TOKENS.items()})
+        app = await create_app(settings, [static])
+        server = TestServer(app)
+        await server.start_server()
+        servers.append(server)
+        session = aiohttp.ClientSession()
+        sessions.append(session)
+        return ShimUnderTest(str(server.make_url("")).rstrip("/"), session, app, api, namespace, tokens)
+
+    yield make
+    for session in sessions:
+        await session.close()
+    for server in servers:
+        await server.close()
+
+
+@pytest.fixture
+async def shim(make_shim: MakeShim) -> ShimUnderTest:
+    return await make_shim()

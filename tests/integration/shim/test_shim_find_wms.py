@@ -1,0 +1,217 @@
+"""POST /scans/find, the backlog, the WMS routes and add-workers (the operator's part played here)."""
+# ruff: noqa: E501  - request tables read best unwrapped
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from tests.integration.shim.conftest import ShimUnderTest
+
+
+async def find(shim: ShimUnderTest, **body: Any) -> list[str]:
+    reply = await shim.call("POST", "/scans/find", json_body=body)
+    assert reply.status == 200, reply.body
+    return [m["scan_id"] for m in reply.body["manifests"]]
+
+
+async def test_find_filters_and_include_deleted(shim: ShimUnderTest) -> None:
+    a = (await shim.launch(priority=1, classifiers={"origin": "alert", "n": 1}))["scan_id"]
+    b = (await shim.launch(priority=5, classifiers={"origin": "manual", "n": 2}))["scan_id"]
+    c = (await shim.launch(priority=9, classifiers={"origin": "alert", "n": 3}))["scan_id"]
+    await shim.call(
+        "PATCH", f"/scan/{b}/manifest", as_="system",
+        json_body={"event_metadata": {"run_id": 7, "event_id": 8, "event_type": "x", "mjd": 1.0, "is_real_event": True}},
+    )  # fmt: skip
+    assert await find(shim, filter={}) == [a, b, c]
+    assert await find(shim, filter={"classifiers.origin": "alert"}) == [a, c]
+    assert await find(shim, filter={"event_metadata.run_id": 7, "event_metadata.is_real_event": True}) == [b]
+    assert await find(shim, filter={"priority": {"$gte": 5}}) == [b, c]
+    assert await find(shim, filter={"priority": {"$in": [1, 9]}, "classifiers.n": {"$ne": 3}}) == [a]
+    assert await find(shim, filter={"$or": [{"priority": 1}, {"classifiers.origin": {"$regex": "^man"}}]}) == [a, b]
+    assert await find(shim, filter={"$nor": [{"priority": 1}]}) == [b, c]
+    assert await find(shim, filter={"event_metadata": {"$exists": True, "$ne": None}}) == [b]
+    assert await find(shim, filter={"priority": {"$not": {"$lt": 5}}}) == [b, c]
+
+    await shim.call("DELETE", f"/scan/{a}")
+    assert await find(shim, filter={}) == [b, c]
+    assert await find(shim, filter={}, include_deleted=False) == [b, c]
+    assert await find(shim, filter={"is_deleted": False}) == [b, c]
+    assert await find(shim, filter={}, include_deleted=True) == [a, b, c]
+    assert await find(shim, filter={"is_deleted": True}) == [a]
+    # A top-level is_deleted wins over include_deleted.
+    assert await find(shim, filter={"is_deleted": False}, include_deleted=True) == [b, c]
+
+
+async def test_find_projection(shim: ShimUnderTest) -> None:
+    await shim.launch()
+    for projection in ("*", ["*"], None):
+        body: dict[str, Any] = {"filter": {}}
+        if projection is not None:
+            body["manifest_projection"] = projection
+        (manifest,) = (await shim.call("POST", "/scans/find", json_body=body)).body["manifests"]
+        assert "scan_id" in manifest and "progress" in manifest
+        assert not {"wms_task", "event_live_json_dict", "event_live_json_dict__hash"} & set(manifest)
+    reply = await shim.call("POST", "/scans/find", json_body={"filter": {}, "manifest_projection": ["scan_id"]})
+    assert list(reply.body["manifests"][0]) == ["scan_id"]
+    for disallowed in (["scan_id", "wms_task"], ["*", "event_live_json_dict"], ["event_live_json_dict__hash"]):
+        reply = await shim.call("POST", "/scans/find", json_body={"filter": {}, "manifest_projection": disallowed})
+        assert reply.status == 400 and reply.body["reason"].startswith("manifest_projection cannot include: ")
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({"filter": {"priority": {"$where": "1"}}}, "invalid filter: unsupported operator: $where"),
+        ({"filter": {"$expr": {}}}, "invalid filter: unsupported operator: $expr"),
+        ({"filter": {"priority": {"$in": 1}}}, "invalid filter: $in needs an array"),
+        ({}, "'filter' is a required property"),
+        ({"filter": []}, "'filter': must be type 'object' (dict)"),
+        ({"filter": {}, "include_deleted": "yes"}, "'include_deleted': must be type 'boolean' (bool)"),
+        ({"filter": {}, "limit": 3}, "Additional properties are not allowed ('limit' was unexpected)"),
+    ],
+)
+async def test_find_refuses_bad_requests(shim: ShimUnderTest, body: dict[str, Any], reason: str) -> None:
+    reply = await shim.call("POST", "/scans/find", json_body=body)
+    assert (reply.status, reply.body["reason"]) == (400, reason)
+
+
+async def test_backlog_lists_what_the_operator_holds(shim: ShimUnderTest) -> None:
+    first, second, third = [(await shim.launch())["scan_id"] for _ in range(3)]
+    assert (await shim.call("GET", "/scans/backlog")).body == {"entries": []}
+    await shim.operator_writes(second, {"backlog": {"enteredAt": 20.0, "priority": 100, "pendingSince": 0.0, "attempts": 0}})
+    await shim.operator_writes(first, {"backlog": {"enteredAt": 10.0, "priority": 0, "pendingSince": 11.5, "attempts": 2}})
+
+    async def two() -> Any:
+        entries = (await shim.call("GET", "/scans/backlog")).body["entries"]
+        return entries if len(entries) == 2 else None
+
+    from tests.helpers import eventually
+
+    entries = await eventually(two, timeout=10)
+    assert entries == [
+        {"scan_id": first, "timestamp": 10.0, "pickled_k8s_job": None, "priority": 0, "pending_timestamp": 11.5, "next_attempt": 2},
+        {"scan_id": second, "timestamp": 20.0, "pickled_k8s_job": None, "priority": 100, "pending_timestamp": 0.0, "next_attempt": 0},
+    ]
+    assert third not in [e["scan_id"] for e in entries]
+
+
+async def test_workflow_id_is_set_once(shim: ShimUnderTest) -> None:
+    scan_id = (await shim.launch())["scan_id"]
+    path = f"/scan/{scan_id}/wms/workflow-id"
+    assert (await shim.call("GET", path)).body == {
+        "workflow_id": "not-yet-requested", "requested_wms_workflow": False, "eligible_for_wms": True, "wms_address": None,
+    }  # fmt: skip
+    reply = await shim.call("POST", path, as_="system", json_body={"workflow_id": "wf-1", "wms_address": "https://wms.test"})
+    assert reply.status == 200 and reply.body["wms_workflow_id"] == "wf-1" and reply.body["wms_address"] == "https://wms.test"
+    assert (await shim.call("GET", path)).body == {
+        "workflow_id": "wf-1", "requested_wms_workflow": True, "eligible_for_wms": True, "wms_address": "https://wms.test",
+    }  # fmt: skip
+    again = await shim.call("POST", path, as_="system", json_body={"workflow_id": "wf-2", "wms_address": "x"})
+    assert again.status == 404
+    status = (await shim.call("GET", f"/scan/{scan_id}/status")).body
+    assert status["scan_state"] == "PENDING__WAITING_ON_SCANNER_SERVER_STARTUP"
+
+    deleted = (await shim.launch())["scan_id"]
+    await shim.call("DELETE", f"/scan/{deleted}")
+    reply = await shim.call("POST", f"/scan/{deleted}/wms/workflow-id", as_="system", json_body={"workflow_id": "w", "wms_address": "a"})
+    assert reply.status == 404
+    bad = await shim.call("POST", path, as_="system", json_body={"workflow_id": ""})
+    assert bad.status == 400 and "'wms_address' is a required property" in bad.body["reason"]
+
+
+async def test_workforce_taskforces_and_deactivation(shim: ShimUnderTest) -> None:
+    scan_id = (await shim.launch())["scan_id"]
+    assert (await shim.call("GET", f"/scan/{scan_id}/wms/taskforces")).body == {"taskforces": []}
+    taskforces = [{"taskforce_uuid": "tf1", "n_workers": 3, "cluster_location": "osg"}]
+    await shim.operator_writes(
+        scan_id,
+        {
+            "workflow": {"id": "wf-9", "address": "https://wms.test", "deactivated": "ABORTED"},
+            "workforce": {"statuses": {"IDLE": {"x": 2}}, "nRunning": 4, "topErrors": {"boom": 1}},
+            "taskforces": taskforces,
+        },
+    )
+
+    async def aborted() -> Any:
+        status = (await shim.call("GET", f"/scan/{scan_id}/status")).body
+        return status if status["wms_deactivated"] else None
+
+    from tests.helpers import eventually
+
+    status = await eventually(aborted, timeout=10)
+    assert status["scan_state"] == "ABORTED__WAITING_ON_SCANNER_SERVER_STARTUP"
+    workforce = {"workflow_id": "wf-9", "statuses": {"IDLE": {"x": 2}}, "n_running": 4, "top_errors": {"boom": 1}}
+    assert status["wms_workforce"] == workforce
+    assert (await shim.call("GET", f"/scan/{scan_id}/wms/workforce")).body == workforce
+    assert (await shim.call("GET", f"/scan/{scan_id}/wms/taskforces")).body == {"taskforces": taskforces}
+
+
+async def play_operator_for_workers(shim: ShimUnderTest, scan_id: str, state: str, reason: str | None = None) -> None:
+    """Wait for the add-workers request in spec and answer it in status, as the operator does."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        scan = await shim.kube_scan(scan_id)
+        answered = list((scan.get("status") or {}).get("workerRequests") or [])
+        pending = [r for r in scan["spec"].get("workerRequests") or [] if r["id"] not in {a["id"] for a in answered}]
+        if pending:
+            ask = pending[0]
+            outcome = {"id": ask["id"], "state": state, "reason": reason}
+            if state == "Succeeded":
+                outcome.update(taskforceUuid="tf-123", nWorkers=ask["nWorkers"])
+            await shim.operator_writes(scan_id, {"workerRequests": [*answered, outcome]})
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError("no worker request appeared")
+
+
+async def test_add_workers(shim: ShimUnderTest) -> None:
+    scan_id = (await shim.launch())["scan_id"]
+    path = f"/scan/{scan_id}/actions/add-workers"
+    body = {"n_workers": 7, "cluster_location": "osg"}
+    reply = await shim.call("POST", path, json_body=body)
+    assert (reply.status, reply.body["reason"]) == (422, "a WMS workflow has not been assigned--cannot add workers")
+    await shim.call("POST", f"/scan/{scan_id}/wms/workflow-id", as_="system", json_body={"workflow_id": "wf", "wms_address": "a"})
+
+    operator = asyncio.create_task(play_operator_for_workers(shim, scan_id, "Succeeded"))
+    reply = await shim.call("POST", path, json_body=body)
+    await operator
+    assert (reply.status, reply.body) == (200, {"taskforce_uuid": "tf-123", "n_workers": 7})
+
+    operator = asyncio.create_task(play_operator_for_workers(shim, scan_id, "Failed", "WMS said 503"))
+    reply = await shim.call("POST", path, json_body=body)
+    await operator
+    assert reply.status == 500
+    assert reply.body["reason"] == "failed to request additional workers on the WMS: WMS said 503"
+
+    bad = await shim.call("POST", path, json_body={"n_workers": 0, "cluster_location": "osg"})
+    assert (bad.status, bad.body["reason"]) == (400, "'n_workers': must be at least 1")
+    await shim.call("PUT", f"/scan/{scan_id}/result", as_="system", json_body={"scan_result": {"a": 1}, "is_final": True})
+    reply = await shim.call("POST", path, json_body=body)
+    assert (reply.status, reply.body["reason"]) == (422, "this scan has a final result--cannot add workers")
+    await shim.call("DELETE", f"/scan/{scan_id}", json_body={"delete_completed_scan": True})
+    reply = await shim.call("POST", path, json_body=body)
+    assert (reply.status, reply.body["reason"]) == (422, "this scan has been deleted--cannot add workers")
+
+
+async def test_add_workers_times_out_clearly(make_shim: Any) -> None:
+    shim = await make_shim(add_workers_timeout=0.5)
+    scan_id = (await shim.launch())["scan_id"]
+    await shim.call("POST", f"/scan/{scan_id}/wms/workflow-id", as_="system", json_body={"workflow_id": "wf", "wms_address": "a"})
+    reply = await shim.call("POST", f"/scan/{scan_id}/actions/add-workers", json_body={"n_workers": 1, "cluster_location": "osg"})
+    assert reply.status == 504 and "did not answer" in reply.body["reason"]
+    assert len((await shim.kube_scan(scan_id))["spec"]["workerRequests"]) == 1  # recorded for the operator
+
+
+async def test_the_scanner_reads_its_event_through_the_manifest(shim: ShimUnderTest) -> None:
+    event = {"run": 3, "value": {"data": "z"}}
+    scan_id = (await shim.launch(event_live_json=event))["scan_id"]
+    as_scanner = await shim.call("GET", f"/scan/{scan_id}/manifest", as_="system")
+    assert as_scanner.body["event_live_json_dict"] == event
+    projected = await shim.call("GET", f"/scan/{scan_id}/manifest", as_="system", params={"projection": "scan_id"})
+    assert projected.body == {"scan_id": scan_id}
+    as_user = await shim.call("GET", f"/scan/{scan_id}/manifest")
+    assert as_user.body["event_live_json_dict"] == "use 'sensor_event_id'"

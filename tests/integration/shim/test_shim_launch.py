@@ -1,0 +1,228 @@
+"""POST /scan and the reads of a new scan: validation texts, tags, events, the manifest view."""
+# ruff: noqa: E501  - tables of expected texts read best unwrapped
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import time
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from skyscan import payloads
+from skyscan.state import NOT_YET_REQUESTED
+from tests.helpers import SCAN
+from tests.integration.shim.conftest import MakeShim, ShimUnderTest, scan_body
+
+SCAN_ID = re.compile(r"^[0-9a-f]{11}x[0-9a-f]{20}$")
+
+
+async def test_root_and_launch_returns_the_full_manifest(shim: ShimUnderTest) -> None:
+    assert (await shim.call("GET", "/")).body == {}
+    before = time.time()
+    manifest = await shim.launch()
+    assert SCAN_ID.match(manifest["scan_id"])
+    assert before <= manifest["timestamp"] <= manifest["last_updated"] <= time.time()
+    assert manifest["wms_workflow_id"] == NOT_YET_REQUESTED
+    assert manifest["wms_task"] == "use 'wms_workflow_id'"
+    assert manifest["event_live_json_dict"] == "use 'sensor_event_id'"
+    assert manifest["event_live_json_dict__hash"] is None
+    assert manifest["is_deleted"] is False and manifest["replaced_by_scan_id"] is None
+    assert manifest["classifiers"] == {"origin": "test"} and manifest["priority"] == 0
+    assert manifest["progress"] is None and manifest["event_metadata"] is None
+    assert manifest["scanner_server_args"] == (
+        "python -m skymap_scanner.server  --reco-algo millipede_wilks --cache-dir /common-space "
+        " --client-startup-json /common-space/startup.json  --nsides 1:2 3:4  --real-event "
+        " --predictive-scanning-threshold 1.0 "
+    )
+    assert list(manifest) == [
+        "scan_id", "timestamp", "is_deleted", "scanner_server_args", "wms_workflow_id", "wms_address",
+        "wms_task", "priority", "classifiers", "sensor_event_id", "event_live_json_dict",
+        "event_live_json_dict__hash", "event_metadata", "scan_metadata", "progress", "replaced_by_scan_id",
+        "last_updated",
+    ]  # fmt: skip
+    # The same manifest from the cache, and a Scan whose spec is the normalised request.
+    got = await shim.call("GET", f"/scan/{manifest['scan_id']}/manifest")
+    assert got.status == 200 and got.body == manifest
+    spec = (await shim.kube_scan(manifest["scan_id"]))["spec"]
+    assert spec["dockerTag"] == "4.2.10" and spec["workerMemoryBytes"] == 8_000_000_000
+    assert spec["requestClusters"] == [{"location": "osg", "nWorkers": 10}]
+
+
+async def test_scan_ids_sort_by_creation(shim: ShimUnderTest) -> None:
+    ids = [(await shim.launch())["scan_id"] for _ in range(3)]
+    assert ids == sorted(ids) and len(set(ids)) == 3
+
+
+async def test_scan_request_is_the_normalised_request(shim: ShimUnderTest) -> None:
+    manifest = await shim.launch(
+        docker_tag="v4.1",
+        worker_memory="4Gi",
+        worker_memory_bytes="2GB",  # canonical name wins over its alias
+        scanner_server_memory="512M",
+        worker_disk=5_000,
+        request_clusters=None,
+        cluster=[["osg", 3], ["osg", 4], ["local", 1]],
+        debug_mode="client-logs",
+        priority=7,
+        predictive_scanning_threshold=0.5,
+        real_or_simulated_event="simulated",
+        scanner_server_env={"SKYSCAN_LOG": "DEBUG"},
+    )
+    reply = await shim.call("GET", f"/scan-request/{manifest['scan_id']}")
+    assert reply.status == 200
+    assert reply.body == {
+        "scan_id": manifest["scan_id"],
+        "rescan_ids": [],
+        "docker_tag": "4.1.0",
+        "scanner_server_memory_bytes": 512_000_000,
+        "reco_algo": "millipede_wilks",
+        "nsides": {"1": 2, "3": 4},
+        "real_or_simulated_event": "simulated",
+        "predictive_scanning_threshold": 0.5,
+        "classifiers": {"origin": "test"},
+        "request_clusters": [["osg", 3], ["osg", 4], ["local", 1]],
+        "worker_memory_bytes": 2_000_000_000,
+        "worker_disk_bytes": 5_000,
+        "max_pixel_reco_time": 600,
+        "priority": 7,
+        "debug_mode": ["client-logs"],
+        "sensor_event_id": manifest["sensor_event_id"],
+        "scanner_server_env_from_user": {"SKYSCAN_LOG": "DEBUG"},
+    }
+    assert "--simulated-event" in manifest["scanner_server_args"]
+    # The stored request minus its ids is a valid POST /scan body (reuses the event by id).
+    again = {k: v for k, v in reply.body.items() if k not in ("scan_id", "rescan_ids")}
+    assert (await shim.call("POST", "/scan", json_body=again)).status == 200
+
+
+async def test_projection_on_launch(shim: ShimUnderTest) -> None:
+    reply = await shim.call("POST", "/scan", json_body=scan_body(manifest_projection=["scan_id", "priority"]))
+    assert reply.status == 200 and set(reply.body) == {"scan_id", "priority"}
+    reply = await shim.call("POST", "/scan", json_body=scan_body(manifest_projection="*"))
+    assert "wms_task" in reply.body
+
+
+INVALID: list[tuple[dict[str, Any], str]] = [
+    ({"scan_id": "x"}, "Additional properties are not allowed ('scan_id' was unexpected)"),
+    ({"scan_id": "x", "rescan_ids": []}, "Additional properties are not allowed ('rescan_ids', 'scan_id' were unexpected)"),
+    ({"docker_tag": None}, "'docker_tag' is a required property"),
+    ({"docker_tag": " "}, "'docker_tag': must match the pattern '\\\\S'"),
+    ({"worker_memory_bytes": "lots"}, "invalid size: lots"),
+    ({"worker_memory_bytes": 1.5e9}, "'worker_memory_bytes': must match one of the accepted types"),
+    ({"request_clusters": {"mars": 1}}, "requested unknown cluster: mars (available: osg, sub-2, local)"),
+    ({"request_clusters": None}, "'request_clusters' is a required property"),
+    ({"request_clusters": None, "cluster": [["osg"]]}, "'cluster': must match one of the accepted types"),
+    ({"memory": "8GB"}, "argument 'memory' is deprecated -- use 'worker_memory_bytes'"),
+    ({"classifiers": {"rescan": True}}, "classifier cannot contain 'rescan' sub-field"),
+    ({"classifiers": {"origin_scan_id": "a"}}, "classifier cannot contain 'origin_scan_id' sub-field"),
+    ({"classifiers": {"a": "x" * 26}}, "'classifiers.a': must be no more than 25 characters long"),
+    ({"classifiers": {"a": ["x"]}}, "'classifiers.a': must match one of the accepted types"),
+    ({"classifiers": {f"k{i}": i for i in range(26)}}, "'classifiers': must have no more than 25 entries"),
+    ({"scanner_server_env_from_user": {"A": {"b": 1}}}, "'scanner_server_env_from_user.A': must match one of the accepted types"),
+    ({"docker_tag": "foo"}, "argument docker_tag: image not found"),
+    ({"docker_tag": "3.1"}, "argument docker_tag: Image tag is older than the minimum supported tag 'v4.0.0'. Contact admins for more info."),
+    ({"event_live_json": None}, "Must provide either 'event_live_json' or 'sensor_event_id' (xor)"),
+    ({"event_live_json": {}}, "Must provide either 'event_live_json' or 'sensor_event_id' (xor)"),
+    ({"sensor_event_id": "abc"}, "Must provide either 'event_live_json' or 'sensor_event_id' (xor)"),
+    ({"event_live_json": None, "sensor_event_id": "f" * 32}, "sensor event not found"),
+    ({"event_live_json": None, "sensor_event_id": "../x"}, "'sensor_event_id': must match the pattern '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"),
+    ({"event_live_json": "{not json}"}, "event_live_json is not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
+    ({"real_or_simulated_event": "maybe"}, "'real_or_simulated_event': must be one of: 'real', 'real_event', 'sim', 'simulated', 'simulated_event'"),
+    ({"debug_mode": "verbose"}, "'debug_mode': must be one of: 'client-logs'"),
+    ({"debug_mode": ["client-logs"], "request_clusters": [["local", 6]]}, "Too many workers: Cluster 'local' can only have 5 workers when 'debug_mode' includes 'client-logs'"),
+    ({"predictive_scanning_threshold": 1.5}, "'predictive_scanning_threshold': must be no more than 1.0"),
+    ({"max_pixel_reco_time": 0}, "'max_pixel_reco_time': must be at least 1"),
+    ({"priority": "high"}, "'priority': must be type 'integer' (int)"),
+    ({"nsides": {}}, "'nsides': must have at least 1 entries"),
+    ({"manifest_projection": ["scan_id", "scan_id"]}, "'manifest_projection': items must be unique"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("changes", "reason"), INVALID)
+async def test_invalid_requests_are_refused_and_nothing_is_written(
+    shim: ShimUnderTest, changes: dict[str, Any], reason: str
+) -> None:
+    reply = await shim.call("POST", "/scan", json_body=scan_body(**changes))
+    assert reply.status == 400
+    assert reply.body["error"] == "Bad Request" and reply.body["reason"] == reason, reply.body
+    assert isinstance(reply.body["message"], str) and reply.body["message"]
+    listed = await client.CustomObjectsApi(shim.api).list_namespaced_custom_object(
+        **SCAN, namespace=shim.namespace
+    )
+    assert listed["items"] == []
+    configmaps = await client.CoreV1Api(shim.api).list_namespaced_config_map(
+        shim.namespace, label_selector=payloads.KIND_LABEL
+    )
+    assert configmaps.items == []
+
+
+async def test_body_must_be_a_json_object(shim: ShimUnderTest) -> None:
+    for data, reason in [
+        (b"[1]", "request body must be a JSON object"),
+        (b"{", "request body is not valid JSON"),
+    ]:
+        reply = await shim.call("POST", "/scan", data=data, headers={"Content-Type": "application/json"})
+        assert (reply.status, reply.body["reason"]) == (400, reason)
+
+
+@pytest.mark.parametrize(
+    ("requested", "resolved"),
+    [("latest", "4.2.10"), ("v4", "4.2.10"), ("4.1", "4.1.0"), ("4.1.0", "4.1.0"), ("V4.2.3", "4.2.3"),
+     ("gcd-handling-fe8ecee", "gcd-handling-fe8ecee")],
+)  # fmt: skip
+async def test_tags_resolve_against_the_catalog(shim: ShimUnderTest, requested: str, resolved: str) -> None:
+    manifest = await shim.launch(docker_tag=requested)
+    assert (await shim.call("GET", f"/scan-request/{manifest['scan_id']}")).body["docker_tag"] == resolved
+
+
+async def test_tag_catalog_directory(make_shim: MakeShim, tmp_path: Any) -> None:
+    for tag in ("4.0.1", "5.0.0", "5.1.2", "feature-x"):
+        (tmp_path / f"skymap_scanner:{tag}").mkdir()
+    shim = await make_shim(tags=[], tag_catalog_dir=tmp_path)
+    for requested, resolved in [
+        ("latest", "5.1.2"),
+        ("5", "5.1.2"),
+        ("4", "4.0.1"),
+        ("feature-x", "feature-x"),
+    ]:
+        manifest = await shim.launch(docker_tag=requested)
+        assert (await shim.call("GET", f"/scan-request/{manifest['scan_id']}")).body["docker_tag"] == resolved
+    reply = await shim.call("POST", "/scan", json_body=scan_body(docker_tag="4.2.10"))
+    assert reply.body["reason"] == "argument docker_tag: image not found"
+
+
+async def test_events_are_stored_once_and_shared(shim: ShimUnderTest) -> None:
+    event = {"run": 7, "value": {"data": "y" * 1000}}
+    first = await shim.launch(event_live_json=event)
+    # A JSON string is accepted too.
+    import json
+
+    second = await shim.launch(event_live_json=json.dumps(event))
+    assert first["sensor_event_id"] != second["sensor_event_id"]
+    reused = await shim.launch(event_live_json=None, sensor_event_id=first["sensor_event_id"])
+    assert reused["sensor_event_id"] == first["sensor_event_id"]
+    for manifest in (first, second, reused):
+        reply = await shim.call("GET", f"/scan/{manifest['scan_id']}/sensor-event")
+        assert reply.status == 200 and reply.body == {"sensor_event": event}
+    cm = await client.CoreV1Api(shim.api).read_namespaced_config_map(
+        payloads.event_object_name(first["sensor_event_id"]), shim.namespace
+    )
+    assert cm.immutable and set(cm.binary_data) == {payloads.DATA_KEY}
+    assert sorted(o.name for o in cm.metadata.owner_references) == sorted(
+        [first["scan_id"], reused["scan_id"]]
+    )
+    assert payloads.decode({"binaryData": cm.binary_data}) == event
+
+
+async def test_an_event_too_large_even_compressed_is_413(shim: ShimUnderTest) -> None:
+    noise = base64.b64encode(os.urandom(1_100_000)).decode()
+    reply = await shim.call("POST", "/scan", json_body=scan_body(event_live_json={"data": noise}))
+    assert reply.status == 413 and reply.body["reason"] == "sensor event too large"
+    listed = await client.CustomObjectsApi(shim.api).list_namespaced_custom_object(
+        **SCAN, namespace=shim.namespace
+    )
+    assert listed["items"] == []

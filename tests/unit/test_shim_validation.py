@@ -1,0 +1,120 @@
+"""Request validation wording, query booleans, redirect locations, tokens, watch events."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import make_mocked_request
+from pydantic import BaseModel, ValidationError
+
+from api_shim import auth, models
+from api_shim.app import redirect_location
+from api_shim.cache import Gone, ScanCache
+from api_shim.errors import ApiError
+from api_shim.routes import parse_bool
+
+
+def reason(model: type[BaseModel], body: dict[str, Any]) -> str:
+    with pytest.raises(ValidationError) as e:
+        model.model_validate_json(json.dumps(body))
+    return models.validation_reason(e.value)
+
+
+def test_missing_and_unexpected_fields() -> None:
+    assert reason(models.PutResultBody, {}) == (
+        "'scan_result' is a required property; 'is_final' is a required property"
+    )
+    assert reason(models.PutResultBody, {"scan_result": [], "is_final": True}) == (
+        "'scan_result': must be type 'object' (dict)"
+    )
+    assert reason(models.FindBody, {"filter": {}, "x": 1, "a": 2}) == (
+        "Additional properties are not allowed ('a', 'x' were unexpected)"
+    )
+    assert reason(models.AddWorkersBody, {"n_workers": 0, "cluster_location": ""}) == (
+        "'n_workers': must be at least 1; 'cluster_location': must be at least 1 characters long"
+    )
+    assert reason(models.PatchManifestBody, {"progress": {"summary": "s"}}).startswith(
+        "'progress': 'epilogue' is a required property"
+    )
+    assert reason(models.RescanBody, {"no_redirect": "yes"}) == "'no_redirect': must be type 'boolean' (bool)"
+
+
+@pytest.mark.parametrize(("text", "value"), [("true", True), ("TRUE", True), ("1", True), ("Yes", True),
+                                             ("false", False), ("0", False), ("NO", False)])  # fmt: skip
+def test_query_booleans(text: str, value: bool) -> None:
+    assert parse_bool("include_deleted", text) is value
+
+
+def test_bad_query_boolean() -> None:
+    with pytest.raises(ApiError) as e:
+        parse_bool("include_deleted", "maybe")
+    assert e.value.status == 400 and "include_deleted" in e.value.reason
+
+
+def test_redirect_location_keeps_the_query_and_honours_forwarding() -> None:
+    request = make_mocked_request(
+        "GET", "/scan/old1/manifest?projection=a|b&no_redirect=false", headers={"Host": "shim:8080"}
+    )
+    expected = "http://shim:8080/scan/new2/manifest?projection=a%7Cb&no_redirect=false"
+    assert redirect_location(request, "old1", "new2") == expected
+    forwarded = make_mocked_request(
+        "GET",
+        "/scan/old1",
+        headers={"Host": "internal", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "api.example"},
+    )
+    assert redirect_location(forwarded, "old1", "new2") == "https://api.example/scan/new2"
+
+
+async def test_static_tokens(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    token = auth.make_token(path, "alice", ["user", "system"])
+    assert token not in path.read_text()  # only its hash is stored
+    tokens = auth.StaticTokens.load(path)
+    assert await auth.identify([tokens], f"Bearer {token}") == auth.Identity(
+        "alice", frozenset({"user", "system"})
+    )
+    assert await auth.identify([tokens], "Bearer nope") is None
+    assert await auth.identify([tokens], None) is None
+    with pytest.raises(ValueError, match="unknown roles"):
+        auth.make_token(path, "bob", ["admin"])
+
+
+async def test_watch_events_update_the_cache() -> None:
+    cache = ScanCache(None, "ns")  # no API calls in this test
+
+    def scan(name: str, rv: int, **spec: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "resourceVersion": str(rv)}, "spec": spec}
+
+    cache._apply({"type": "ADDED", "object": scan("a", 5)})
+    cache._apply({"type": "ADDED", "object": scan("b", 6, rescanOf="a")})
+    cache._apply({"type": "ADDED", "object": scan("c", 7, rescanOf="b")})
+    assert cache.rescan_ids("a") == ["b", "c"] and cache.resource_version == "7"
+    waiting = {**scan("b", 8, rescanOf="a"), "status": {"backlog": {"enteredAt": 1.0}}}
+    cache._apply({"type": "MODIFIED", "object": waiting})
+    assert cache.backlog() == [waiting]
+    cache._apply({"type": "MODIFIED", "object": scan("b", 9, rescanOf="a")})
+    assert cache.backlog() == []
+    cache.observe(scan("a", 4))  # an older copy (a late write response) loses
+    assert cache.get("a") == scan("a", 5)
+    cache._apply({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}})
+    assert cache.resource_version == "9"
+    cache._apply({"type": "DELETED", "object": scan("c", 10, rescanOf="b")})
+    cache.observe(scan("c", 8, rescanOf="b"))  # a write that returned before the deletion
+    assert cache.get("c") is None and cache.rescan_ids("a") == ["b"] and cache.resource_version == "10"
+    with pytest.raises(Gone):
+        cache._apply({"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}})
+
+
+def test_cli_makes_tokens_and_prints_the_openapi_document(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from api_shim.app import main
+
+    assert main(["make-token", "--file", str(tmp_path / "t.json"), "--name", "ci", "--roles", "system"]) == 0
+    token = capsys.readouterr().out.strip()
+    assert auth.token_hash(token) in json.loads((tmp_path / "t.json").read_text())
+    assert main(["openapi"]) == 0
+    assert json.loads(capsys.readouterr().out)["openapi"] == "3.1.0"
