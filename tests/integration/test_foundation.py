@@ -12,9 +12,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import crd, localcluster
 from tests.helpers import SCAN, eventually
+from tests.unit.test_crd import minimal_spec
 
 MERGE = "application/merge-patch+json"
-from tests.unit.test_crd import minimal_spec
 
 
 def scan(name: str, **spec_changes: Any) -> dict[str, Any]:

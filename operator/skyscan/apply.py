@@ -1,0 +1,425 @@
+"""Carrying out a `Plan`: the status patch first, then each action, recording every outcome at once.
+
+Every side effect is idempotent: the Job and Secret have deterministic names and AlreadyExists
+counts as success once their owner is checked; a WMS workflow id is written to status the moment
+the WMS returns it; a lost answer is recovered by looking the workflow up by its marker.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from skyscan import conditions as cond
+from skyscan import model, payloads, scanner_job
+from skyscan.events import EventPoster
+from skyscan.reconcile import (
+    FINALIZER,
+    OPERATOR_KEYS,
+    Action,
+    AddWorkers,
+    CreateJob,
+    Deactivate,
+    DeleteJob,
+    Plan,
+    ProvisionQueues,
+    RecoverWorkflow,
+    Replace,
+    RequestWorkflow,
+    ScanView,
+    SetFinalizer,
+)
+from skyscan.settings import OperatorSettings
+from skyscan.store import Store
+from skyscan.wms.client import WMSClient, WMSError, WMSUnavailable
+
+log = logging.getLogger(__name__)
+MERGE = "application/merge-patch+json"
+SCAN = {"group": model.GROUP, "version": model.VERSION, "plural": model.PLURAL}
+
+
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) turning `old` into `new`: removed keys become null."""
+    patch: dict[str, Any] = {}
+    for key in old.keys() | new.keys():
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if isinstance(before, dict) and isinstance(after, dict):
+            patch[key] = merge_patch(before, after)
+        else:
+            patch[key] = after
+    return patch
+
+
+class Stop(Exception):
+    """An action failed in a way already recorded; the rest of the plan waits for the next pass."""
+
+    def __init__(self, retry_after: float | None = None) -> None:
+        super().__init__()
+        self.retry_after = retry_after
+
+
+class Applier:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        wms: WMSClient | None,
+        store: Store,
+        events: EventPoster,
+        settings: OperatorSettings,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api = api
+        self.objects = client.CustomObjectsApi(api)
+        self.batch = client.BatchV1Api(api)
+        self.core = client.CoreV1Api(api)
+        self.wms, self.store, self.events, self.settings, self.clock = wms, store, events, settings, clock
+
+    async def apply(self, scan: ScanView, body: dict[str, Any], plan: Plan) -> float | None:
+        """Returns seconds until the scan wants another pass (None: only when something changes)."""
+        run = Run(self, scan, body, plan.status)
+        try:
+            await run.patch_status()
+        except Stop:
+            return None  # the scan is gone
+        for e in plan.events:
+            self.events.post(run.body, e.type, e.reason, e.message, self.clock())
+        wake = plan.requeue_after
+        for action in plan.actions:
+            try:
+                again = await run.do(action)
+            except Stop as stop:
+                return (
+                    stop.retry_after
+                    if wake is None or stop.retry_after is None
+                    else min(wake, stop.retry_after)
+                )
+            if again is not None:
+                wake = again if wake is None else min(wake, again)
+        return wake
+
+
+class Run:
+    """One plan's application to one scan; `status` holds the operator's keys as last written."""
+
+    def __init__(
+        self, applier: Applier, scan: ScanView, body: dict[str, Any], status: dict[str, Any]
+    ) -> None:
+        self.a, self.scan, self.body = applier, scan, body
+        self.status = {k: status.get(k) for k in OPERATOR_KEYS}
+        self.written = {k: (body.get("status") or {}).get(k) for k in OPERATOR_KEYS}
+
+    @property
+    def settings(self) -> OperatorSettings:
+        return self.a.settings
+
+    def now(self) -> float:
+        return self.a.clock()
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        self.a.events.post(self.body, "Warning" if warning else "Normal", reason, message, self.now())
+
+    def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.status["conditions"] = cond.put(
+            self.status["conditions"] or [], type_, status, reason, message, self.now(), self.scan.generation
+        )
+
+    async def patch_status(self) -> None:
+        delta = merge_patch(self.written, self.status)
+        if not delta:
+            return
+        s = self.scan
+        try:
+            new = await self.a.objects.patch_namespaced_custom_object_status(
+                **SCAN, namespace=s.namespace, name=s.name, body={"status": delta}, _content_type=MERGE
+            )
+        except ApiException as e:
+            if e.status == 404:
+                raise Stop() from e
+            raise
+        self.written = copy.deepcopy(self.status)
+        self.body = new
+        self.a.store.put_scan(new)
+
+    # --- actions ---
+    async def do(self, action: Action) -> float | None:
+        match action:
+            case SetFinalizer(present):
+                await self.set_finalizer(present)
+            case RequestWorkflow(body):
+                await self.request_workflow(body)
+            case RecoverWorkflow(body, marker, create):
+                await self.recover_workflow(body, marker, create)
+            case ProvisionQueues(workflow_id):
+                return await self.provision_queues(workflow_id)
+            case CreateJob(job):
+                await self.create_job(job)
+            case DeleteJob(name):
+                await self.delete_job(name)
+            case Deactivate(workflow_id, how):
+                await self.deactivate(workflow_id, how)
+            case AddWorkers():
+                await self.add_workers(action)
+            case Replace(new_id, body):
+                await self.replace(new_id, body)
+        return 0.0 if isinstance(action, RequestWorkflow | RecoverWorkflow | CreateJob) else None
+
+    async def need_wms(self) -> WMSClient:
+        if self.a.wms is None:
+            self.condition(cond.WMS_AVAILABLE, False, "NotConfigured", "no WMS address is configured")
+            await self.patch_status()
+            raise Stop()
+        return self.a.wms
+
+    async def wms_failed(self, e: WMSError, *, attempt: bool) -> None:
+        """Record a WMS failure; `attempt`: it ends the current start attempt (back to the backlog)."""
+        unavailable = isinstance(e, WMSUnavailable)
+        if unavailable:
+            self.condition(cond.WMS_AVAILABLE, False, "WMSUnavailable", str(e))
+        if attempt:
+            self.fail_attempt("WMSUnavailable" if unavailable else "WMSRejected", str(e))
+        self.event("WMSError", str(e), warning=True)
+        await self.patch_status()
+
+    def wms_ok(self) -> None:
+        if cond.find(self.status["conditions"] or [], cond.WMS_AVAILABLE):
+            self.condition(cond.WMS_AVAILABLE, True, "Reachable", "the last WMS call succeeded")
+
+    def fail_attempt(self, reason: str, message: str) -> None:
+        backlog = dict(self.status["backlog"] or {})
+        attempts = backlog.get("attempts", 0)
+        backlog["pendingSince"] = self.now()
+        self.status["backlog"] = backlog
+        self.condition(cond.ADMITTED, False, reason, f"start attempt {attempts} failed: {message}")
+
+    def workflow(self) -> dict[str, Any]:
+        wf = dict(self.status["workflow"] or {})
+        self.status["workflow"] = wf
+        return wf
+
+    async def set_finalizer(self, present: bool) -> None:
+        current = list((self.body["metadata"].get("finalizers")) or [])
+        wanted = [*current, FINALIZER] if present and FINALIZER not in current else current
+        if not present:
+            wanted = [f for f in current if f != FINALIZER]
+        if wanted == current:
+            return
+        patch = {
+            "metadata": {"finalizers": wanted, "resourceVersion": self.body["metadata"]["resourceVersion"]}
+        }
+        try:
+            new = await self.a.objects.patch_namespaced_custom_object(
+                **SCAN, namespace=self.scan.namespace, name=self.scan.name, body=patch, _content_type=MERGE
+            )
+        except ApiException as e:
+            if e.status in (404, 409):
+                raise Stop(0.5 if e.status == 409 else None) from e  # changed meanwhile: plan again
+            raise
+        self.body = new
+        self.a.store.put_scan(new)
+
+    async def request_workflow(self, body: dict[str, Any]) -> None:
+        wms = await self.need_wms()
+        self.event("WorkflowRequested", f"requesting a WMS workflow from {wms.base_url}")
+        try:
+            resp = await wms.request_workflow(body)
+        except WMSError as e:
+            if not isinstance(e, WMSUnavailable):
+                self.workflow().pop("requestedAt", None)  # a definite refusal: nothing was created
+            await self.wms_failed(e, attempt=True)
+            raise Stop() from e
+        await self.record_workflow(str(resp["workflow"]["workflow_id"]), "WorkflowCreated")
+
+    async def record_workflow(self, workflow_id: str, reason: str) -> None:
+        wf = self.workflow()
+        wf.update(id=workflow_id, address=self.a.wms.base_url if self.a.wms else wf.get("address"))
+        self.condition(cond.WORKFLOW_READY, False, "WaitingForQueues", f"workflow {workflow_id} requested")
+        self.wms_ok()
+        await self.patch_status()
+        self.event(reason, f"WMS workflow {workflow_id}")
+
+    async def recover_workflow(self, body: dict[str, Any], marker: str, create: bool) -> None:
+        wms = await self.need_wms()
+        try:
+            found = await wms.find_workflows_by_marker(marker)
+        except WMSError as e:
+            await self.wms_failed(e, attempt=create)
+            raise Stop() from e
+        if found:
+            keep, *extra = found
+            for other in extra:  # should not happen; never leave a duplicate running
+                self.event("DuplicateWorkflow", f"aborting duplicate WMS workflow {other}", warning=True)
+                await wms.deactivate(other, "abort")
+            await self.record_workflow(keep, "WorkflowRecovered")
+            return
+        wf = self.workflow()
+        if not create:
+            wf.pop("requestedAt", None)  # nothing was created: nothing to release
+            await self.patch_status()
+            return
+        self.event("WorkflowNotFound", "the earlier workflow request left no workflow; requesting again")
+        wf["requestedAt"] = cond.iso(self.now())  # a fresh intent marker before the new request
+        await self.patch_status()
+        await self.request_workflow(body)
+
+    async def provision_queues(self, workflow_id: str) -> float | None:
+        wms = await self.need_wms()
+        try:
+            connection = scanner_job.ewms_connection(await wms.public_mq_profiles(workflow_id))
+        except WMSError as e:
+            await self.wms_failed(e, attempt=False)
+            raise Stop(self.settings.queue_poll_seconds) from e
+        if connection is None:
+            return self.settings.queue_poll_seconds
+        s = self.scan
+        secret = scanner_job.build_secret(s.name, s.uid, s.namespace, connection)
+        try:
+            await self.a.core.create_namespaced_secret(s.namespace, secret)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            existing = await self.a.core.read_namespaced_secret(secret["metadata"]["name"], s.namespace)
+            await self.check_owner(existing.metadata, "Secret")
+            await self.a.core.patch_namespaced_secret(
+                secret["metadata"]["name"], s.namespace, {"stringData": secret["stringData"]}
+            )
+        self.workflow()["queuesActivated"] = True
+        self.condition(cond.WORKFLOW_READY, True, "QueuesActivated", f"workflow {workflow_id} is ready")
+        self.wms_ok()
+        await self.patch_status()
+        self.event("QueuesActivated", f"message queues of workflow {workflow_id} are activated")
+        return 0.0
+
+    async def check_owner(self, meta: Any, kind: str) -> None:
+        owners = [o.uid for o in meta.owner_references or [] if o.controller]
+        if owners != [self.scan.uid]:
+            self.fail_attempt("StartFailed", f"{kind} {meta.name} exists and belongs to someone else")
+            await self.patch_status()
+            raise Stop()
+
+    async def create_job(self, job: dict[str, Any]) -> None:
+        s = self.scan
+        name = job["metadata"]["name"]
+        try:
+            created = await self.a.batch.create_namespaced_job(s.namespace, job)
+            created_at = created.metadata.creation_timestamp
+        except ApiException as e:
+            if e.status != 409:
+                self.fail_attempt(
+                    "StartFailed", f"creating Job {name}: {e.reason}: {str(e.body or '')[:300]}"
+                )
+                self.event("JobCreateFailed", f"Job {name}: {e.reason}", warning=True)
+                await self.patch_status()
+                raise Stop() from e
+            existing = await self.a.batch.read_namespaced_job(name, s.namespace)
+            await self.check_owner(existing.metadata, "Job")
+            created_at = existing.metadata.creation_timestamp
+        self.status["job"] = {
+            "name": name,
+            "createdAt": cond.iso(created_at.timestamp()) if created_at else cond.iso(self.now()),
+            "state": "Pending",
+            "reason": "Pending",
+        }
+        self.status["backlog"] = None
+        self.condition(cond.ADMITTED, True, "Started", f"Job {name} created")
+        await self.patch_status()
+        self.event("JobCreated", f"created Job {name}")
+
+    async def delete_job(self, name: str) -> None:
+        try:
+            await self.a.batch.delete_namespaced_job(
+                name, self.scan.namespace, propagation_policy="Background"
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return
+        self.event("JobDeleted", f"deleted Job {name}")
+
+    async def deactivate(self, workflow_id: str, how: str) -> None:
+        wms = await self.need_wms()
+        try:
+            changed = await wms.deactivate(workflow_id, how)
+            deactivated = "ABORTED" if how == "abort" else "FINISHED"
+            if not changed:  # already deactivated: learn how, for the REST state
+                try:
+                    deactivated = (await wms.get_workflow(workflow_id)).get("deactivated") or deactivated
+                except WMSError as e:
+                    if e.status != 404:
+                        raise
+        except WMSError as e:
+            await self.wms_failed(e, attempt=False)
+            raise Stop(self.settings.queue_poll_seconds) from e
+        wf = self.workflow()
+        wf["deactivated"] = deactivated
+        wf["abortRequestedAt" if how == "abort" else "finishRequestedAt"] = cond.iso(self.now())
+        self.condition(
+            cond.WORKFLOW_READY, False, deactivated.title(), f"workflow {workflow_id}: {deactivated}"
+        )
+        self.wms_ok()
+        await self.patch_status()
+        verb = "aborted" if how == "abort" else "finished"
+        self.event(
+            f"Workflow{verb.title()}", f"WMS workflow {workflow_id} {verb}" + ("" if changed else " already")
+        )
+
+    async def add_workers(self, r: AddWorkers) -> None:
+        wms = await self.need_wms()
+        outcome: dict[str, Any]
+        try:
+            tf = await wms.add_workers(r.workflow_id, r.location, r.n_workers)
+            outcome = {
+                "id": r.request_id,
+                "state": "Succeeded",
+                "taskforceUuid": tf["taskforce_uuid"],
+                "nWorkers": tf["n_workers"],
+            }
+            self.wms_ok()
+            self.event(
+                "WorkersAdded", f"{tf['n_workers']} workers at {r.location}: taskforce {tf['taskforce_uuid']}"
+            )
+        except WMSError as e:
+            outcome = {"id": r.request_id, "state": "Failed", "reason": str(e)}
+            self.event("AddWorkersFailed", str(e), warning=True)
+        self.status["workerRequests"] = [*(self.status["workerRequests"] or []), outcome]
+        await self.patch_status()
+
+    async def replace(self, new_id: str, body: dict[str, Any]) -> None:
+        s = self.scan
+        try:
+            created = await self.a.objects.create_namespaced_custom_object(
+                **SCAN, namespace=s.namespace, body=body
+            )
+            self.event("ReplacementCreated", f"created replacement scan {new_id}")
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            created = await self.a.objects.get_namespaced_custom_object(
+                **SCAN, namespace=s.namespace, name=new_id
+            )
+        try:  # the shared sensor event must outlive the original scan
+            await payloads.add_event_owner(self.a.api, s.namespace, s.spec.sensor_event_id, created)
+        except ApiException as e:
+            if e.status == 403:  # the replacement still runs; only its event's lifetime is at risk
+                self.event("EventOwnerNotAdded", f"cannot add {new_id} as an owner of the sensor event", True)
+            elif e.status != 404:  # 404: no stored event (a Scan made with kubectl), nothing to keep alive
+                raise
+        if self.scan.spec.replaced_by == new_id and self.scan.spec.deleted:
+            return
+        # The one spec write the operator makes: exactly these two fields, as a merge patch.
+        new = await self.a.objects.patch_namespaced_custom_object(
+            **SCAN,
+            namespace=s.namespace,
+            name=s.name,
+            body={"spec": {"deleted": True, "replacedBy": new_id}},
+            _content_type=MERGE,
+        )
+        self.body = new
+        self.a.store.put_scan(new)

@@ -1,0 +1,69 @@
+"""Kubernetes-convention conditions on the Scan status (wire form), and time helpers."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+# Condition types the operator writes.
+ADMITTED = "Admitted"  # the backlog let the scan start (False: why it waits, or why an attempt failed)
+WORKFLOW_READY = "WorkflowReady"  # the WMS workflow exists and its message queues are activated
+SCANNER_RUNNING = "ScannerRunning"  # the scanner Job's pod is running (False: pending, ended, why)
+WMS_AVAILABLE = "WMSAvailable"  # the last WMS call for this scan succeeded
+COMPLETE = "Complete"  # a final result was recorded
+FAILED = "Failed"  # terminal: the scan will not make progress (reason says why)
+DELETED = "Deleted"  # soft-deleted (or replaced); terminal once its workflow and Job are gone
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def epoch(text: str | None) -> float | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def reason_of(text: str | None, default: str = "Unknown") -> str:
+    """A condition reason (CamelCase identifier) from free text such as a pod's termination reason."""
+    words = re.findall(r"[A-Za-z0-9]+", text or "")
+    out = "".join(w[:1].upper() + w[1:] for w in words)
+    out = out.lstrip("0123456789")
+    return out or default
+
+
+def find(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:
+    return next((c for c in conditions if c.get("type") == type_), None)
+
+
+def is_true(conditions: list[dict[str, Any]], type_: str) -> bool:
+    c = find(conditions, type_)
+    return c is not None and c.get("status") == "True"
+
+
+def put(
+    conditions: list[dict[str, Any]],
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    now: float,
+    generation: int | None,
+) -> list[dict[str, Any]]:
+    """`conditions` with `type_` set; lastTransitionTime moves only when the status flips."""
+    value = "True" if status else "False"
+    old = find(conditions, type_)
+    changed = old is None or old.get("status") != value
+    new = {
+        "type": type_,
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": iso(now) if changed else old["lastTransitionTime"],  # type: ignore[index]
+        "observedGeneration": generation,
+    }
+    if old == new:
+        return conditions
+    return [new if c is old else c for c in conditions] if old else [*conditions, new]

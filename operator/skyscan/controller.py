@@ -1,0 +1,237 @@
+"""The operator's engine: watch events in, one reconcile per scan at a time, two periodic loops.
+
+- kopf event handlers call `on_scan` / `on_job` / `on_pod`, which update the `Store` and queue the
+  scan concerned.
+- Workers take scans off the `WorkQueue`, build `Observed` from the store, run the pure planner
+  and apply the plan.
+- The backlog loop decides admissions every tick over the waiting scans only (an index, not a list
+  of every scan) and queues the scans whose decision changed.
+- The WMS poller asks the WMS about every live workflow in two batched queries per interval and
+  queues the scans whose workflow changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from skyscan import backlog, kube, reconcile
+from skyscan import conditions as cond
+from skyscan.apply import Applier
+from skyscan.events import EventPoster
+from skyscan.reconcile import Admission, Observed, ScanView, WorkflowView
+from skyscan.settings import OperatorSettings
+from skyscan.store import Key, Store, key_of
+from skyscan.wms.client import WMSClient, WMSError
+from skyscan.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    def __init__(self, settings: OperatorSettings, clock: Callable[[], float] = time.time) -> None:
+        self.settings, self.clock = settings, clock
+        self.store = Store()
+        self.queue: WorkQueue[Key] = WorkQueue()
+        self.last_low_priority_admission: float | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._api: client.ApiClient | None = None
+        self.wms: WMSClient | None = None
+        self.events: EventPoster | None = None
+        self.applier: Applier | None = None
+        self._invalid: set[tuple[Key, str]] = set()
+
+    async def start(self) -> None:
+        s = self.settings
+        self._api = await kube.api_client(s.kubeconfig)
+        if s.wms_base_url:
+            self.wms = WMSClient(
+                s.wms_base_url,
+                timeout=s.wms_timeout_seconds,
+                retries=s.wms_retries,
+                backoff=s.wms_backoff_seconds,
+                oidc_issuer=s.wms_oidc_issuer,
+                client_id=s.wms_client_id,
+                client_secret=s.wms_client_secret,
+            )
+        self.events = EventPoster(self._api)
+        self.events.start()
+        self.applier = Applier(self._api, self.wms, self.store, self.events, s, self.clock)
+        for i in range(s.workers):
+            self._tasks.append(asyncio.create_task(self._work(), name=f"skyscan-worker-{i}"))
+        self._tasks.append(
+            asyncio.create_task(self._every(s.backlog_tick_seconds, self.backlog_tick), name="backlog")
+        )
+        if self.wms:
+            self._tasks.append(
+                asyncio.create_task(
+                    self._every(s.wms_poll_interval_seconds, self.poll_wms), name="wms-poller"
+                )
+            )
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.events:
+            await self.events.stop()
+        if self.wms:
+            await self.wms.aclose()
+        if self._api:
+            await self._api.close()
+
+    # --- fed by the kopf event handlers ---
+    def on_scan(self, event_type: str | None, body: dict[str, Any]) -> None:
+        key = key_of(body)
+        if event_type == "DELETED":
+            self.store.drop_scan(key)
+            self.queue.forget(key)
+            return
+        if self.store.put_scan(body):
+            self.queue.add(key)
+
+    def on_job(self, event_type: str | None, body: dict[str, Any]) -> None:
+        if key := self.store.put_job(body, deleted=event_type == "DELETED"):
+            self.queue.add(key)
+
+    def on_pod(self, event_type: str | None, body: dict[str, Any]) -> None:
+        if key := self.store.put_pod(body, deleted=event_type == "DELETED"):
+            self.queue.add(key)
+
+    # --- reconciling ---
+    async def _work(self) -> None:
+        while True:
+            key = await self.queue.get()
+            try:
+                wake = await self.reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reconciling %s/%s failed; retrying", *key)
+                wake = 5.0
+            finally:
+                self.queue.done(key)
+            if wake is not None:
+                self.queue.add_after(key, wake)
+
+    def observe(self, key: Key, scan: ScanView, now: float) -> Observed:
+        store = self.store
+        workflow_id = (scan.status.get("workflow") or {}).get("id")
+        pods = store.pods_of(key)
+        transient = any(p.transient_failure for p in pods)
+        replacement = scan.spec.replaced_by or (scan.status.get("job") or {}).get("replacement")
+        return Observed(
+            job=store.job_of(key, scan.uid),
+            pods=pods,
+            workflow=store.workflows.get(workflow_id) if workflow_id else None,
+            admission=store.admissions.pop(key, None),
+            lineage_recent=(
+                store.lineage_recent(key, now - self.settings.replacement_window_seconds) if transient else 0
+            ),
+            fresh_id=reconcile.new_scan_id(now, uuid.uuid4().hex),
+            replacement_exists=bool(replacement) and (key[0], replacement) in store.scans,
+        )
+
+    async def reconcile(self, key: Key) -> float | None:
+        body = self.store.scans.get(key)
+        if body is None or self.applier is None:
+            return None
+        try:
+            scan = ScanView.from_body(body)
+        except ValidationError as e:
+            self._report_invalid(key, body, e)
+            return None
+        now = self.clock()
+        plan = reconcile.plan(scan, self.observe(key, scan, now), now, self.settings)
+        try:
+            return await self.applier.apply(scan, body, plan)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def _report_invalid(self, key: Key, body: dict[str, Any], e: ValidationError) -> None:
+        rv = body["metadata"].get("resourceVersion", "")
+        if (key, rv) not in self._invalid and self.events:
+            self._invalid.add((key, rv))
+            self.events.post(body, "Warning", "InvalidSpec", str(e)[:500], self.clock())
+
+    # --- periodic loops ---
+    async def _every(self, seconds: float, tick: Callable[[], Any]) -> None:
+        while True:
+            await asyncio.sleep(seconds)  # first after a full interval: the initial listing is in by then
+            try:
+                result = tick()
+                if asyncio.iscoroutine(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s failed", getattr(tick, "__name__", tick))
+
+    def backlog_tick(self) -> None:
+        now = self.clock()
+        candidates = []
+        for key, body in self.store.waiting_scans():
+            entry = (body.get("status") or {}).get("backlog") or {}
+            if entry.get("attempts", 0) >= self.settings.max_start_attempts:
+                continue  # its last attempt failed; the planner marks it Failed
+            candidates.append(
+                backlog.Candidate(
+                    key=key,
+                    priority=int(entry.get("priority", 0)),
+                    entered_at=float(entry.get("enteredAt", 0.0)),
+                    pending_since=float(entry.get("pendingSince", 0.0)),
+                    attempts=int(entry.get("attempts", 0)),
+                )
+            )
+        granted = sum(1 for a in self.store.admissions.values() if a.granted)
+        decision = backlog.decide(
+            candidates,
+            running=len(self.store.running) + granted,
+            now=now,
+            last_low_priority_admission=self.last_low_priority_admission,
+            settings=self.settings,
+        )
+        self.last_low_priority_admission = decision.low_priority_admitted_at
+        for key in decision.admit:
+            self.store.admissions[key] = Admission(True)
+            self.queue.add(key)
+        for key, hold in decision.hold.items():
+            if hold.reason == "RetryDelay":
+                continue  # the failed attempt's reason stays visible meanwhile
+            conditions = (self.store.scans[key].get("status") or {}).get("conditions") or []
+            current = cond.find(conditions, cond.ADMITTED) or {}
+            if (current.get("reason"), current.get("message")) != (hold.reason, hold.message):
+                self.store.admissions[key] = Admission(False, hold.reason, hold.message)
+                self.queue.add(key)
+
+    async def poll_wms(self) -> None:
+        """Two queries for every live workflow: their deactivation and their taskforces."""
+        if self.wms is None or not self.store.live_workflows:
+            return
+        ids = sorted(self.store.live_workflows)
+        try:
+            workflows = await self.wms.query_workflows(ids)
+            taskforces = await self.wms.query_taskforces(ids)
+        except WMSError as e:
+            log.warning("WMS poll failed: %s", e)
+            return
+        by_workflow: dict[str, list[dict[str, Any]]] = {}
+        for tf in taskforces:
+            by_workflow.setdefault(tf["workflow_id"], []).append(tf)
+        deactivated = {w["workflow_id"]: w.get("deactivated") for w in workflows}
+        for wf_id in ids:
+            view = WorkflowView(deactivated.get(wf_id), tuple(by_workflow.get(wf_id, ())))
+            if self.store.workflows.get(wf_id) != view:
+                self.store.workflows[wf_id] = view
+                if key := self.store.live_workflows.get(wf_id):
+                    self.queue.add(key)

@@ -1,0 +1,71 @@
+"""Kubernetes Events about Scans (what `kubectl describe scan` shows), posted in the background."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from skyscan import model
+from skyscan.conditions import iso
+
+log = logging.getLogger(__name__)
+COMPONENT = "skyscan-operator"
+
+
+def event_body(scan: dict[str, Any], type_: str, reason: str, message: str, now: float) -> dict[str, Any]:
+    meta = scan["metadata"]
+    return {
+        "metadata": {"name": f"{meta['name']}.{secrets.token_hex(8)}", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": model.API_VERSION,
+            "kind": model.KIND,
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message[:1024],
+        "firstTimestamp": iso(now),
+        "lastTimestamp": iso(now),
+        "count": 1,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+    }
+
+
+class EventPoster:
+    """A queue drained by one task, so reconciles never wait on Events and failures only log."""
+
+    def __init__(self, api: client.ApiClient, maxsize: int = 10_000) -> None:
+        self._core = client.CoreV1Api(api)
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="skyscan-events")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def post(self, scan: dict[str, Any], type_: str, reason: str, message: str, now: float) -> None:
+        log.info("%s/%s %s: %s", scan["metadata"]["namespace"], scan["metadata"]["name"], reason, message)
+        try:
+            self._queue.put_nowait(event_body(scan, type_, reason, message, now))
+        except asyncio.QueueFull:
+            log.warning("event queue full; dropped %s", reason)
+
+    async def _run(self) -> None:
+        while True:
+            body = await self._queue.get()
+            try:
+                await self._core.create_namespaced_event(body["metadata"]["namespace"], body)
+            except (ApiException, OSError) as e:
+                log.warning("could not post event %s: %s", body["reason"], e)

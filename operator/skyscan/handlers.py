@@ -1,0 +1,91 @@
+"""The kopf handlers: they feed watch events into the `Controller`, which plans and acts.
+
+Only `on.event` handlers are used: kopf keeps no per-object progress annotations and adds no
+finalizer of its own (the operator manages `skyscan.io/wms-workflow` itself, present only while a
+scan holds a WMS workflow). `skyscan-operator` runs kopf standalone (no peering) for the configured
+namespace(s); run exactly one replica.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+import kopf
+
+from skyscan import model
+from skyscan.controller import Controller
+from skyscan.settings import OperatorSettings
+
+CHILD_LABELS = {"app.kubernetes.io/name": "skyscan", "app.kubernetes.io/component": "scanner"}
+
+
+def controller_of(memo: Any) -> Controller:
+    return memo["controller"]  # type: ignore[no-any-return]
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.posting.level = logging.WARNING
+    settings.networking.request_timeout = 30
+    settings.watching.server_timeout = 300
+    await controller_of(memo).start()
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """The in-cluster service account, else the kubeconfig in $KUBECONFIG (set from SKYSCAN_KUBECONFIG)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    await controller_of(memo).stop()
+
+
+@kopf.on.event(model.GROUP, model.VERSION, model.PLURAL)
+async def scan_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    controller_of(memo).on_scan(event.get("type"), dict(event["object"]))
+
+
+@kopf.on.event("batch", "v1", "jobs", labels=CHILD_LABELS)
+async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    controller_of(memo).on_job(event.get("type"), dict(event["object"]))
+
+
+@kopf.on.event("", "v1", "pods", labels=CHILD_LABELS)
+async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    controller_of(memo).on_pod(event.get("type"), dict(event["object"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`skyscan-operator`: configuration comes from SKYSCAN_* (see `skyscan.settings`)."""
+    if argv or (argv is None and len(sys.argv) > 1):
+        print(__doc__, "\nSettings:", file=sys.stderr)
+        for name, f in OperatorSettings.model_fields.items():
+            default = f.default_factory() if f.default_factory else f.default  # type: ignore[call-arg]
+            print(f"  SKYSCAN_{name.upper()} (default {default!r}): {f.description}", file=sys.stderr)
+        return 2
+    settings = OperatorSettings()
+    logging.basicConfig(
+        level=os.environ.get("SKYSCAN_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per WMS request is noise
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per watch event, likewise
+    if settings.kubeconfig:
+        os.environ["KUBECONFIG"] = settings.kubeconfig  # for kopf's own kubeconfig login
+    kopf.run(
+        standalone=True,
+        clusterwide=False,
+        namespaces=settings.namespaces,
+        memo=kopf.Memo(controller=Controller(settings)),
+        liveness_endpoint=settings.liveness_endpoint,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

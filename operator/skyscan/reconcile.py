@@ -1,0 +1,570 @@
+"""The one planner (pure): from a Scan and what was observed, the next status and the actions to take.
+
+`plan(scan, observed, now, settings)` never does I/O. The handlers gather `Observed` (the Job and
+its Pods from watch caches, the WMS workflow from the batched poller, the backlog's decision) and
+apply the `Plan`: first the status patch (so intent markers such as `workflow.requestedAt` are
+stored before the request they announce), then the actions in order. Outcomes of actions are
+recorded by the applier and lead to another pass; nothing here depends on which handler ran last.
+
+A scan's life, as the status tells it:
+  backlog entry (Admitted=False, reason why it waits) -> admitted (start attempt n) ->
+  workflow requested (intent marker, then id) -> queues activated (Secret) -> Job created
+  (backlog entry removed) -> pod running/ended -> final result -> WMS `finished` after a delay.
+Soft delete, hard delete (finalizer), failed start attempts and replaced scans end it early.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from skyscan import conditions as cond
+from skyscan import model, scanner_job, workforce
+from skyscan.settings import OperatorSettings
+from skyscan.state import scan_state
+
+FINALIZER = "skyscan.io/wms-workflow"  # present only while the scan may hold a live WMS workflow
+OPERATOR_KEYS = (
+    "observedGeneration", "conditions", "state", "backlog", "workflow", "job", "workforce", "taskforces",
+    "workerRequests",
+)  # fmt: skip
+TRANSIENT_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "StartError", "CrashLoopBackOff"})
+TRANSIENT_EXIT_CODES = frozenset({137, 143})
+ATTEMPT_FAILURES = frozenset({"WMSUnavailable", "WMSRejected", "StartFailed", "StartTimedOut"})
+ENDED_JOB_STATES = ("Succeeded", "Failed", "Deleted")
+
+
+# --- what the handlers observe ---
+
+
+@dataclass(frozen=True)
+class PodView:
+    name: str
+    phase: str | None
+    reason: str | None = None  # pod-level reason, else a container's terminated/waiting reason
+    exit_code: int | None = None
+    started_at: float | None = None
+
+    @property
+    def transient_failure(self) -> bool:
+        return self.reason in TRANSIENT_REASONS or self.exit_code in TRANSIENT_EXIT_CODES
+
+
+@dataclass(frozen=True)
+class JobView:
+    name: str
+    created_at: str | None
+    complete: bool = False
+    failed: bool = False
+    reason: str | None = None
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class WorkflowView:
+    deactivated: str | None
+    taskforces: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The backlog's decision on this tick: admitted, or held with a reason."""
+
+    granted: bool
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Observed:
+    job: JobView | None = None
+    pods: tuple[PodView, ...] = ()
+    workflow: WorkflowView | None = None
+    admission: Admission | None = None
+    lineage_recent: int = 0  # scans of this lineage created within the replacement window
+    fresh_id: str = ""  # an unused scan id, in case a replacement must be chosen
+    replacement_exists: bool = False
+
+
+@dataclass(frozen=True)
+class ScanView:
+    name: str
+    namespace: str
+    uid: str
+    generation: int | None
+    created_at: float
+    deleting: bool
+    finalizers: tuple[str, ...]
+    labels: dict[str, str]
+    spec: model.ScanSpec
+    raw_spec: dict[str, Any]
+    status: dict[str, Any]
+    resource_version: str
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> ScanView:
+        meta = body["metadata"]
+        return cls(
+            name=meta["name"],
+            namespace=meta["namespace"],
+            uid=meta["uid"],
+            generation=meta.get("generation"),
+            created_at=cond.epoch(meta.get("creationTimestamp")) or 0.0,
+            deleting=bool(meta.get("deletionTimestamp")),
+            finalizers=tuple(meta.get("finalizers") or ()),
+            labels=dict(meta.get("labels") or {}),
+            spec=model.ScanSpec.model_validate(body["spec"]),
+            raw_spec=body["spec"],
+            status=body.get("status") or {},
+            resource_version=meta.get("resourceVersion", ""),
+        )
+
+
+# --- what the applier does ---
+
+
+@dataclass(frozen=True)
+class RequestWorkflow:
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RecoverWorkflow:
+    """Look the workflow up by its marker (a restart lost the request's answer); if there is none,
+    request it (`create_if_missing`) or forget the intent."""
+
+    body: dict[str, Any]
+    marker: str
+    create_if_missing: bool
+
+
+@dataclass(frozen=True)
+class ProvisionQueues:
+    workflow_id: str
+
+
+@dataclass(frozen=True)
+class CreateJob:
+    job: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    name: str
+
+
+@dataclass(frozen=True)
+class Deactivate:
+    workflow_id: str
+    how: Literal["abort", "finished"]
+
+
+@dataclass(frozen=True)
+class AddWorkers:
+    request_id: str
+    workflow_id: str
+    location: str
+    n_workers: int
+
+
+@dataclass(frozen=True)
+class SetFinalizer:
+    present: bool
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Create the replacement scan (idempotent by name), then mark the original: the one spec write
+    the operator makes, a merge patch of exactly `deleted` and `replacedBy`."""
+
+    new_id: str
+    body: dict[str, Any]
+
+
+Action = (
+    RequestWorkflow | RecoverWorkflow | ProvisionQueues | CreateJob | DeleteJob | Deactivate | AddWorkers
+    | SetFinalizer | Replace
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    status: dict[str, Any]
+    actions: list[Action] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+
+    def wake(self, seconds: float) -> None:
+        seconds = max(0.0, seconds)
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
+    def event(self, reason: str, message: str, warning: bool = False) -> None:
+        self.events.append(Event("Warning" if warning else "Normal", reason, message))
+
+
+@dataclass
+class Draft:
+    """The operator's status keys being rebuilt (wire form)."""
+
+    conditions: list[dict[str, Any]]
+    backlog: dict[str, Any] | None
+    workflow: dict[str, Any]
+    job: dict[str, Any] | None
+    workforce: dict[str, Any] | None
+    taskforces: list[dict[str, Any]] | None
+    worker_requests: list[dict[str, Any]] | None
+    now: float
+    generation: int | None
+
+    def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
+        self.conditions = cond.put(self.conditions, type_, status, reason, message, self.now, self.generation)
+
+    def true(self, type_: str) -> bool:
+        return cond.is_true(self.conditions, type_)
+
+    def reason(self, type_: str) -> str | None:
+        c = cond.find(self.conditions, type_)
+        return c.get("reason") if c else None
+
+
+def new_scan_id(now: float, random_hex: str) -> str:
+    """The scan id format: 11 hex chars of the time in ms, 'x', 20 hex chars of a uuid4."""
+    return f"{int(now * 1000):011x}x{random_hex[:20]}"
+
+
+def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) -> Plan:
+    st = scan.status
+    d = Draft(
+        conditions=list(st.get("conditions") or []),
+        backlog=dict(st["backlog"]) if st.get("backlog") else None,
+        workflow=dict(st.get("workflow") or {}),
+        job=dict(st["job"]) if st.get("job") else None,
+        workforce=st.get("workforce"),
+        taskforces=st.get("taskforces"),
+        worker_requests=st.get("workerRequests"),
+        now=now,
+        generation=scan.generation,
+    )
+    p = Plan(status={})
+    _observe_workflow(d, obs)
+    _observe_job(d, obs)
+    if scan.deleting:
+        _hard_delete(d, p, scan, obs)
+    else:
+        _replace_if_transient(d, p, scan, obs, now, settings)
+        if not (scan.spec.deleted or d.true(cond.FAILED)):
+            _final_result(d, p, scan, now, settings)
+            _start(d, p, scan, obs, now, settings)
+        _stop_if_ended(d, p, scan, obs)
+        _worker_requests(d, p, scan)
+    _finalizer(d, p, scan)
+    result = st.get("result") or {}
+    p.status = {
+        "observedGeneration": scan.generation,
+        "conditions": d.conditions,
+        "state": scan_state(
+            has_final_result=result.get("isFinal") is True,
+            workflow_id=d.workflow.get("id"),
+            progress=st.get("progress"),
+            deactivated=d.workflow.get("deactivated"),
+        ),
+        "backlog": d.backlog,
+        "workflow": d.workflow or None,
+        "job": d.job,
+        "workforce": d.workforce,
+        "taskforces": d.taskforces,
+        "workerRequests": d.worker_requests,
+    }
+    return p
+
+
+def holds_workflow(workflow: dict[str, Any]) -> bool:
+    """A live workflow, or one that may exist (requested, answer not recorded)."""
+    if workflow.get("id"):
+        return not workflow.get("deactivated")
+    return bool(workflow.get("requestedAt"))
+
+
+def is_terminal(status: dict[str, Any], spec: dict[str, Any]) -> bool:
+    """Nothing left to do: no live workflow, and the scan is deleted, failed or finished."""
+    conditions = status.get("conditions") or []
+    workflow = status.get("workflow") or {}
+    if holds_workflow(workflow):
+        return False
+    job_state = (status.get("job") or {}).get("state")
+    if spec.get("deleted"):
+        return job_state in (None, *ENDED_JOB_STATES)
+    return cond.is_true(conditions, cond.FAILED) or bool(workflow.get("deactivated"))
+
+
+def is_running(status: dict[str, Any], spec: dict[str, Any]) -> bool:
+    """Started and unfinished, for the concurrency cap: in a start attempt, or its Job not ended."""
+    if spec.get("deleted") or cond.is_true(status.get("conditions") or [], cond.FAILED):
+        return False
+    if cond.is_true(status.get("conditions") or [], cond.ADMITTED) and status.get("backlog"):
+        return True
+    job = status.get("job") or {}
+    return bool(job) and job.get("state") not in ENDED_JOB_STATES
+
+
+# --- the steps ---
+
+
+def _observe_workflow(d: Draft, obs: Observed) -> None:
+    if obs.workflow is None or not d.workflow.get("id"):
+        return
+    if obs.workflow.deactivated and not d.workflow.get("deactivated"):
+        d.workflow["deactivated"] = obs.workflow.deactivated
+    summary = workforce.summarize(obs.workflow.taskforces)
+    d.workforce = summary
+    d.taskforces = workforce.compact(obs.workflow.taskforces)
+
+
+def _latest_pod(pods: tuple[PodView, ...]) -> PodView | None:
+    return max(pods, key=lambda p: (p.started_at or 0.0, p.name), default=None)
+
+
+def _observe_job(d: Draft, obs: Observed) -> None:
+    if obs.job is None:
+        if d.job and d.job.get("state") not in ENDED_JOB_STATES:
+            d.job["state"] = "Deleted"
+            d.set(cond.SCANNER_RUNNING, False, "JobDeleted", f"Job {d.job['name']} is gone")
+        return
+    job = obs.job
+    pod = _latest_pod(obs.pods)
+    failed_pod = next((p for p in obs.pods if p.phase == "Failed"), None)
+    if job.failed or failed_pod:
+        state, reason = "Failed", (failed_pod.reason if failed_pod else None) or job.reason or "Failed"
+    elif job.complete or (pod and pod.phase == "Succeeded"):
+        state, reason = "Succeeded", "Completed"
+    elif pod and pod.phase == "Running":
+        state, reason = "Running", "Running"
+    else:
+        state, reason = "Pending", (pod.reason if pod else None) or "Pending"
+    previous = d.job or {}
+    d.job = {
+        **previous,
+        "name": job.name,
+        "createdAt": previous.get("createdAt") or job.created_at,
+        "startedAt": (pod.started_at if pod else None) or previous.get("startedAt"),
+        "state": state,
+        "reason": reason,
+    }
+    d.job = {k: v for k, v in d.job.items() if v is not None}
+    message = f"pod {pod.name} is {pod.phase}" if pod else f"Job {job.name} has no pod yet"
+    if failed_pod and failed_pod.exit_code is not None:
+        message = f"pod {failed_pod.name} failed: {reason} (exit code {failed_pod.exit_code})"
+    d.set(cond.SCANNER_RUNNING, state == "Running", cond.reason_of(reason), message)
+
+
+def _hard_delete(d: Draft, p: Plan, scan: ScanView, obs: Observed) -> None:
+    """`kubectl delete`: abort the workflow, delete the Job; the finalizer goes once nothing is held."""
+    _release(d, p, scan)
+    if obs.job and not obs.job.deleting:
+        p.actions.append(DeleteJob(obs.job.name))
+
+
+def _release(d: Draft, p: Plan, scan: ScanView) -> None:
+    wf = d.workflow
+    if wf.get("id") and not wf.get("deactivated"):
+        p.actions.append(Deactivate(wf["id"], "abort"))
+    elif wf.get("requestedAt") and not wf.get("id"):
+        p.actions.append(RecoverWorkflow({}, scan.uid, create_if_missing=False))
+
+
+def _replace_if_transient(
+    d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, settings: OperatorSettings
+) -> None:
+    """A scanner pod killed for a transient reason gets exactly one replacement scan (throttled)."""
+    spec, job = scan.spec, d.job or {}
+    if job.get("replacement"):
+        if not spec.replaced_by or not obs.replacement_exists:
+            p.actions.append(Replace(job["replacement"], replacement_body(scan, job["replacement"])))
+        return
+    if spec.deleted or spec.replaced_by or (scan.status.get("result") or {}).get("isFinal"):
+        return
+    dead = next((pod for pod in obs.pods if pod.transient_failure), None)
+    if dead is None:
+        return
+    why = f"pod {dead.name}: {dead.reason or 'killed'} (exit code {dead.exit_code})"
+    if obs.lineage_recent > settings.replacement_max_scans:
+        if not d.true(cond.FAILED):
+            d.set(
+                cond.FAILED, True, "ReplacementThrottled", f"{why}; too many rescans of this request recently"
+            )
+            p.event("ReplacementThrottled", why, warning=True)
+        return
+    new_id = obs.fresh_id or new_scan_id(now, scan.uid.replace("-", ""))
+    d.job = {**job, "replacement": new_id}
+    p.actions.append(Replace(new_id, replacement_body(scan, new_id)))
+    p.event("Replacing", f"{why}; replacing with scan {new_id}", warning=True)
+
+
+def replacement_body(scan: ScanView, new_id: str) -> dict[str, Any]:
+    spec = {k: v for k, v in scan.raw_spec.items() if k not in ("deleted", "replacedBy", "workerRequests")}
+    return {
+        "apiVersion": model.API_VERSION,
+        "kind": model.KIND,
+        "metadata": {"name": new_id, "namespace": scan.namespace, "labels": scan.labels},
+        "spec": {**spec, "rescanOf": scan.name},
+    }
+
+
+def _final_result(d: Draft, p: Plan, scan: ScanView, now: float, settings: OperatorSettings) -> None:
+    result = scan.status.get("result") or {}
+    if result.get("isFinal") is not True:
+        return
+    d.set(cond.COMPLETE, True, "FinalResult", "the scanner recorded its final result")
+    d.backlog = None
+    wf = d.workflow
+    if not wf.get("id") or wf.get("deactivated"):
+        return
+    due = float(result.get("updatedAt") or now) + settings.teardown_delay_seconds
+    if now >= due:
+        p.actions.append(Deactivate(wf["id"], "finished"))
+    else:
+        p.wake(due - now)
+
+
+def _start(d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) -> None:
+    if d.true(cond.COMPLETE):
+        return
+    if d.job is not None:  # started; the backlog entry is gone
+        if d.backlog is not None:
+            d.backlog = None
+            d.set(cond.ADMITTED, True, "Started", f"Job {d.job['name']} created")
+        return
+    if d.backlog is None:
+        d.backlog = {"enteredAt": scan.created_at or now, "priority": scan.spec.priority, "pendingSince": 0.0,
+                     "attempts": 0}  # fmt: skip
+        d.set(cond.ADMITTED, False, "Queued", "waiting in the backlog")
+        p.event("Queued", f"in the backlog with priority {scan.spec.priority}")
+    d.backlog["priority"] = scan.spec.priority
+    attempts = int(d.backlog.get("attempts", 0))
+
+    if not d.true(cond.ADMITTED):
+        if d.reason(cond.ADMITTED) in ATTEMPT_FAILURES and attempts >= settings.max_start_attempts:
+            message = next((c.get("message", "") for c in d.conditions if c["type"] == cond.ADMITTED), "")
+            d.set(
+                cond.FAILED,
+                True,
+                "StartAttemptsExhausted",
+                f"{attempts} start attempts failed; last: {message}",
+            )
+            d.backlog = None
+            p.event(
+                "StartAttemptsExhausted", f"gave up after {attempts} start attempts: {message}", warning=True
+            )
+            return
+        if obs.admission is None:
+            return
+        if not obs.admission.granted:
+            if obs.admission.reason != "RetryDelay":  # keep the failure's reason visible meanwhile
+                d.set(cond.ADMITTED, False, obs.admission.reason, obs.admission.message)
+            return
+        attempts += 1
+        d.backlog.update(attempts=attempts, pendingSince=now)
+        d.set(cond.ADMITTED, True, "Admitted", f"start attempt {attempts} of {settings.max_start_attempts}")
+        p.event("Admitted", f"start attempt {attempts} of {settings.max_start_attempts}")
+
+    pending_since = float(d.backlog.get("pendingSince") or now)
+    if now - pending_since > settings.start_timeout_seconds:
+        waiting_on = "message queues" if d.workflow.get("id") else "the WMS workflow"
+        d.set(cond.ADMITTED, False, "StartTimedOut", f"attempt {attempts}: still waiting on {waiting_on}")
+        d.backlog["pendingSince"] = now
+        p.event("StartTimedOut", f"attempt {attempts} timed out waiting on {waiting_on}", warning=True)
+        return
+    p.wake(pending_since + settings.start_timeout_seconds - now + 0.01)
+    _start_steps(d, p, scan, now, settings)
+
+
+def _start_steps(d: Draft, p: Plan, scan: ScanView, now: float, settings: OperatorSettings) -> None:
+    wf = d.workflow
+    if not wf.get("id"):
+        body = scanner_job.workflow_request(scan.name, scan.uid, scan.spec, settings)
+        requested_at = cond.epoch(wf.get("requestedAt"))
+        if requested_at is None:
+            wf.update(requestedAt=cond.iso(now), address=settings.wms_base_url)
+            d.set(cond.WORKFLOW_READY, False, "Requesting", "requesting a WMS workflow")
+            p.actions.append(RequestWorkflow(body))
+        elif now - requested_at >= settings.wms_timeout_seconds:
+            # Requested before but no id recorded: the answer was lost. Look before asking again.
+            p.actions.append(RecoverWorkflow(body, scan.uid, create_if_missing=True))
+        else:
+            p.wake(requested_at + settings.wms_timeout_seconds - now)
+        return
+    if not wf.get("queuesActivated"):
+        d.set(
+            cond.WORKFLOW_READY,
+            False,
+            "WaitingForQueues",
+            f"workflow {wf['id']}: message queues not activated",
+        )
+        p.actions.append(ProvisionQueues(wf["id"]))
+        return
+    d.set(cond.WORKFLOW_READY, True, "QueuesActivated", f"workflow {wf['id']} is ready")
+    p.actions.append(
+        CreateJob(scanner_job.build_job(scan.name, scan.uid, scan.namespace, scan.spec, settings))
+    )
+
+
+def _stop_if_ended(d: Draft, p: Plan, scan: ScanView, obs: Observed) -> None:
+    """Soft-deleted, replaced or failed: leave the backlog, abort the workflow, stop the Job."""
+    spec, job = scan.spec, d.job or {}
+    if spec.deleted:
+        reason = "Replaced" if spec.replaced_by else "SoftDeleted"
+        message = f"replaced by scan {spec.replaced_by}" if spec.replaced_by else "deleted"
+        if not d.true(cond.DELETED):
+            p.event(reason, message)
+        d.set(cond.DELETED, True, reason, message)
+        if d.true(cond.ADMITTED) and d.backlog is not None:
+            d.set(cond.ADMITTED, False, "Deleted", "deleted before it started")
+        if obs.job and not obs.job.deleting:
+            p.actions.append(DeleteJob(obs.job.name))
+    elif job.get("state") == "Failed" and not job.get("replacement") and not d.true(cond.FAILED):
+        if not (scan.status.get("result") or {}).get("isFinal"):
+            d.set(cond.FAILED, True, "ScannerFailed", f"the scanner failed: {job.get('reason')}")
+            p.event("ScannerFailed", f"the scanner failed: {job.get('reason')}", warning=True)
+    if spec.deleted or d.true(cond.FAILED):
+        d.backlog = None
+        _release(d, p, scan)
+
+
+def _worker_requests(d: Draft, p: Plan, scan: ScanView) -> None:
+    if not scan.spec.worker_requests and not d.worker_requests:
+        return
+    wanted = {r.id for r in scan.spec.worker_requests}
+    outcomes = [o for o in d.worker_requests or [] if o.get("id") in wanted]
+    answered = {o["id"] for o in outcomes}
+    wf = d.workflow
+    for r in scan.spec.worker_requests:
+        if r.id in answered:
+            continue
+        refusal = None
+        if scan.spec.deleted:
+            refusal = "the scan is deleted"
+        elif (scan.status.get("result") or {}).get("isFinal"):
+            refusal = "the scan has a final result"
+        elif not wf.get("id") or wf.get("deactivated"):
+            refusal = "the scan has no active WMS workflow"
+        if refusal:
+            outcomes.append({"id": r.id, "state": "Failed", "reason": refusal})
+        else:
+            p.actions.append(AddWorkers(r.id, wf["id"], r.location, r.n_workers))
+    d.worker_requests = outcomes or None
+
+
+def _finalizer(d: Draft, p: Plan, scan: ScanView) -> None:
+    want = holds_workflow(d.workflow)
+    have = FINALIZER in scan.finalizers
+    if want and not have and not scan.deleting:
+        p.actions.insert(0, SetFinalizer(True))  # before the workflow request it guards
+    elif have and not want:
+        p.actions.append(SetFinalizer(False))

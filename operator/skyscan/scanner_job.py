@@ -1,0 +1,245 @@
+"""Pure builders for what a scan needs outside the Scan: the WMS workflow request, the scanner's
+WMS-connection Secret and the scanner-server Job (reference notes §9, wms-and-scanner A.3)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from skyscan import model
+from skyscan.settings import OperatorSettings
+from skyscan.wms.client import MARKER_ENV
+
+EWMS_MOUNT = "/etc/skyscan-ewms"
+EWMS_FILE = "ewms.json"
+COMMON_SPACE = "/common-space"
+TO_CLIENT, FROM_CLIENT = "to-client-queue", "from-client-queue"
+CONDOR_REQUIREMENTS = "HAS_CVMFS_icecube_opensciencegrid_org && has_avx && has_avx2"
+
+
+def job_name(scan_id: str) -> str:
+    return f"skyscan-{scan_id}"
+
+
+def secret_name(scan_id: str) -> str:
+    return f"skyscan-{scan_id}-ewms"
+
+
+def container_name(scan_id: str) -> str:
+    return f"skyscan-server-{scan_id}"[:63].rstrip("-")
+
+
+def child_labels(scan_id: str) -> dict[str, str]:
+    """An explicit label set (the Scan's own labels are deliberately not copied)."""
+    return {
+        "app.kubernetes.io/name": "skyscan",
+        "app.kubernetes.io/component": "scanner",
+        "skyscan.io/scan-id": scan_id,
+    }
+
+
+def owner_reference(scan_id: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": model.API_VERSION,
+        "kind": model.KIND,
+        "name": scan_id,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def scanner_server_args(spec: model.ScanSpec) -> str:
+    """The reference's exact string (double spaces included); the Job's args are its `.split()`."""
+    nsides = " ".join(f"{k}:{v}" for k, v in spec.nsides.items())
+    event = "--real-event" if spec.real_or_simulated_event.is_real else "--simulated-event"
+    return (
+        "python -m skymap_scanner.server "
+        f" --reco-algo {spec.reco_algo}"
+        f" --cache-dir {COMMON_SPACE} "
+        f" --client-startup-json {COMMON_SPACE}/startup.json "
+        f" --nsides {nsides} "
+        f" {event} "
+        f" --predictive-scanning-threshold {spec.predictive_scanning_threshold} "
+    )
+
+
+def workflow_request(
+    scan_id: str, uid: str, spec: model.ScanSpec, settings: OperatorSettings
+) -> dict[str, Any]:
+    """The POST /v1/workflows body (A.3). EWMS makes one taskforce per location, each with the first
+    cluster's count, as the reference does. `uid` is the marker a restart looks the workflow up by."""
+    locations: list[str] = []
+    for cluster in spec.request_clusters:
+        name = settings.wms_clusters_alias.get(cluster.location, cluster.location)
+        if name not in locations:  # the WMS rejects duplicates
+            locations.append(name)
+    image = f"{settings.task_image_prefix}{spec.docker_tag}"
+    startup = settings.startup_json_url.format(
+        rest_address=settings.rest_address.rstrip("/"), scan_id=scan_id
+    )
+    environment: dict[str, Any] = {
+        "EWMS_PILOT_TASK_TIMEOUT": spec.max_pixel_reco_time,
+        "EWMS_PILOT_QUARANTINE_TIME": spec.max_pixel_reco_time,
+        "EWMS_PILOT_INIT_TIMEOUT": 1801,
+        "EWMS_PILOT_CONTAINER_DEBUG": "True",
+        "EWMS_PILOT_INFILE_EXT": ".json",
+        "EWMS_PILOT_OUTFILE_EXT": ".json",
+        MARKER_ENV: uid,
+    }
+    if settings.pilot_timeout_queue_incoming is not None:
+        environment["EWMS_PILOT_TIMEOUT_QUEUE_INCOMING"] = settings.pilot_timeout_queue_incoming
+    if model.DebugMode.CLIENT_LOGS in spec.debug_mode:
+        environment["EWMS_PILOT_DUMP_TASK_OUTPUT"] = "True"
+    return {
+        "public_queue_aliases": [TO_CLIENT, FROM_CLIENT],
+        "tasks": [
+            {
+                "cluster_locations": locations,
+                "input_queue_aliases": [TO_CLIENT],
+                "output_queue_aliases": [FROM_CLIENT],
+                "task_image": image,
+                "task_args": (
+                    "python -m skymap_scanner.client --infile {{INFILE}} --outfile {{OUTFILE}} "
+                    "--client-startup-json {{DATA_HUB}}/startup.json"
+                ),
+                "init_image": image,
+                "init_args": (
+                    'bash -c "curl --fail-with-body --max-time 1800 -o {{DATA_HUB}}/startup.json '
+                    f"'{startup}'\""
+                ),
+                "n_workers": spec.request_clusters[0].n_workers,
+                "pilot_config": {
+                    "tag": "latest",
+                    "image_source": "auto",
+                    "environment": environment,
+                    "input_files": [],
+                },
+                "worker_config": {
+                    "do_transfer_worker_stdouterr": True,
+                    "max_worker_runtime": settings.max_worker_runtime_seconds,
+                    "n_cores": 1,
+                    "priority": spec.priority,
+                    "worker_disk": spec.worker_disk_bytes,
+                    "worker_memory": spec.worker_memory_bytes,
+                    "condor_requirements": CONDOR_REQUIREMENTS,
+                },
+            }
+        ],
+    }
+
+
+def ewms_connection(profiles: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The scanner's `ewms.json` from the public mq-profiles; None until all are activated."""
+    if not profiles or not all(p.get("is_activated") for p in profiles):
+        return None
+    by_alias = {p["alias"]: p for p in profiles}
+    if not {TO_CLIENT, FROM_CLIENT} <= by_alias.keys():
+        return None
+    keys = ("auth_token", "broker_type", "broker_address")
+    return {
+        side: {"name": by_alias[alias]["mqid"], **{k: by_alias[alias][k] for k in keys}}
+        for side, alias in (("toclient", TO_CLIENT), ("fromclient", FROM_CLIENT))
+    }
+
+
+def build_secret(scan_id: str, uid: str, namespace: str, connection: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret_name(scan_id),
+            "namespace": namespace,
+            "labels": child_labels(scan_id),
+            "ownerReferences": [owner_reference(scan_id, uid)],
+        },
+        "type": "Opaque",
+        "stringData": {EWMS_FILE: json.dumps(connection)},
+    }
+
+
+def env_value(value: model.Scalar) -> str:
+    """Kubernetes env values are strings; like the reference, `str()` of the user's value."""
+    return str(value)
+
+
+def build_job(
+    scan_id: str, uid: str, namespace: str, spec: model.ScanSpec, settings: OperatorSettings
+) -> dict[str, Any]:
+    name = job_name(scan_id)
+    labels = child_labels(scan_id)
+    annotations = {"argocd.argoproj.io/sync-options": "Prune=false"}
+    if settings.argocd_app_name:
+        annotations["argocd.argoproj.io/tracking-id"] = (
+            f"{settings.argocd_app_name}:batch/Job:{namespace}/{name}"
+        )
+    env: list[dict[str, Any]] = [
+        {"name": "SKYSCAN_EWMS_JSON", "value": f"{EWMS_MOUNT}/{EWMS_FILE}"},
+        {"name": "SKYSCAN_SKYDRIVER_ADDRESS", "value": settings.rest_address},
+        {"name": "SKYSCAN_SKYDRIVER_SCAN_ID", "value": scan_id},
+        *({"name": k, "value": v} for k, v in settings.scanner_env.items()),
+        {"name": "SKYSCAN_EWMS_PILOT_LOG", "value": "WARNING"},
+        {"name": "SKYSCAN_MQ_CLIENT_LOG", "value": "WARNING"},
+        (
+            {
+                "name": "SKYSCAN_SKYDRIVER_AUTH",
+                "valueFrom": {"secretKeyRef": {"name": settings.scanner_auth_secret, "key": "token"}},
+            }
+            if settings.scanner_auth_secret
+            else {"name": "SKYSCAN_SKYDRIVER_AUTH", "value": ""}
+        ),
+    ]
+    # The user's env comes last and overrides any of the above (by name, keeping one entry each).
+    user = {k: env_value(v) for k, v in spec.scanner_server_env_from_user.items()}
+    env = [e for e in env if e["name"] not in user] + [{"name": k, "value": v} for k, v in user.items()]
+    memory = str(spec.scanner_server_memory_bytes)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "volumes": [
+            {"name": "common-space-volume", "emptyDir": {}},
+            {"name": "ewms", "secret": {"secretName": secret_name(scan_id)}},
+        ],
+        "containers": [
+            {
+                "name": container_name(scan_id),
+                "image": f"{settings.scanner_image}:{spec.docker_tag}",
+                "command": [],
+                "args": scanner_server_args(spec).split(),
+                "env": env,
+                "resources": {
+                    "limits": {"memory": memory, "cpu": "1.0"},
+                    "requests": {
+                        "memory": memory,
+                        "cpu": "0.1",
+                        **({"ephemeral-storage": eph} if (eph := settings.scanner_ephemeral_storage) else {}),
+                    },
+                },
+                "volumeMounts": [
+                    {"name": "common-space-volume", "mountPath": COMMON_SPACE},
+                    {"name": "ewms", "mountPath": EWMS_MOUNT, "readOnly": True},
+                ],
+            }
+        ],
+    }
+    if settings.scanner_service_account:
+        pod_spec["serviceAccountName"] = settings.scanner_service_account
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(scan_id, uid)],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": settings.job_active_deadline_seconds,
+            "ttlSecondsAfterFinished": settings.job_ttl_seconds_after_finished,
+            "template": {
+                "metadata": {"labels": labels, "annotations": dict(settings.scanner_pod_annotations)},
+                "spec": pod_spec,
+            },
+        },
+    }

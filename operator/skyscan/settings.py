@@ -1,0 +1,147 @@
+"""Operator configuration, parsed once from `SKYSCAN_*` environment variables.
+
+Defaults are the reference service's where it has one (15 s backlog tick, 300 s low-priority
+interval, 3 start attempts, 60 s teardown delay, the Job's deadlines). Structured values are JSON,
+as pydantic-settings reads them (`SKYSCAN_SCANNER_POD_ANNOTATIONS='{"a": "b"}'`).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SKYSCAN_", extra="ignore")
+
+    # --- where ---
+    namespace: str = Field(
+        default="skyscan", description="The namespace holding the Scans (shared with the shim)."
+    )
+    watch_namespaces: list[str] = Field(
+        default_factory=list, description="Namespaces to watch (JSON list); empty: just `namespace`."
+    )
+    kubeconfig: str | None = Field(
+        default=None, description="Unset: in-cluster, else $KUBECONFIG / ~/.kube/config."
+    )
+    liveness_endpoint: str | None = Field(
+        default=None, description="kopf's liveness endpoint, e.g. http://0.0.0.0:8081/healthz; unset: none."
+    )
+    workers: int = Field(
+        default=4, ge=1, description="Scans reconciled concurrently (each scan one at a time)."
+    )
+
+    # --- backlog ---
+    backlog_tick_seconds: float = Field(default=15.0, gt=0, description="How often the backlog admits scans.")
+    low_priority_interval_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="At most one scan below `min_priority_asap` starts per this interval.",
+    )
+    min_priority_asap: int = Field(
+        default=100, description="Scans with at least this priority start on any tick."
+    )
+    admissions_per_tick: int = Field(
+        default=1, ge=1, description="High-priority scans admitted per tick (the reference admits one)."
+    )
+    max_start_attempts: int = Field(default=3, ge=1, description="Start attempts before a scan is Failed.")
+    start_retry_delay_seconds: float = Field(
+        default=300.0, ge=0, description="A failed start attempt goes back to the backlog for this long."
+    )
+    start_timeout_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="An admitted scan without a Job after this long counts as a failed attempt.",
+    )
+    max_running_scanners: int = Field(
+        default=0, ge=0, description="Cap on concurrently started, unfinished scans; 0 = no cap."
+    )
+
+    # --- ending ---
+    teardown_delay_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="After a final result, wait this long before telling the WMS `finished`.",
+    )
+    replacement_max_scans: int = Field(
+        default=3,
+        ge=0,
+        description="No automatic replacement once more than this many scans of one lineage ...",
+    )
+    replacement_window_seconds: float = Field(
+        default=36000.0, gt=0, description="... were created within this window (the reference: 3 in 10 h)."
+    )
+
+    # --- WMS ---
+    wms_address: str | None = Field(
+        default=None, description="EWMS base URL (serves /v1 and /v1/mqs). Unset: no WMS; scans stay queued."
+    )
+    wms_oidc_issuer: str | None = Field(
+        default=None, description="OIDC issuer for client-credentials auth; unset: no auth (local use)."
+    )
+    wms_client_id: str | None = Field(default=None, description="OIDC client id.")
+    wms_client_secret: str | None = Field(default=None, description="OIDC client secret.")
+    wms_timeout_seconds: float = Field(default=30.0, gt=0, description="Timeout of one WMS request.")
+    wms_retries: int = Field(default=3, ge=0, description="Retries on connection errors and 5xx.")
+    wms_backoff_seconds: float = Field(
+        default=0.5, ge=0, description="First retry delay; doubles each retry."
+    )
+    wms_poll_interval_seconds: float = Field(
+        default=30.0, gt=0, description="One batched WMS query for all active scans per this interval."
+    )
+    queue_poll_seconds: float = Field(
+        default=10.0, gt=0, description="How often a starting scan checks its message queues are activated."
+    )
+    wms_clusters_alias: dict[str, str] = Field(
+        default_factory=dict, description="Cluster name rewrites before asking the WMS (JSON object)."
+    )
+    task_image_prefix: str = Field(
+        default="/cvmfs/icecube.opensciencegrid.org/containers/realtime/skymap_scanner:",
+        description="The workers' apptainer image is this prefix + the scan's docker tag.",
+    )
+    startup_json_url: str = Field(
+        default="{rest_address}/scan/{scan_id}/startup.json",
+        description="Where workers fetch the scanner's startup.json; {rest_address}/{scan_id} are filled in.",
+    )
+    max_worker_runtime_seconds: int = Field(
+        default=86400, gt=0, description="WMS worker_config.max_worker_runtime."
+    )
+    pilot_timeout_queue_incoming: int | None = Field(
+        default=None, description="EWMS_PILOT_TIMEOUT_QUEUE_INCOMING for workers (unset: WMS default)."
+    )
+
+    # --- scanner Job ---
+    scanner_image: str = Field(
+        default="icecube/skymap_scanner", description="Image repository; the tag is the scan's."
+    )
+    rest_address: str = Field(
+        default="http://skyscan-shim:8080", description="The REST address handed to the scanner server."
+    )
+    scanner_auth_secret: str | None = Field(
+        default=None, description="Secret (key `token`) holding the scanner's REST token; unset: empty token."
+    )
+    scanner_service_account: str | None = Field(
+        default=None, description="serviceAccountName of scanner pods."
+    )
+    scanner_env: dict[str, str] = Field(
+        default_factory=dict, description="Extra scanner env (JSON object), before the user's env."
+    )
+    scanner_ephemeral_storage: str | None = Field(
+        default="8G", description="Ephemeral-storage request of the scanner (reference: 8G); empty: none."
+    )
+    job_active_deadline_seconds: int = Field(default=172800, gt=0, description="Job activeDeadlineSeconds.")
+    job_ttl_seconds_after_finished: int = Field(default=600, ge=0, description="Job ttlSecondsAfterFinished.")
+    scanner_pod_annotations: dict[str, str] = Field(
+        default_factory=dict, description="Extra annotations on scanner pods (JSON object)."
+    )
+    argocd_app_name: str | None = Field(
+        default=None, description="When set, Jobs get the Argo CD tracking-id annotation of this app."
+    )
+
+    @property
+    def namespaces(self) -> list[str]:
+        return self.watch_namespaces or [self.namespace]
+
+    @property
+    def wms_base_url(self) -> str | None:
+        return self.wms_address.rstrip("/") if self.wms_address else None

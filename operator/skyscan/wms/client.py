@@ -1,0 +1,209 @@
+"""Async EWMS client: the calls the operator makes, with timeouts, retries and optional OIDC auth.
+
+Idempotent calls (reads, queries, deactivations) are retried with exponential backoff on connection
+errors and 5xx. `POST /v1/workflows` is not: a lost answer could mean a created workflow, so the
+caller recovers by looking the workflow up by its request marker (see `find_workflows_by_marker`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+V1 = "/v1"
+MARKER_ENV = "SKYSCAN_REQUEST_ID"  # carried in pilot_config.environment; see `find_workflows_by_marker`
+
+
+class WMSError(Exception):
+    """The WMS answered with an error (4xx), or could not be reached (`status` None)."""
+
+    def __init__(self, method: str, path: str, status: int | None, detail: str) -> None:
+        self.method, self.path, self.status, self.detail = method, path, status, detail
+        where = f"{method} {path}"
+        super().__init__(f"{where}: HTTP {status}: {detail}" if status else f"{where}: {detail}")
+
+
+class WMSUnavailable(WMSError):
+    """Connection errors or 5xx that outlasted the retries."""
+
+
+class TokenSource:
+    """OIDC client-credentials tokens; the token endpoint is discovered from the issuer."""
+
+    def __init__(self, http: httpx.AsyncClient, issuer: str, client_id: str, client_secret: str) -> None:
+        self._http, self._issuer = http, issuer.rstrip("/")
+        self._client_id, self._client_secret = client_id, client_secret
+        self._endpoint: str | None = None
+        self._token: str | None = None
+        self._expires = 0.0
+        self._lock = asyncio.Lock()
+
+    async def token(self) -> str:
+        async with self._lock:
+            if self._token is None or time.time() > self._expires - 5:
+                await self._mint()
+            assert self._token is not None
+            return self._token
+
+    def invalidate(self) -> None:
+        self._token = None
+
+    async def _mint(self) -> None:
+        if self._endpoint is None:
+            r = await self._http.get(f"{self._issuer}/.well-known/openid-configuration")
+            r.raise_for_status()
+            self._endpoint = str(r.json()["token_endpoint"])
+        r = await self._http.post(
+            self._endpoint,
+            data={
+                "grant_type": "client_credentials",
+                "client_id": self._client_id,
+                "client_secret": self._client_secret,
+                "scope": "offline_access",
+            },
+        )
+        r.raise_for_status()
+        body = r.json()
+        self._token = str(body["access_token"])
+        lifetime = body.get("expires_in")
+        self._expires = time.time() + float(lifetime) if lifetime else jwt_expiry(self._token)
+
+
+def jwt_expiry(token: str) -> float:
+    """The `exp` claim of a JWT, read without verification (only to know when to re-mint)."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        return float(claims["exp"])
+    except (IndexError, KeyError, ValueError):
+        return time.time() + 60
+
+
+class WMSClient:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        oidc_issuer: str | None = None,
+        client_id: str | None = None,
+        client_secret: str | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout)
+        self._retries, self._backoff = retries, backoff
+        self._tokens = (
+            TokenSource(self._http, oidc_issuer, client_id or "", client_secret or "")
+            if oidc_issuer
+            else None
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, body: Any = None, *, idempotent: bool = True) -> Any:
+        """One WMS call. Connection failures are always retried (nothing was sent); timeouts and 5xx
+        only for idempotent calls."""
+        last: WMSUnavailable | None = None
+        for attempt in range(1 + self._retries):
+            if attempt:
+                await asyncio.sleep(self._backoff * 2 ** (attempt - 1))
+            headers = {"Authorization": f"Bearer {await self._tokens.token()}"} if self._tokens else {}
+            try:
+                r = await self._http.request(method, path, json=body, headers=headers)
+            except httpx.TransportError as e:
+                last = WMSUnavailable(method, path, None, f"{type(e).__name__}: {e}")
+                if idempotent or isinstance(e, httpx.ConnectError):
+                    continue
+                raise last from e
+            if r.status_code == 401 and self._tokens:
+                self._tokens.invalidate()  # expired early or revoked: mint a new one and try again
+                last = WMSUnavailable(method, path, 401, r.text[:300])
+                continue
+            if r.status_code >= 500:
+                last = WMSUnavailable(method, path, r.status_code, r.text[:300])
+                log.warning("WMS %s %s: HTTP %s (try %d)", method, path, r.status_code, attempt + 1)
+                if idempotent:
+                    continue
+                raise last
+            if r.status_code >= 400:
+                raise WMSError(method, path, r.status_code, r.text[:300])
+            return r.json()
+        assert last is not None
+        raise last
+
+    # --- workflows ---
+    async def request_workflow(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST /v1/workflows; not retried unless the connection never opened."""
+        resp: dict[str, Any] = await self._call("POST", f"{V1}/workflows", body, idempotent=False)
+        return resp
+
+    async def find_workflows_by_marker(self, marker: str) -> list[str]:
+        """Workflows whose taskforces carry our request marker (a restart lost the POST's answer)."""
+        query = {"query": {f"pilot_config.environment.{MARKER_ENV}": marker}, "projection": ["workflow_id"]}
+        found = await self._paged("taskforces", query)
+        return sorted({str(tf["workflow_id"]) for tf in found})
+
+    async def get_workflow(self, workflow_id: str) -> dict[str, Any]:
+        resp: dict[str, Any] = await self._call("GET", f"{V1}/workflows/{workflow_id}")
+        return resp
+
+    async def deactivate(self, workflow_id: str, how: str) -> bool:
+        """`how` is "abort" or "finished". False when the WMS says it was already deactivated (404)."""
+        try:
+            await self._call("POST", f"{V1}/workflows/{workflow_id}/actions/{how}")
+        except WMSError as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
+    async def public_mq_profiles(self, workflow_id: str) -> list[dict[str, Any]]:
+        resp = await self._call("GET", f"{V1}/mqs/workflows/{workflow_id}/mq-profiles/public")
+        return list(resp["mqprofiles"])
+
+    # --- batched polling ---
+    async def query_workflows(self, workflow_ids: Iterable[str]) -> list[dict[str, Any]]:
+        query = {"query": {"workflow_id": {"$in": sorted(workflow_ids)}}}
+        return await self._paged("workflows", query)
+
+    async def query_taskforces(self, workflow_ids: Iterable[str]) -> list[dict[str, Any]]:
+        query = {"query": {"workflow_id": {"$in": sorted(workflow_ids)}}}
+        return await self._paged("taskforces", query)
+
+    async def _paged(self, kind: str, find: dict[str, Any]) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            body = {**find, "after": after} if after else find
+            resp = await self._call("POST", f"{V1}/query/{kind}", body)
+            found += resp[kind.replace("-", "_")]
+            after = resp.get("next_after")
+            if not after:
+                return found
+
+    # --- add workers ---
+    async def add_workers(self, workflow_id: str, location: str, n_workers: int) -> dict[str, Any]:
+        """Find the workflow's task directive, then add a taskforce of `n_workers` at `location`."""
+        directives = await self._paged(
+            "task-directives", {"query": {"workflow_id": workflow_id}, "projection": ["task_id"]}
+        )
+        if not directives:
+            raise WMSError("POST", f"{V1}/query/task-directives", 404, f"no task directive for {workflow_id}")
+        task_id = directives[0]["task_id"]
+        body = {"cluster_location": location, "n_workers": n_workers}
+        resp: dict[str, Any] = await self._call(
+            "POST", f"{V1}/task-directives/{task_id}/actions/add-workers", body, idempotent=False
+        )
+        return resp

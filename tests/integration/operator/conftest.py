@@ -1,0 +1,273 @@
+"""Fixtures for operator tests: the WMS simulator and the operator as real subprocesses, scoped to
+the test's namespace, with short timers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import pytest
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from skyscan import localcluster, model
+from skyscan.reconcile import new_scan_id
+from tests.conftest import Cluster
+from tests.helpers import SCAN, eventually
+from tests.unit.test_crd import minimal_spec
+
+# Short timers: every lifecycle step is a fraction of a second to a few seconds.
+FAST = {
+    "SKYSCAN_BACKLOG_TICK_SECONDS": "0.3",
+    "SKYSCAN_LOW_PRIORITY_INTERVAL_SECONDS": "0.3",
+    "SKYSCAN_START_RETRY_DELAY_SECONDS": "1",
+    "SKYSCAN_START_TIMEOUT_SECONDS": "30",
+    "SKYSCAN_TEARDOWN_DELAY_SECONDS": "1",
+    "SKYSCAN_WMS_POLL_INTERVAL_SECONDS": "0.5",
+    "SKYSCAN_WMS_TIMEOUT_SECONDS": "2",
+    "SKYSCAN_WMS_RETRIES": "2",
+    "SKYSCAN_WMS_BACKOFF_SECONDS": "0.2",
+    "SKYSCAN_QUEUE_POLL_SECONDS": "0.3",
+    "SKYSCAN_REST_ADDRESS": "http://skyscan-shim.test:8080",
+    "SKYSCAN_SCANNER_EPHEMERAL_STORAGE": "",  # the kwok node advertises no ephemeral storage
+}
+HOLD = {"SKYSCAN_SCANNER_POD_ANNOTATIONS": json.dumps({localcluster.HOLD_ANNOTATION: "true"})}
+
+
+def _read_line(stream: IO[str], timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if line:
+            return line
+    raise TimeoutError("no output")
+
+
+@dataclass
+class Simulator:
+    url: str
+    process: subprocess.Popen[str]
+
+    async def call(self, method: str, path: str, body: Any = None) -> Any:
+        async with httpx.AsyncClient(base_url=self.url, timeout=10) as http:
+            r = await http.request(method, path, json=body)
+            r.raise_for_status()
+            return r.json()
+
+    async def workflows(self, marker: str | None = None) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = (await self.call("GET", "/_sim/workflows"))["workflows"]
+        if marker is None:
+            return found
+        return [
+            w
+            for w in found
+            if w["request"]["tasks"][0]["pilot_config"]["environment"]["SKYSCAN_REQUEST_ID"] == marker
+        ]
+
+    async def requests(self) -> list[tuple[str, str]]:
+        return [tuple(r) for r in (await self.call("GET", "/_sim/requests"))["requests"]]
+
+
+@pytest.fixture
+def wms() -> Iterator[Simulator]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "skyscan.wms.simulator", "--port", "0", "--activation-delay", "0.5",
+         "--step-delay", "0.3"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        url = _read_line(process.stdout, 20).strip().rsplit(" ", 1)[-1]
+        yield Simulator(url, process)
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@dataclass
+class Operator:
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    logs: list[IO[bytes]] = field(default_factory=list)
+
+    def start(self) -> None:
+        log = self.log_path.open("ab")
+        self.logs.append(log)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "skyscan.handlers"], env=self.env, stdout=log, stderr=subprocess.STDOUT
+        )
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as a crashed or evicted operator."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        for log in self.logs:
+            log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+OperatorFactory = Callable[..., Operator]
+
+
+@pytest.fixture
+def operator(cluster: Cluster, namespace: str, wms: Simulator, tmp_path: Path) -> Iterator[OperatorFactory]:
+    """`operator(**env)` starts the operator for this test's namespace; extra settings as env."""
+    started: list[Operator] = []
+
+    def start(**overrides: str) -> Operator:
+        env = {
+            **os.environ,
+            **FAST,
+            "SKYSCAN_KUBECONFIG": cluster.kubeconfig,
+            "SKYSCAN_NAMESPACE": namespace,
+            "SKYSCAN_WMS_ADDRESS": wms.url,
+            "SKYSCAN_LOG_LEVEL": "INFO",
+            **{k if k.startswith("SKYSCAN_") else f"SKYSCAN_{k.upper()}": v for k, v in overrides.items()},
+        }
+        op = Operator(env=env, log_path=tmp_path / f"operator-{len(started)}.log")
+        op.start()
+        started.append(op)
+        return op
+
+    yield start
+    for op in started:
+        op.stop()
+        print(f"--- {op.log_path.name} (shown when the test fails) ---\n{op.output()[-6000:]}")
+
+
+# --- helpers for the tests ---
+
+
+def scan_body(name: str, **spec_changes: Any) -> dict[str, Any]:
+    return {"apiVersion": model.API_VERSION, "kind": "Scan", "metadata": {"name": name},
+            "spec": minimal_spec(**spec_changes)}  # fmt: skip
+
+
+def fresh_id() -> str:
+    time.sleep(0.002)  # ids sort by creation in ms
+    return new_scan_id(time.time(), os.urandom(10).hex())
+
+
+async def create_scan(api: client.ApiClient, namespace: str, name: str | None = None, **spec: Any) -> str:
+    name = name or fresh_id()
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        **SCAN, namespace=namespace, body=scan_body(name, **spec)
+    )
+    return name
+
+
+async def get_scan(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    got: dict[str, Any] = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+        **SCAN, namespace=namespace, name=name
+    )
+    return got
+
+
+def st(scan: dict[str, Any]) -> dict[str, Any]:
+    """The scan's status ({} before the operator wrote one)."""
+    return scan.get("status") or {}
+
+
+def condition(scan: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in (scan.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+
+
+async def wait_scan(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    check: Callable[[dict[str, Any]], Any],
+    timeout: float = 30,
+) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        scan = await get_scan(api, namespace, name)
+        return scan if check(scan) else None
+
+    found = await eventually(probe, timeout=timeout)
+    assert found is not None
+    return found
+
+
+async def scan_events(api: client.ApiClient, namespace: str, name: str, *wanted: str) -> list[str]:
+    """The reasons of the scan's Kubernetes Events, once all of `wanted` are among them (posted async)."""
+
+    async def probe() -> list[str] | None:
+        events = await client.CoreV1Api(api).list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}"
+        )
+        reasons = [e.reason for e in events.items]
+        return reasons if set(wanted) <= set(reasons) else None
+
+    found = await eventually(probe, timeout=15)
+    assert found is not None
+    return found
+
+
+async def scan_pod(api: client.ApiClient, namespace: str, name: str) -> Any:
+    pods = await client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"skyscan.io/scan-id={name}"
+    )
+    assert pods.items, f"no pod for scan {name}"
+    return pods.items[0]
+
+
+async def release_pod(api: client.ApiClient, namespace: str, name: str) -> None:
+    """Lift the kwok hold: the scanner pod completes."""
+    pod = await eventually(lambda: scan_pod(api, namespace, name))
+    await client.CoreV1Api(api).patch_namespaced_pod(
+        pod.metadata.name,
+        namespace,
+        [{"op": "remove", "path": "/metadata/annotations/skyscan.io~1kwok-hold"}],
+    )
+
+
+async def watch_admissions(api: client.ApiClient, namespace: str, into: dict[str, float]) -> None:
+    """Record (test clock) when each scan of the namespace is first seen admitted."""
+    objs = client.CustomObjectsApi(api)
+    version = ""
+    while True:
+        try:
+            async with watch.Watch().stream(
+                objs.list_namespaced_custom_object, **SCAN, namespace=namespace, resource_version=version,
+                timeout_seconds=120,
+            ) as stream:  # fmt: skip
+                async for event in stream:
+                    scan = event["object"]
+                    version = scan["metadata"]["resourceVersion"]
+                    admitted = condition(scan, "Admitted").get("reason") in ("Admitted", "Started")
+                    if admitted and scan["metadata"]["name"] not in into:
+                        into[scan["metadata"]["name"]] = time.monotonic()
+        except ApiException:
+            await asyncio.sleep(0.2)
+
+
+async def running_scan(api: client.ApiClient, namespace: str, **spec: Any) -> dict[str, Any]:
+    """A scan whose scanner pod is running (the operator must hold pods)."""
+    name = await create_scan(api, namespace, **spec)
+    return await wait_scan(
+        api, namespace, name, lambda s: condition(s, "ScannerRunning").get("status") == "True"
+    )

@@ -1,0 +1,122 @@
+"""Ending a scan early: soft delete, hard delete through the finalizer, and add-workers outcomes."""
+
+from __future__ import annotations
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from skyscan.reconcile import FINALIZER
+from tests.helpers import SCAN, eventually
+from tests.integration.operator.conftest import (
+    HOLD,
+    OperatorFactory,
+    Simulator,
+    condition,
+    get_scan,
+    running_scan,
+    scan_events,
+    st,
+    wait_scan,
+)
+
+MERGE = "application/merge-patch+json"
+
+
+async def job_gone(api: client.ApiClient, namespace: str, name: str) -> bool:
+    try:
+        await client.BatchV1Api(api).read_namespaced_job(f"skyscan-{name}", namespace)
+    except ApiException as e:
+        return e.status == 404
+    return False
+
+
+async def test_soft_delete_aborts_the_workflow_and_removes_the_job(
+    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    operator(**HOLD)
+    scan = await running_scan(api, namespace)
+    name, uid = scan["metadata"]["name"], scan["metadata"]["uid"]
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        **SCAN, namespace=namespace, name=name, body={"spec": {"deleted": True}}, _content_type=MERGE
+    )
+    scan = await wait_scan(api, namespace, name, lambda s: (st(s).get("workflow") or {}).get("deactivated"))
+    assert scan["status"]["workflow"]["deactivated"] == "ABORTED"
+    assert scan["status"]["state"] == "ABORTED__WAITING_ON_SCANNER_SERVER_STARTUP"
+    assert condition(scan, "Deleted")["reason"] == "SoftDeleted"
+    (workflow,) = await wms.workflows(marker=uid)
+    assert workflow["deactivated"] == "ABORTED"
+    await eventually(lambda: job_gone(api, namespace, name))
+    scan = await wait_scan(
+        api, namespace, name, lambda s: FINALIZER not in (s["metadata"].get("finalizers") or [])
+    )
+    assert scan["spec"]["deleted"] is True  # the record stays readable
+    await scan_events(api, namespace, name, "SoftDeleted", "WorkflowAborted", "JobDeleted")
+
+
+async def test_hard_delete_goes_through_the_finalizer(
+    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    operator(**HOLD)
+    scan = await running_scan(api, namespace)
+    name, uid = scan["metadata"]["name"], scan["metadata"]["uid"]
+    assert scan["metadata"]["finalizers"] == [FINALIZER]
+    await client.CustomObjectsApi(api).delete_namespaced_custom_object(**SCAN, namespace=namespace, name=name)
+
+    async def gone() -> bool:
+        try:
+            await get_scan(api, namespace, name)
+        except ApiException as e:
+            return e.status == 404
+        return False
+
+    await eventually(gone)
+    (workflow,) = await wms.workflows(marker=uid)
+    assert workflow["deactivated"] == "ABORTED"  # released before the Scan went
+    await eventually(lambda: job_gone(api, namespace, name), timeout=60)
+
+
+async def test_a_queued_scan_holds_nothing_and_deletes_at_once(
+    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    operator(SKYSCAN_MAX_RUNNING_SCANNERS="1", **HOLD)
+    await running_scan(api, namespace)
+    from tests.integration.operator.conftest import create_scan
+
+    queued = await create_scan(api, namespace)
+    scan = await wait_scan(
+        api, namespace, queued, lambda s: condition(s, "Admitted").get("reason") == "ConcurrencyLimit"
+    )
+    assert not scan["metadata"].get("finalizers")
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        **SCAN, namespace=namespace, name=queued, body={"spec": {"deleted": True}}, _content_type=MERGE
+    )
+    scan = await wait_scan(api, namespace, queued, lambda s: condition(s, "Deleted").get("status") == "True")
+    assert scan["status"].get("backlog") is None and scan["status"]["state"] == "PENDING__PRESTARTUP"
+    assert len(await wms.workflows()) == 1  # only the running scan's
+
+
+async def test_add_workers_records_the_taskforce_or_the_wms_error(
+    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    operator(**HOLD)
+    scan = await running_scan(api, namespace)
+    name = scan["metadata"]["name"]
+    requests = [
+        {"id": "r1", "location": "osg", "nWorkers": 7},
+        {"id": "r2", "location": "nowhere", "nWorkers": 3},
+    ]
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        **SCAN,
+        namespace=namespace,
+        name=name,
+        body={"spec": {"workerRequests": requests}},
+        _content_type=MERGE,
+    )
+    scan = await wait_scan(api, namespace, name, lambda s: len(st(s).get("workerRequests") or []) == 2)
+    outcomes = {o["id"]: o for o in scan["status"]["workerRequests"]}
+    assert outcomes["r1"]["state"] == "Succeeded" and outcomes["r1"]["nWorkers"] == 7
+    (workflow,) = await wms.workflows(marker=scan["metadata"]["uid"])
+    added = [tf for tf in workflow["taskforces"] if tf["taskforce_uuid"] == outcomes["r1"]["taskforceUuid"]]
+    assert added and added[0]["n_workers"] == 7 and added[0]["cluster_location"] == "osg"
+    assert outcomes["r2"]["state"] == "Failed"
+    assert "HTTP 400" in outcomes["r2"]["reason"] and "unknown cluster location" in outcomes["r2"]["reason"]

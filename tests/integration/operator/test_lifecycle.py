@@ -1,0 +1,191 @@
+"""A Scan from creation to completion: backlog -> WMS workflow -> Job -> Complete -> WMS finished."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from skyscan import localcluster
+from skyscan.reconcile import FINALIZER
+from tests.helpers import SCAN
+from tests.integration.operator.conftest import (
+    HOLD,
+    OperatorFactory,
+    Simulator,
+    condition,
+    create_scan,
+    fresh_id,
+    get_scan,
+    scan_events,
+    st,
+    wait_scan,
+)
+
+
+def milestones(snapshots: list[dict[str, Any]]) -> list[str]:
+    """The order in which the scan reached each step, from watched snapshots of its status."""
+    seen: list[str] = []
+
+    def mark(name: str, reached: bool) -> None:
+        if reached and name not in seen:
+            seen.append(name)
+
+    for scan in snapshots:
+        status = st(scan)
+        mark("queued", condition(scan, "Admitted").get("reason") == "Queued" and bool(status.get("backlog")))
+        mark("admitted", condition(scan, "Admitted").get("reason") == "Admitted")
+        mark("workflow-intent", bool((status.get("workflow") or {}).get("requestedAt")))
+        mark("workflow-id", bool((status.get("workflow") or {}).get("id")))
+        mark("queues", condition(scan, "WorkflowReady").get("status") == "True")
+        mark("job", bool(status.get("job")) and not status.get("backlog"))
+        mark("running", condition(scan, "ScannerRunning").get("status") == "True")
+        mark("succeeded", (status.get("job") or {}).get("state") == "Succeeded")
+        mark("finished", (status.get("workflow") or {}).get("deactivated") == "FINISHED")
+    return seen
+
+
+async def record(
+    api: client.ApiClient, namespace: str, name: str, into: list[dict[str, Any]], version: str
+) -> None:
+    """Every version of the scan after `version`, from a watch (re-opened when the server ends it)."""
+    objs = client.CustomObjectsApi(api)
+    while True:
+        try:
+            async with watch.Watch().stream(
+                objs.list_namespaced_custom_object, **SCAN, namespace=namespace, resource_version=version,
+                field_selector=f"metadata.name={name}", timeout_seconds=120,
+            ) as stream:  # fmt: skip
+                async for event in stream:
+                    into.append(event["object"])
+                    version = event["object"]["metadata"]["resourceVersion"]
+        except ApiException:
+            await asyncio.sleep(0.2)
+
+
+async def test_scan_runs_from_backlog_to_finished_workflow(
+    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    name = fresh_id()
+    snapshots: list[dict[str, Any]] = []
+    # Watching from a list's resourceVersion sees every change after it, however late it connects.
+    listed = await client.CustomObjectsApi(api).list_namespaced_custom_object(**SCAN, namespace=namespace)
+    recorder = asyncio.create_task(
+        record(api, namespace, name, snapshots, listed["metadata"]["resourceVersion"])
+    )
+    operator(**HOLD)
+    await create_scan(api, namespace, name, priority=5, scannerServerEnvFromUser={"SKYSCAN_LOG": "DEBUG"})
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+
+    # Admitted, workflow requested with the reference body, queues activated, Job created.
+    scan = await wait_scan(
+        api, namespace, name, lambda s: condition(s, "ScannerRunning").get("status") == "True"
+    )
+    status = scan["status"]
+    assert status["state"] == "PENDING__WAITING_ON_SCANNER_SERVER_STARTUP"
+    assert status["observedGeneration"] == scan["metadata"]["generation"]
+    assert status["workflow"]["id"].startswith("WF-") and status["workflow"]["address"] == wms.url
+    assert FINALIZER in scan["metadata"]["finalizers"]
+    assert status.get("backlog") is None
+    (workflow,) = await wms.workflows(marker=scan["metadata"]["uid"])
+    task = workflow["request"]["tasks"][0]
+    assert task["cluster_locations"] == ["osg"] and task["n_workers"] == 10
+    assert task["worker_config"]["priority"] == 5 and task["worker_config"]["worker_memory"] == 8_000_000_000
+
+    job = await batch.read_namespaced_job(f"skyscan-{name}", namespace)
+    assert job.metadata.labels == {
+        "app.kubernetes.io/name": "skyscan",
+        "app.kubernetes.io/component": "scanner",
+        "skyscan.io/scan-id": name,
+    }
+    assert job.metadata.annotations["argocd.argoproj.io/sync-options"] == "Prune=false"
+    (owner,) = job.metadata.owner_references
+    assert (owner.kind, owner.name, owner.uid, owner.controller) == (
+        "Scan",
+        name,
+        scan["metadata"]["uid"],
+        True,
+    )
+    limits = (job.spec.backoff_limit, job.spec.active_deadline_seconds, job.spec.ttl_seconds_after_finished)
+    assert limits == (0, 172800, 600)
+    (container,) = job.spec.template.spec.containers
+    assert container.image == "icecube/skymap_scanner:4.1.2"
+    assert container.args[:4] == ["python", "-m", "skymap_scanner.server", "--reco-algo"]
+    env = {e.name: e.value for e in container.env}
+    assert env["SKYSCAN_SKYDRIVER_SCAN_ID"] == name and env["SKYSCAN_LOG"] == "DEBUG"
+    assert [e.name for e in container.env][-1] == "SKYSCAN_LOG"  # the user's env comes last
+    assert container.resources.limits["memory"] == "1024M"  # 1_024_000_000 bytes, as the API server writes it
+
+    secret = await core.read_namespaced_secret(f"skyscan-{name}-ewms", namespace)
+    assert secret.metadata.owner_references[0].uid == scan["metadata"]["uid"]
+    import base64
+
+    ewms = json.loads(base64.b64decode(secret.data["ewms.json"]))
+    queues = {mq["alias"]: mq["mqid"] for mq in workflow["mqprofiles"]}
+    assert ewms["toclient"]["name"] == queues["to-client-queue"]
+    assert ewms["fromclient"]["name"] == queues["from-client-queue"] and ewms["fromclient"]["auth_token"]
+
+    # The batched poller brings the workforce into status once the simulated workers run.
+    scan = await wait_scan(api, namespace, name, lambda s: (st(s).get("workforce") or {}).get("nRunning"))
+    assert scan["status"]["workforce"]["nRunning"] == 10
+    assert scan["status"]["taskforces"][0]["cluster_location"] == "osg"
+
+    # kwok completes the pod once the hold is lifted.
+    pods = await core.list_namespaced_pod(namespace, label_selector=f"skyscan.io/scan-id={name}")
+    (pod,) = pods.items
+    await core.patch_namespaced_pod(
+        pod.metadata.name,
+        namespace,
+        [{"op": "remove", "path": "/metadata/annotations/skyscan.io~1kwok-hold"}],
+    )
+    scan = await wait_scan(
+        api, namespace, name, lambda s: (st(s).get("job") or {}).get("state") == "Succeeded"
+    )
+    assert condition(scan, "ScannerRunning")["reason"] == "Completed"
+
+    # The shim records the final result; after the teardown delay the WMS is told `finished`.
+    await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        **SCAN,
+        namespace=namespace,
+        name=name,
+        body={"status": {"result": {"isFinal": True, "updatedAt": time.time()}}},
+        _content_type="application/merge-patch+json",
+    )
+    scan = await wait_scan(
+        api, namespace, name, lambda s: (st(s).get("workflow") or {}).get("deactivated") == "FINISHED"
+    )
+    assert scan["status"]["state"] == "SCAN_HAS_FINAL_RESULT"
+    assert condition(scan, "Complete")["status"] == "True"
+    (workflow,) = await wms.workflows(marker=scan["metadata"]["uid"])
+    assert workflow["deactivated"] == "FINISHED"
+    await wait_scan(api, namespace, name, lambda s: FINALIZER not in (s["metadata"].get("finalizers") or []))
+
+    recorder.cancel()
+    await asyncio.gather(recorder, return_exceptions=True)
+    steps = "queued admitted workflow-intent workflow-id queues job running succeeded finished"
+    assert milestones(snapshots) == steps.split()
+    expected = ("Queued", "Admitted", "WorkflowCreated", "QueuesActivated", "JobCreated", "WorkflowFinished")
+    await scan_events(api, namespace, name, *expected)  # what `kubectl describe scan` shows
+    assert localcluster.NODE_NAME == pod.spec.node_name
+
+
+async def test_the_wms_is_polled_in_batches_not_per_scan(
+    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    operator(**HOLD, SKYSCAN_BACKLOG_TICK_SECONDS="0.2")
+    names = [await create_scan(api, namespace, priority=100) for _ in range(3)]
+    for name in names:
+        await wait_scan(
+            api, namespace, name, lambda s: (st(s).get("workforce") or {}).get("nRunning"), timeout=60
+        )
+    ids = {(await get_scan(api, namespace, n))["status"]["workflow"]["id"] for n in names}
+    queries = (await wms.call("GET", "/_sim/queries"))["queries"]
+    polls = [q for kind, q in queries if kind in ("workflows", "taskforces") and "workflow_id" in q]
+    assert polls and all("$in" in q["workflow_id"] for q in polls)  # always a batch, never one scan
+    assert any(set(q["workflow_id"]["$in"]) == ids for kind, q in queries if kind == "taskforces")
+    per_scan = [r for r in await wms.requests() if r[0] == "GET" and r[1].startswith("/v1/workflows/")]
+    assert per_scan == []

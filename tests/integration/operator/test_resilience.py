@@ -1,0 +1,145 @@
+"""Restarts and WMS trouble: one workflow and one Job per scan whatever happens, and a scanner
+killed for a transient reason replaced exactly once."""
+
+from __future__ import annotations
+
+from kubernetes_asyncio import client
+
+from skyscan import localcluster, payloads
+from tests.helpers import SCAN, eventually
+from tests.integration.operator.conftest import (
+    HOLD,
+    OperatorFactory,
+    Simulator,
+    condition,
+    create_scan,
+    get_scan,
+    scan_events,
+    scan_pod,
+    st,
+    wait_scan,
+)
+
+
+async def test_operator_killed_mid_request_creates_no_second_workflow(
+    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    # The WMS creates the workflow but answers late: the operator dies before it hears the id.
+    await wms.call(
+        "POST", "/_sim/delays",
+        {"seconds": 1.5, "when": "after", "path_prefix": "/v1/workflows", "method": "POST", "count": 1},
+    )  # fmt: skip
+    first = operator()
+    name = await create_scan(api, namespace, priority=200)
+    scan = await wait_scan(api, namespace, name, lambda s: (st(s).get("workflow") or {}).get("requestedAt"))
+    await eventually(lambda: _posted(wms))
+    first.kill()
+    scan = await get_scan(api, namespace, name)
+    assert not scan["status"]["workflow"].get("id")  # the answer never arrived
+    (workflow,) = await eventually(lambda: wms.workflows(marker=scan["metadata"]["uid"]))
+
+    operator()
+    scan = await wait_scan(api, namespace, name, lambda s: (st(s).get("job") or {}).get("name"), timeout=60)
+    assert scan["status"]["workflow"]["id"] == workflow["workflow_id"]  # found, not requested again
+    assert len(await wms.workflows(marker=scan["metadata"]["uid"])) == 1
+    assert [r for r in await wms.requests() if r == ("POST", "/v1/workflows")] == [("POST", "/v1/workflows")]
+    jobs = await client.BatchV1Api(api).list_namespaced_job(namespace)
+    assert [j.metadata.name for j in jobs.items] == [f"skyscan-{name}"]
+    await scan_events(api, namespace, name, "WorkflowRecovered")
+
+
+async def _posted(wms: Simulator) -> bool:
+    return ("POST", "/v1/workflows") in await wms.requests()
+
+
+async def test_operator_killed_after_starting_restarts_idempotently(
+    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    first = operator(**HOLD)
+    names = [await create_scan(api, namespace, priority=200) for _ in range(3)]
+    await wait_scan(api, namespace, names[0], lambda s: (st(s).get("workflow") or {}).get("id"))
+    first.kill()  # some scans admitted, some mid-way, some queued
+    operator(**HOLD)
+    for name in names:
+        await wait_scan(
+            api, namespace, name, lambda s: condition(s, "ScannerRunning").get("status") == "True"
+        )
+    jobs = await client.BatchV1Api(api).list_namespaced_job(namespace)
+    assert sorted(j.metadata.name for j in jobs.items) == sorted(f"skyscan-{n}" for n in names)
+    for name in names:
+        scan = await get_scan(api, namespace, name)
+        assert len(await wms.workflows(marker=scan["metadata"]["uid"])) == 1
+
+
+async def test_wms_5xx_for_a_while_is_retried_and_visible(
+    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    # The next four WMS requests fail: the workflow request (not retried: it is not idempotent), then
+    # the look-up that precedes asking again, with both its retries.
+    await wms.call("POST", "/_sim/faults", {"status": 503, "count": 4})
+    operator(SKYSCAN_MAX_START_ATTEMPTS="6")
+    name = await create_scan(api, namespace, priority=200)
+    scan = await wait_scan(
+        api, namespace, name, lambda s: condition(s, "WMSAvailable").get("status") == "False"
+    )
+    assert condition(scan, "WMSAvailable")["reason"] == "WMSUnavailable"
+    assert "HTTP 503" in condition(scan, "WMSAvailable")["message"]
+    scan = await wait_scan(api, namespace, name, lambda s: (st(s).get("job") or {}).get("name"), timeout=60)
+    assert condition(scan, "WMSAvailable")["status"] == "True"
+    assert condition(scan, "Failed") == {}
+    assert len(await wms.workflows(marker=scan["metadata"]["uid"])) == 1
+    assert scan["status"]["job"]["name"] == f"skyscan-{name}"
+    await scan_events(api, namespace, name, "WMSError")
+
+
+async def test_oom_killed_scanner_is_replaced_exactly_once(
+    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    operator(**HOLD)
+    await payloads.create_event(api, namespace, "ev1", payloads.encode({"run_id": 1}, "event"))
+    name = await create_scan(api, namespace, priority=200, classifiers={"origin": "alert"})
+    await payloads.add_event_owner(api, namespace, "ev1", await get_scan(api, namespace, name))
+    original = await wait_scan(
+        api, namespace, name, lambda s: condition(s, "ScannerRunning").get("status") == "True"
+    )
+    pod = await scan_pod(api, namespace, name)
+    await client.CoreV1Api(api).patch_namespaced_pod(
+        pod.metadata.name,
+        namespace,
+        {
+            "metadata": {
+                "labels": {localcluster.FAIL_LABEL: "true"},
+                "annotations": {
+                    f"{localcluster.FAIL_LABEL}/reason": "OOMKilled",
+                    f"{localcluster.FAIL_LABEL}/exit-code": "137",
+                },
+            }
+        },
+    )
+    original = await wait_scan(
+        api, namespace, name, lambda s: condition(s, "Deleted").get("reason") == "Replaced", timeout=60
+    )
+    new = original["spec"]["replacedBy"]
+    assert original["spec"]["deleted"] is True
+    assert original["status"]["job"]["replacement"] == new
+    assert original["status"]["job"]["state"] in ("Failed", "Deleted")
+    replacement = await wait_scan(
+        api, namespace, new, lambda s: condition(s, "ScannerRunning").get("status") == "True", timeout=60
+    )
+    assert replacement["spec"]["rescanOf"] == name
+    assert replacement["spec"]["classifiers"] == {"origin": "alert"}
+    assert {k: v for k, v in replacement["spec"].items() if k != "rescanOf"} == {
+        k: v for k, v in original["spec"].items() if k not in ("deleted", "replacedBy")
+    } | {"deleted": False}
+    # The original's workflow was aborted; the replacement has its own.
+    (old_workflow,) = await wms.workflows(marker=original["metadata"]["uid"])
+    assert old_workflow["deactivated"] == "ABORTED"
+    scans = await client.CustomObjectsApi(api).list_namespaced_custom_object(**SCAN, namespace=namespace)
+    assert sorted(s["metadata"]["name"] for s in scans["items"]) == sorted([name, new])
+    await scan_events(api, namespace, name, "Replacing")
+    # The shared sensor event now also belongs to the replacement (it outlives the original).
+    event = await client.CoreV1Api(api).read_namespaced_config_map(
+        payloads.event_object_name("ev1"), namespace
+    )
+    owners = {o.uid for o in event.metadata.owner_references}
+    assert owners == {original["metadata"]["uid"], replacement["metadata"]["uid"]}

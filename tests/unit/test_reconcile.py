@@ -1,0 +1,260 @@
+"""The planner (pure): each step of a scan's life, from status and observations to status and actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skyscan import conditions as cond
+from skyscan.reconcile import (
+    FINALIZER,
+    AddWorkers,
+    Admission,
+    CreateJob,
+    Deactivate,
+    DeleteJob,
+    JobView,
+    Observed,
+    PodView,
+    ProvisionQueues,
+    RecoverWorkflow,
+    Replace,
+    RequestWorkflow,
+    ScanView,
+    SetFinalizer,
+    WorkflowView,
+    is_running,
+    is_terminal,
+    plan,
+)
+from skyscan.settings import OperatorSettings
+from tests.unit.test_crd import minimal_spec
+
+NOW = 1_800_000_000.0
+S = OperatorSettings(
+    wms_address="http://wms", max_start_attempts=3, start_timeout_seconds=300, wms_timeout_seconds=30
+)
+
+
+def scan(status: dict[str, Any] | None = None, finalizers: list[str] | None = None, deleting: bool = False,
+         **spec: Any) -> ScanView:  # fmt: skip
+    meta = {"name": "s1", "namespace": "ns", "uid": "uid-1", "generation": 1, "resourceVersion": "5",
+            "creationTimestamp": cond.iso(NOW - 100), "finalizers": finalizers or []}  # fmt: skip
+    if deleting:
+        meta["deletionTimestamp"] = cond.iso(NOW)
+    return ScanView.from_body({"metadata": meta, "spec": minimal_spec(**spec), "status": status or {}})
+
+
+def admitted(**workflow: Any) -> dict[str, Any]:
+    conds = cond.put([], cond.ADMITTED, True, "Admitted", "start attempt 1 of 3", NOW - 5, 1)
+    return {
+        "conditions": conds,
+        "backlog": {"enteredAt": NOW - 100, "priority": 0, "pendingSince": NOW - 5, "attempts": 1},
+        "workflow": workflow,
+    }
+
+
+def started() -> dict[str, Any]:
+    status = admitted(id="WF-1", requestedAt=cond.iso(NOW - 5), queuesActivated=True)
+    status["backlog"] = None
+    status["job"] = {"name": "skyscan-s1", "createdAt": cond.iso(NOW - 4), "state": "Running"}
+    return status
+
+
+def reason(status: dict[str, Any], type_: str) -> str | None:
+    c = cond.find(status["conditions"], type_)
+    return c["reason"] if c else None
+
+
+def test_a_new_scan_enters_the_backlog() -> None:
+    p = plan(scan(priority=7), Observed(), NOW, S)
+    assert p.status["backlog"] == {"enteredAt": NOW - 100, "priority": 7, "pendingSince": 0.0, "attempts": 0}
+    assert reason(p.status, cond.ADMITTED) == "Queued"
+    assert p.status["state"] == "PENDING__PRESTARTUP" and p.status["observedGeneration"] == 1
+    assert p.actions == [] and [e.reason for e in p.events] == ["Queued"]
+
+
+def test_a_held_scan_shows_the_backlogs_reason() -> None:
+    first = plan(scan(), Observed(), NOW, S).status
+    p = plan(scan(first), Observed(admission=Admission(False, "ConcurrencyLimit", "at most 2")), NOW, S)
+    assert reason(p.status, cond.ADMITTED) == "ConcurrencyLimit" and p.actions == []
+
+
+def test_admission_writes_the_intent_marker_before_requesting_the_workflow() -> None:
+    first = plan(scan(), Observed(), NOW, S).status
+    p = plan(scan(first), Observed(admission=Admission(True)), NOW, S)
+    assert p.status["backlog"]["attempts"] == 1 and p.status["backlog"]["pendingSince"] == NOW
+    assert p.status["workflow"]["requestedAt"] == cond.iso(NOW)
+    assert p.status["workflow"]["address"] == "http://wms"
+    assert [type(a) for a in p.actions] == [SetFinalizer, RequestWorkflow]  # the finalizer guards the request
+    assert p.actions[0] == SetFinalizer(True)
+    assert [e.reason for e in p.events] == ["Admitted"]
+
+
+def test_a_lost_answer_is_looked_up_after_the_request_timeout() -> None:
+    status = admitted(requestedAt=cond.iso(NOW - 10))
+    p = plan(scan(status, finalizers=[FINALIZER]), Observed(), NOW, S)
+    assert p.actions == [] and p.requeue_after == 20  # the first request may still be in flight
+    p = plan(scan(status, finalizers=[FINALIZER]), Observed(), NOW + 25, S)
+    (action,) = p.actions
+    assert isinstance(action, RecoverWorkflow) and action.create_if_missing and action.marker == "uid-1"
+
+
+def test_queues_then_job() -> None:
+    p = plan(
+        scan(admitted(id="WF-1", requestedAt=cond.iso(NOW - 3)), finalizers=[FINALIZER]), Observed(), NOW, S
+    )
+    assert p.actions == [ProvisionQueues("WF-1")]
+    assert reason(p.status, cond.WORKFLOW_READY) == "WaitingForQueues"
+    assert p.status["state"] == "PENDING__WAITING_ON_SCANNER_SERVER_STARTUP"
+    status = admitted(id="WF-1", requestedAt=cond.iso(NOW - 3), queuesActivated=True)
+    p = plan(scan(status, finalizers=[FINALIZER]), Observed(), NOW, S)
+    (action,) = p.actions
+    assert isinstance(action, CreateJob) and action.job["metadata"]["name"] == "skyscan-s1"
+    assert reason(p.status, cond.WORKFLOW_READY) == "QueuesActivated"
+
+
+def test_a_job_found_after_a_restart_is_adopted_not_created_again() -> None:
+    status = admitted(id="WF-1", requestedAt=cond.iso(NOW - 3), queuesActivated=True)
+    job = JobView("skyscan-s1", cond.iso(NOW - 1))
+    p = plan(scan(status, finalizers=[FINALIZER]), Observed(job=job), NOW, S)
+    assert p.actions == [] and p.status["backlog"] is None
+    assert reason(p.status, cond.ADMITTED) == "Started" and p.status["job"]["state"] == "Pending"
+
+
+def test_failed_attempts_are_bounded() -> None:
+    status = admitted()
+    status["conditions"] = cond.put([], cond.ADMITTED, False, "WMSUnavailable", "HTTP 503", NOW, 1)
+    status["backlog"]["attempts"] = 3
+    p = plan(scan(status), Observed(), NOW, S)
+    assert reason(p.status, cond.FAILED) == "StartAttemptsExhausted"
+    assert "HTTP 503" in cond.find(p.status["conditions"], cond.FAILED)["message"]  # type: ignore[index]
+    assert p.status["backlog"] is None and p.actions == []
+    assert is_terminal(p.status, {})
+
+
+def test_an_attempt_that_takes_too_long_fails() -> None:
+    status = admitted(id="WF-1", requestedAt=cond.iso(NOW - 400))
+    status["backlog"]["pendingSince"] = NOW - 400
+    p = plan(scan(status, finalizers=[FINALIZER]), Observed(), NOW, S)
+    assert reason(p.status, cond.ADMITTED) == "StartTimedOut" and p.status["backlog"]["pendingSince"] == NOW
+    assert p.actions == []
+
+
+def test_soft_delete_aborts_and_deletes_the_job() -> None:
+    p = plan(
+        scan(started(), finalizers=[FINALIZER], deleted=True),
+        Observed(job=JobView("skyscan-s1", None)),
+        NOW,
+        S,
+    )
+    assert set(p.actions) == {DeleteJob("skyscan-s1"), Deactivate("WF-1", "abort")}
+    assert reason(p.status, cond.DELETED) == "SoftDeleted"
+    aborted = {**started(), "workflow": {**started()["workflow"], "deactivated": "ABORTED"}}
+    p = plan(scan(aborted, finalizers=[FINALIZER], deleted=True), Observed(), NOW, S)
+    assert p.actions == [SetFinalizer(False)]
+    assert p.status["state"] == "ABORTED__WAITING_ON_SCANNER_SERVER_STARTUP"
+    assert is_terminal(p.status, {"deleted": True})
+
+
+def test_hard_delete_releases_then_lets_go() -> None:
+    p = plan(scan(started(), finalizers=[FINALIZER], deleting=True), Observed(), NOW, S)
+    assert p.actions == [Deactivate("WF-1", "abort")]
+    intent_only = scan({"workflow": {"requestedAt": cond.iso(NOW)}}, finalizers=[FINALIZER], deleting=True)
+    p = plan(intent_only, Observed(), NOW, S)
+    assert p.actions == [RecoverWorkflow({}, "uid-1", create_if_missing=False)]
+    p = plan(scan({}, finalizers=[FINALIZER], deleting=True), Observed(), NOW, S)
+    assert p.actions == [SetFinalizer(False)]
+
+
+def test_final_result_finishes_the_workflow_after_the_teardown_delay() -> None:
+    status = {**started(), "result": {"isFinal": True, "updatedAt": NOW - 10}}
+    p = plan(scan(status, finalizers=[FINALIZER]), Observed(), NOW, S)
+    assert p.actions == [] and p.requeue_after == 50
+    assert p.status["state"] == "SCAN_HAS_FINAL_RESULT" and reason(p.status, cond.COMPLETE) == "FinalResult"
+    p = plan(scan(status, finalizers=[FINALIZER]), Observed(), NOW + 51, S)
+    assert p.actions == [Deactivate("WF-1", "finished")]
+
+
+def test_a_transient_pod_failure_gets_one_replacement() -> None:
+    dead = PodView("skyscan-s1-x", "Failed", "OOMKilled", 137, NOW - 2)
+    obs = Observed(job=JobView("skyscan-s1", None, failed=True), pods=(dead,), fresh_id="NEWID")
+    p = plan(scan(started(), finalizers=[FINALIZER], classifiers={"k": "v"}), obs, NOW, S)
+    (action,) = p.actions
+    assert isinstance(action, Replace) and action.new_id == "NEWID"
+    assert action.body["spec"]["rescanOf"] == "s1" and action.body["spec"]["classifiers"] == {"k": "v"}
+    assert "deleted" not in action.body["spec"]
+    assert p.status["job"]["replacement"] == "NEWID"  # the intent, written before the replacement exists
+    assert p.status["job"]["state"] == "Failed" and reason(p.status, cond.SCANNER_RUNNING) == "OOMKilled"
+    assert reason(p.status, cond.FAILED) is None
+    # After a restart the same replacement is completed, never a second one chosen.
+    again = plan(scan(p.status, finalizers=[FINALIZER], classifiers={"k": "v"}),
+                 Observed(job=obs.job, pods=(dead,), fresh_id="OTHER"), NOW, S)  # fmt: skip
+    assert again.actions == [Replace("NEWID", action.body)]
+    # Once marked replaced (spec.deleted), it is soft-deleted like any other.
+    done = plan(scan(p.status, finalizers=[FINALIZER], deleted=True, replacedBy="NEWID"),
+                Observed(job=obs.job, pods=(dead,), replacement_exists=True), NOW, S)  # fmt: skip
+    assert Deactivate("WF-1", "abort") in done.actions and not any(
+        isinstance(a, Replace) for a in done.actions
+    )
+    assert reason(done.status, cond.DELETED) == "Replaced"
+
+
+def test_replacement_is_throttled() -> None:
+    dead = PodView("p", "Failed", "Error", 143)
+    p = plan(
+        scan(started(), finalizers=[FINALIZER]),
+        Observed(pods=(dead,), lineage_recent=4, fresh_id="N"),
+        NOW,
+        S,
+    )
+    assert reason(p.status, cond.FAILED) == "ReplacementThrottled"
+    assert p.actions == [Deactivate("WF-1", "abort")]
+
+
+def test_a_non_transient_failure_fails_the_scan() -> None:
+    dead = PodView("p", "Failed", "Error", 1)
+    job = JobView("skyscan-s1", None, failed=True, reason="BackoffLimitExceeded")
+    p = plan(scan(started(), finalizers=[FINALIZER]), Observed(job=job, pods=(dead,), fresh_id="N"), NOW, S)
+    assert reason(p.status, cond.FAILED) == "ScannerFailed"
+    assert p.actions == [Deactivate("WF-1", "abort")]
+
+
+def test_worker_requests() -> None:
+    requests = [{"id": "r1", "location": "osg", "nWorkers": 5}]
+    p = plan(scan(started(), finalizers=[FINALIZER], workerRequests=requests), Observed(), NOW, S)
+    assert p.actions == [AddWorkers("r1", "WF-1", "osg", 5)]
+    p = plan(scan({}, workerRequests=requests), Observed(), NOW, S)
+    assert p.status["workerRequests"] == [
+        {"id": "r1", "state": "Failed", "reason": "the scan has no active WMS workflow"}
+    ]
+
+
+def test_the_workforce_comes_from_the_batched_poll() -> None:
+    tfs = (
+        {"taskforce_uuid": "TF-1", "cluster_location": "osg", "n_workers": 5, "phase": "condor-submit",
+         "compound_statuses": {"RUNNING": {"Tasking": 3, "Done": 1}, "IDLE": {"null": 1}},
+         "top_task_errors": {"boom": 2}, "timestamp": 1},
+        {"taskforce_uuid": "TF-2", "cluster_location": "sub-2", "n_workers": 2, "phase": "pre-launch",
+         "compound_statuses": {"RUNNING": {"Tasking": 2, "FatalError": 4}}, "top_task_errors": {"boom": 1},
+         "timestamp": 2},
+    )  # fmt: skip
+    p = plan(scan(started(), finalizers=[FINALIZER]), Observed(workflow=WorkflowView(None, tfs)), NOW, S)
+    assert p.status["workforce"] == {
+        "statuses": {"RUNNING": {"Tasking": 5, "Done": 1, "FatalError": 4}, "IDLE": {"null": 1}},
+        "nRunning": 5,
+        "topErrors": {"boom": 3},
+    }
+    assert [t["taskforce_uuid"] for t in p.status["taskforces"]] == ["TF-1", "TF-2"]
+    p = plan(scan(started(), finalizers=[FINALIZER]), Observed(workflow=WorkflowView("ABORTED", tfs)), NOW, S)
+    assert p.status["workflow"]["deactivated"] == "ABORTED" and SetFinalizer(False) in p.actions
+
+
+def test_planning_is_idempotent() -> None:
+    """Applying a plan's status and planning again changes nothing and repeats no event."""
+    obs = Observed(
+        job=JobView("skyscan-s1", cond.iso(NOW - 4)), pods=(PodView("p", "Running", None, None, NOW),)
+    )
+    first = plan(scan(started(), finalizers=[FINALIZER]), obs, NOW, S)
+    second = plan(scan(first.status, finalizers=[FINALIZER]), obs, NOW + 30, S)
+    assert second.status == first.status and second.actions == [] and second.events == []
+    assert is_running(second.status, {}) and not is_terminal(second.status, {})

@@ -1,0 +1,157 @@
+"""The WMS client against the simulator over real HTTP (in-process, no cluster needed)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from skyscan import model, scanner_job
+from skyscan.settings import OperatorSettings
+from skyscan.wms import simulator
+from skyscan.wms.client import WMSClient, WMSError, WMSUnavailable, jwt_expiry
+from skyscan.workforce import summarize
+from tests.helpers import eventually
+from tests.unit.test_crd import minimal_spec
+
+
+class Sim:
+    def __init__(self, app: web.Application, url: str) -> None:
+        self.state, self.url = app[simulator.WMS_KEY], url
+
+    def posts(self, path: str) -> int:
+        return sum(1 for r in self.state.requests if r == ("POST", path))
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[Sim]:
+    settings = simulator.SimulatorSettings(activation_delay=0.2, step_delay=0.1, page_size=2)
+    app = simulator.make_app(settings)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield Sim(app, f"http://127.0.0.1:{runner.addresses[0][1]}")
+    await runner.cleanup()
+
+
+def request(marker: str = "uid-1", **spec: Any) -> dict[str, Any]:
+    s = model.ScanSpec.model_validate(minimal_spec(**spec))
+    return scanner_job.workflow_request("scan", marker, s, OperatorSettings())
+
+
+def client(sim: Sim, **kw: Any) -> WMSClient:
+    return WMSClient(sim.url, retries=2, backoff=0.01, **kw)
+
+
+async def test_a_workflow_lives_through_the_simulated_lifecycle(sim: Sim) -> None:
+    wms = client(sim)
+    wf = (await wms.request_workflow(request(requestClusters=[{"location": "osg", "nWorkers": 3}])))[
+        "workflow"
+    ]
+    wf_id = wf["workflow_id"]
+    assert wf_id.startswith("WF-") and wf["deactivated"] is None
+    assert scanner_job.ewms_connection(await wms.public_mq_profiles(wf_id)) is None
+    (tf,) = await wms.query_taskforces([wf_id])
+    assert tf["phase"] == "pre-mq-activation" and tf["compound_statuses"] == {}
+    # Time passes: the queues activate, the taskforce is submitted and its workers run.
+    assert await eventually(lambda: _running(wms, wf_id), timeout=5) == 3
+    assert scanner_job.ewms_connection(await wms.public_mq_profiles(wf_id)) is not None
+    assert await wms.deactivate(wf_id, "finished") is True
+    assert await wms.deactivate(wf_id, "abort") is False  # a second deactivation is a 404
+    assert (await wms.get_workflow(wf_id))["deactivated"] == "FINISHED"
+    stopped = await eventually(lambda: _phase(wms, wf_id, "condor-complete"), timeout=5)
+    assert stopped is not None
+    (tf,) = stopped
+    assert tf["compound_statuses"] == {"COMPLETED": {"Done": 3}}
+    with pytest.raises(WMSError) as err:
+        await wms.add_workers(wf_id, "osg", 2)
+    assert err.value.status == 422
+    await wms.aclose()
+
+
+async def _running(wms: WMSClient, wf_id: str) -> int:
+    running: int = summarize(await wms.query_taskforces([wf_id]))["nRunning"]
+    return running
+
+
+async def _phase(wms: WMSClient, wf_id: str, phase: str) -> list[dict[str, Any]] | None:
+    tfs = await wms.query_taskforces([wf_id])
+    return tfs if all(tf["phase"] == phase for tf in tfs) else None
+
+
+async def test_add_workers_and_marker_lookup(sim: Sim) -> None:
+    wms = client(sim)
+    wf_id = (await wms.request_workflow(request("uid-7")))["workflow"]["workflow_id"]
+    assert await wms.find_workflows_by_marker("uid-7") == [wf_id]
+    assert await wms.find_workflows_by_marker("uid-8") == []
+    tf = await wms.add_workers(wf_id, "sub-2", 4)
+    assert tf["n_workers"] == 4 and tf["cluster_location"] == "sub-2" and tf["priority"] == 150
+    with pytest.raises(WMSError, match="unknown cluster location") as err:
+        await wms.add_workers(wf_id, "mars", 4)
+    assert err.value.status == 400
+    await wms.aclose()
+
+
+async def test_batched_queries_page_through_everything(sim: Sim) -> None:
+    wms = client(sim)
+    ids = [(await wms.request_workflow(request(f"u{i}")))["workflow"]["workflow_id"] for i in range(5)]
+    assert sorted(w["workflow_id"] for w in await wms.query_workflows(ids)) == sorted(ids)
+    assert len(await wms.query_taskforces(ids[:3])) == 3
+    queries = [r for r in sim.state.requests if r[1] == "/v1/query/workflows"]
+    assert len(queries) == 3  # 5 workflows, 2 per page: one batched query, paged
+    await wms.aclose()
+
+
+async def test_idempotent_calls_are_retried_on_5xx_and_workflow_requests_are_not(sim: Sim) -> None:
+    wms = client(sim)
+    sim.state.faults.append(simulator.Fault(503, time.time() + 60, 2, "/v1/query/", None))
+    assert await wms.query_workflows(["WF-x"]) == []
+    assert sum(1 for r in sim.state.requests if r[1] == "/v1/query/workflows") == 3
+    sim.state.faults.append(simulator.Fault(503, time.time() + 60, 1, "/v1/workflows", "POST"))
+    with pytest.raises(WMSUnavailable) as err:
+        await wms.request_workflow(request())
+    assert err.value.status == 503 and sim.posts("/v1/workflows") == 1
+    sim.state.faults.append(simulator.Fault(502, time.time() + 60, None, "/v1/", None))
+    with pytest.raises(WMSUnavailable):
+        await wms.get_workflow("WF-x")
+    await wms.aclose()
+
+
+async def test_connection_errors_are_wms_unavailable() -> None:
+    wms = WMSClient("http://127.0.0.1:9", retries=1, backoff=0.01)
+    with pytest.raises(WMSUnavailable, match="ConnectError"):
+        await wms.query_workflows(["x"])
+    await wms.aclose()
+
+
+async def test_oidc_client_credentials(sim: Sim) -> None:
+    sim.state.settings = sim.state.settings.model_copy(update={"require_auth": True})
+    anonymous = client(sim)
+    with pytest.raises(WMSError) as err:
+        await anonymous.query_workflows(["x"])
+    assert err.value.status == 401
+    authed = client(sim, oidc_issuer=sim.url, client_id="skyscan", client_secret="s3cret")
+    assert await authed.query_workflows(["x"]) == []
+    assert await authed.query_taskforces(["x"]) == []
+    assert len(sim.state.tokens) == 1  # minted once, reused
+    await anonymous.aclose()
+    await authed.aclose()
+
+
+def test_jwt_expiry_is_read_without_verification() -> None:
+    token = simulator.fake_jwt({"sub": "x"}, 100)
+    assert abs(jwt_expiry(token) - (time.time() + 100)) < 2
+    assert jwt_expiry("not-a-jwt") > time.time()
+
+
+def test_query_matching_subset() -> None:
+    doc = {"workflow_id": "WF-1", "pilot_config": {"environment": {"K": "v"}}}
+    assert simulator.matches(doc, {"workflow_id": {"$in": ["WF-1", "WF-2"]}})
+    assert simulator.matches(doc, {"pilot_config.environment.K": "v"})
+    assert not simulator.matches(doc, {"pilot_config.environment.K": "w"})
+    with pytest.raises(simulator.SimError):
+        simulator.matches(doc, {"workflow_id": {"$regex": "x"}})
