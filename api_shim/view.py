@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from skyscan.scanner_job import nside_order, scanner_server_args
 from skyscan.state import NOT_YET_REQUESTED, SCAN_HAS_FINAL_RESULT, has_requested_workflow, scan_state
 
 TIMESTAMP_ANNOTATION = "skyscan.io/timestamp"  # sub-second creation time (Unix seconds, as a string)
@@ -64,26 +65,6 @@ def created_at(scan: Scan) -> float:
     if not created:
         return 0.0
     return datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
-
-
-def _nside_key(item: tuple[str, Any]) -> tuple[int, str]:
-    return (int(item[0]) if item[0].isdigit() else 1 << 62, item[0])
-
-
-def scanner_server_args(spec: Mapping[str, Any]) -> str:
-    """The scanner server's command line, in the reference's exact spacing."""
-    nsides = " ".join(f"{k}:{v}" for k, v in sorted(spec["nsides"].items(), key=_nside_key))
-    realness = "--real-event" if str(spec["realOrSimulatedEvent"]).startswith("real") else "--simulated-event"
-    threshold = float(spec.get("predictiveScanningThreshold", 1.0))
-    return (
-        "python -m skymap_scanner.server "
-        f" --reco-algo {spec['recoAlgo']}"
-        " --cache-dir /common-space "
-        " --client-startup-json /common-space/startup.json "
-        f" --nsides {nsides} "
-        f" {realness} "
-        f" --predictive-scanning-threshold {threshold} "
-    )
 
 
 def classifiers(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -194,7 +175,7 @@ def scan_request(scan: Scan, rescan_ids: list[str]) -> dict[str, Any]:
         "docker_tag": spec["dockerTag"],
         "scanner_server_memory_bytes": spec["scannerServerMemoryBytes"],
         "reco_algo": spec["recoAlgo"],
-        "nsides": dict(sorted(spec["nsides"].items(), key=_nside_key)),
+        "nsides": dict(sorted(spec["nsides"].items(), key=nside_order)),
         "real_or_simulated_event": spec["realOrSimulatedEvent"],
         "predictive_scanning_threshold": float(spec.get("predictiveScanningThreshold", 1.0)),
         "classifiers": dict(spec.get("classifiers") or {}),

@@ -4,6 +4,7 @@ WMS-connection Secret and the scanner-server Job (reference notes §9, wms-and-s
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from skyscan import model
@@ -49,18 +50,26 @@ def owner_reference(scan_id: str, uid: str) -> dict[str, Any]:
     }
 
 
-def scanner_server_args(spec: model.ScanSpec) -> str:
-    """The reference's exact string (double spaces included); the Job's args are its `.split()`."""
-    nsides = " ".join(f"{k}:{v}" for k, v in spec.nsides.items())
-    event = "--real-event" if spec.real_or_simulated_event.is_real else "--simulated-event"
+def nside_order(item: tuple[str, Any]) -> tuple[int, str]:
+    """Sort key for (nside, extension) pairs: numerically, coarse to fine."""
+    return (int(item[0]) if item[0].isdigit() else 1 << 62, item[0])
+
+
+def scanner_server_args(spec: Mapping[str, Any]) -> str:
+    """The reference's exact string (double spaces included), from a Scan's wire-form spec; the
+    Job's args are its `.split()` and the REST manifest shows it. nsides go coarse to fine (the API
+    server returns map keys sorted as strings)."""
+    nsides = " ".join(f"{k}:{v}" for k, v in sorted(spec["nsides"].items(), key=nside_order))
+    event = "--real-event" if str(spec["realOrSimulatedEvent"]).startswith("real") else "--simulated-event"
+    threshold = float(spec.get("predictiveScanningThreshold", 1.0))
     return (
         "python -m skymap_scanner.server "
-        f" --reco-algo {spec.reco_algo}"
+        f" --reco-algo {spec['recoAlgo']}"
         f" --cache-dir {COMMON_SPACE} "
         f" --client-startup-json {COMMON_SPACE}/startup.json "
         f" --nsides {nsides} "
         f" {event} "
-        f" --predictive-scanning-threshold {spec.predictive_scanning_threshold} "
+        f" --predictive-scanning-threshold {threshold} "
     )
 
 
@@ -204,7 +213,7 @@ def build_job(
                 "name": container_name(scan_id),
                 "image": f"{settings.scanner_image}:{spec.docker_tag}",
                 "command": [],
-                "args": scanner_server_args(spec).split(),
+                "args": scanner_server_args(spec.to_kube()).split(),
                 "env": env,
                 "resources": {
                     "limits": {"memory": memory, "cpu": "1.0"},

@@ -17,13 +17,13 @@ def spec(**changes: object) -> model.ScanSpec:
 
 
 def test_scanner_server_args_are_the_reference_string() -> None:
-    got = scanner_job.scanner_server_args(spec(recoAlgo="anything", nsides={"1": 2, "3": 4}))
+    got = scanner_job.scanner_server_args(spec(recoAlgo="anything", nsides={"1": 2, "3": 4}).to_kube())
     assert got == (
         "python -m skymap_scanner.server  --reco-algo anything --cache-dir /common-space  "
         "--client-startup-json /common-space/startup.json  --nsides 1:2 3:4  --real-event  "
         "--predictive-scanning-threshold 1.0 "
     )
-    assert "--simulated-event" in scanner_job.scanner_server_args(spec(realOrSimulatedEvent="sim"))
+    assert "--simulated-event" in scanner_job.scanner_server_args(spec(realOrSimulatedEvent="sim").to_kube())
 
 
 def test_job_has_the_reference_shape() -> None:
