@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CLUSTER_DIR ?= .skyscan/cluster
 
-.PHONY: venv binaries crds check-crds lint test test-unit cluster-up cluster-down up down clean
+.PHONY: venv binaries crds check-crds lint test test-unit cluster-up cluster-down up down status demo clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -17,11 +17,13 @@ $(STAMP): pyproject.toml
 binaries:               ## build the control-plane binaries once into ~/.cache/skyscan/k8s/<version>
 	bash tools/k8s/build.sh
 
-crds: venv              ## regenerate crds/ from the domain model
+crds: venv              ## regenerate crds/ from the domain model (and its copy in manifests/crds/)
 	$(PY) -m skyscan.crd
+	cp crds/*.yaml manifests/crds/
 
 check-crds: venv
 	$(PY) -m skyscan.crd --check
+	diff -r crds manifests/crds
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -39,10 +41,22 @@ cluster-up: venv binaries   ## start the local control plane; prints the kubecon
 cluster-down: venv
 	$(VENV)/bin/skyscan-cluster down --dir $(CLUSTER_DIR)
 
-up: cluster-up          ## the local stack so far: control plane + Scan CRD
-	$(PY) -m skyscan.install --kubeconfig $(CLUSTER_DIR)/kubeconfig
+SIMULATE_SCANNER ?= 0
 
-down: cluster-down
+# The whole stack in the background (builds the control-plane binaries once if missing); writes
+# .skyscan/env. With SKYSCAN_KUBECONFIG set it uses that cluster instead of the local control plane.
+up: venv
+	SIMULATE_SCANNER=$(SIMULATE_SCANNER) $(PY) -m skyscan.localstack up
 
-clean: cluster-down
+down:                   ## stop exactly what `make up` started
+	@if [ -x $(PY) ]; then $(PY) -m skyscan.localstack down; fi
+
+status: venv
+	@$(PY) -m skyscan.localstack status
+
+demo: venv              ## one scan through REST to its final result (starts the scanner simulator)
+	@$(MAKE) --no-print-directory up SIMULATE_SCANNER=1 >/dev/null
+	$(PY) -m skyscan.demo
+
+clean: down
 	rm -rf $(VENV) .skyscan .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,529 @@
+"""The whole service on one machine: `make up` / `make down` (`python -m skyscan.localstack up|down|status`).
+
+`up` brings the stack to the requested configuration and is safe to repeat:
+  control plane (or the cluster of SKYSCAN_KUBECONFIG) -> Scan CRD -> namespace, scanner token Secret
+  -> WMS simulator -> REST shim -> operator -> scanner simulator (SIMULATE_SCANNER=1 only)
+Each component is a background process (new session, log in `.skyscan/logs/`); `.skyscan/stack.json`
+records its pid, command line and configuration. A component already running with the same
+configuration is left alone; one whose configuration changed is restarted. Each must pass its
+readiness check before the next starts. `up` ends by writing `.skyscan/env` (mode 0600).
+
+`down` stops exactly the recorded processes (a pid counts only while its command line is still the
+recorded one), then the local control plane if `up` started it.
+
+Every component setting can be overridden from the environment: `up` starts from `LOCAL_DEFAULTS`
+and lets any variable already set in the environment win (see README, "Settings").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from skyscan import install, kube, localcluster, scanner_sim
+
+REPO = Path(__file__).resolve().parents[2]
+STATE_FILE, ENV_FILE, TOKEN_FILE = "stack.json", "env", "tokens.json"
+SCANNER_TOKEN_SECRET = "skyscan-scanner-token"
+ENV_KEYS = (
+    "SKYSCAN_URL", "SKYSCAN_USER_TOKEN", "SKYSCAN_SYSTEM_TOKEN", "SKYSCAN_WMS_URL", "KUBECONFIG",
+    "SKYSCAN_NAMESPACE",
+)  # fmt: skip
+
+# The local configuration of each component (short timers, the local clusters and tag catalog).
+# A variable already set in the environment wins over these.
+LOCAL_DEFAULTS: dict[str, dict[str, str]] = {
+    "wms-simulator": {
+        "SKYSCAN_WMS_SIM_ACTIVATION_DELAY": "1",
+        "SKYSCAN_WMS_SIM_STEP_DELAY": "1",
+        "SKYSCAN_WMS_SIM_CLUSTERS": json.dumps(["osg", "sub-2", "local"]),
+    },
+    "shim": {
+        "SKYSCAN_KNOWN_CLUSTERS": json.dumps({"osg": 100, "sub-2": 100, "local": 5}),
+        "SKYSCAN_TAGS": json.dumps(["3.4.0", "4.0.0", "4.1.2", "4.2.0", "dev-branch-abc1234"]),
+        "SKYSCAN_MIN_TAG": "4.0.0",
+        "SKYSCAN_HOST": "127.0.0.1",
+    },
+    "operator": {
+        "SKYSCAN_BACKLOG_TICK_SECONDS": "1",
+        "SKYSCAN_LOW_PRIORITY_INTERVAL_SECONDS": "2",
+        "SKYSCAN_START_RETRY_DELAY_SECONDS": "5",
+        "SKYSCAN_START_TIMEOUT_SECONDS": "60",
+        "SKYSCAN_TEARDOWN_DELAY_SECONDS": "3",
+        "SKYSCAN_WMS_POLL_INTERVAL_SECONDS": "1",
+        "SKYSCAN_WMS_TIMEOUT_SECONDS": "5",
+        "SKYSCAN_QUEUE_POLL_SECONDS": "0.5",
+        "SKYSCAN_SCANNER_EPHEMERAL_STORAGE": "",  # the kwok node advertises no ephemeral storage
+        "SKYSCAN_LOG_LEVEL": "INFO",
+    },
+    "scanner-simulator": {},
+}
+
+
+class LocalStackSettings(BaseSettings):
+    """How `up` runs, from the environment variables named by the aliases (only those: a plain
+    KUBECONFIG or NAMESPACE in the environment must not count)."""
+
+    model_config = SettingsConfigDict(extra="ignore", env_prefix="SKYSCAN_LOCAL_")
+
+    dir: Path = Field(
+        default=REPO / ".skyscan",
+        validation_alias="SKYSCAN_LOCAL_DIR",
+        description="State, logs, tokens and the env file.",
+    )
+    kubeconfig: str | None = Field(
+        default=None,
+        validation_alias="SKYSCAN_KUBECONFIG",
+        description="Use this cluster instead of starting the local control plane.",
+    )
+    namespace: str = Field(
+        default="skyscan",
+        validation_alias="SKYSCAN_NAMESPACE",
+        description="Namespace of the Scans (created if missing).",
+    )
+    simulate_scanner: bool = Field(
+        default=False,
+        validation_alias="SIMULATE_SCANNER",
+        description="Hold scanner Pods and play the scanner server for them.",
+    )
+    shim_port: int = Field(
+        default=8080,
+        validation_alias="SKYSCAN_LOCAL_SHIM_PORT",
+        description="Preferred shim port (a free one when taken; 0: always a free one).",
+    )
+    wms_port: int = Field(
+        default=8081,
+        validation_alias="SKYSCAN_LOCAL_WMS_PORT",
+        description="Preferred WMS simulator port (as above).",
+    )
+    ready_timeout: float = Field(
+        default=120.0,
+        validation_alias="SKYSCAN_LOCAL_READY_TIMEOUT",
+        description="Seconds each component has to become ready.",
+    )
+    tie_to_parent: bool = Field(
+        default=False, description="Tests: processes die with the process that started them."
+    )
+    overrides: dict[str, str] = Field(
+        default_factory=dict, description="Tests: settings that win over the environment too."
+    )
+    component_overrides: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="Tests: as `overrides`, for one component (by name)."
+    )
+
+    def overrides_for(self, component: str) -> dict[str, str]:
+        return {**self.overrides, **self.component_overrides.get(component, {})}
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.dir / "cluster"
+
+
+class StackError(RuntimeError):
+    pass
+
+
+@dataclass
+class Component:
+    name: str
+    argv: list[str]
+    env: dict[str, str]  # the SKYSCAN_* configuration it gets (on top of the inherited environment)
+    ready: Callable[[], bool]
+
+    @property
+    def config(self) -> str:
+        """Its command line, settings and the code it runs: a change to any of them restarts it."""
+        identity = json.dumps([self.argv, sorted(self.env.items()), code_version()])
+        return hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
+def code_version() -> str:
+    """Changes whenever a source file of the two packages changes (so `make up` picks up edits)."""
+    files = sorted([*(REPO / "operator" / "skyscan").rglob("*.py"), *(REPO / "api_shim").rglob("*.py")])
+    stamps = [(str(f.relative_to(REPO)), f.stat().st_mtime_ns, f.stat().st_size) for f in files]
+    return hashlib.sha256(json.dumps(stamps).encode()).hexdigest()[:16]
+
+
+# --- processes ------------------------------------------------------------------------------------
+
+
+def cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.decode(errors="replace").split("\0")[:-1]
+
+
+def alive(record: dict[str, Any]) -> bool:
+    """The recorded process still runs (and its pid was not recycled by another program)."""
+    return bool(cmdline(int(record["pid"])) == record["argv"])
+
+
+def stop_process(record: dict[str, Any], timeout: float = 15.0) -> None:
+    if not alive(record):
+        return
+    pid = int(record["pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive(record) and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return  # our own child (tests) has been reaped
+        time.sleep(0.1)
+    if alive(record):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def launch(component: Component, logs: Path, tie_to_parent: bool) -> dict[str, Any]:
+    logs.mkdir(parents=True, exist_ok=True)
+    with (logs / f"{component.name}.log").open("ab") as out:
+        proc = subprocess.Popen(
+            component.argv,
+            env={**os.environ, **component.env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if tie_to_parent else None,
+        )
+    return {"pid": proc.pid, "argv": component.argv, "config": component.config}
+
+
+def wait_ready(component: Component, record: dict[str, Any], log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive(record):
+            raise StackError(f"{component.name} exited during start-up; log {log}:\n{tail(log)}")
+        with contextlib.suppress(httpx.HTTPError, OSError):
+            if component.ready():
+                return
+        time.sleep(0.2)
+    raise StackError(f"{component.name} not ready after {timeout:.0f}s; log {log}:\n{tail(log)}")
+
+
+def tail(log: Path, chars: int = 3000) -> str:
+    return log.read_text(errors="replace")[-chars:] if log.exists() else ""
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(preferred: int) -> int:
+    return preferred if preferred and port_free(preferred) else localcluster.free_port()
+
+
+# --- readiness checks -----------------------------------------------------------------------------
+
+
+def http_ok(url: str) -> Callable[[], bool]:
+    return lambda: httpx.get(url, timeout=2).status_code == 200
+
+
+def log_says(log: Path, line: str) -> Callable[[], bool]:
+    return lambda: log.exists() and line in log.read_text(errors="replace")
+
+
+# --- the stack ------------------------------------------------------------------------------------
+
+
+def merged(defaults: dict[str, str], forced: dict[str, str], overrides: dict[str, str]) -> dict[str, str]:
+    """Local defaults < the caller's SKYSCAN_* environment < what the stack decides < test overrides.
+
+    The whole SKYSCAN_* environment is part of a component's configuration, so changing any of it
+    restarts the component on the next `make up`; the values of a sourced `.skyscan/env` are not."""
+    inherited = {k: v for k, v in os.environ.items() if k.startswith("SKYSCAN_") and k not in ENV_KEYS}
+    return {**defaults, **inherited, **forced, **overrides}
+
+
+def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
+    py, logs = sys.executable, s.dir / "logs"
+    ports, kubeconfig = state["ports"], state["kubeconfig"]
+    shim_url = f"http://127.0.0.1:{ports['shim']}"
+    wms_url = f"http://127.0.0.1:{ports['wms']}"
+    where = {"SKYSCAN_KUBECONFIG": kubeconfig, "SKYSCAN_NAMESPACE": s.namespace}
+    stack = [
+        Component(
+            "wms-simulator",
+            [py, "-m", "skyscan.wms.simulator", "--host", "127.0.0.1", "--port", str(ports["wms"])],
+            merged(LOCAL_DEFAULTS["wms-simulator"], {}, s.overrides_for("wms-simulator")),
+            http_ok(f"{wms_url}/.well-known/openid-configuration"),
+        ),
+        Component(
+            "shim",
+            [py, "-m", "api_shim.app", "serve"],
+            merged(
+                LOCAL_DEFAULTS["shim"],
+                {**where, "SKYSCAN_PORT": str(ports["shim"]), "SKYSCAN_TOKEN_FILE": str(s.dir / TOKEN_FILE)},
+                s.overrides_for("shim"),
+            ),
+            http_ok(f"{shim_url}/healthz"),
+        ),
+    ]
+    operator_health = f"http://127.0.0.1:{ports['operator']}/healthz"
+    operator_env = {
+        **where,
+        "SKYSCAN_LIVENESS_ENDPOINT": operator_health,
+        "SKYSCAN_WMS_ADDRESS": wms_url,
+        "SKYSCAN_REST_ADDRESS": shim_url,
+        "SKYSCAN_SCANNER_AUTH_SECRET": SCANNER_TOKEN_SECRET,
+    }
+    if s.simulate_scanner:
+        operator_env["SKYSCAN_SCANNER_POD_ANNOTATIONS"] = json.dumps({localcluster.HOLD_ANNOTATION: "true"})
+    stack.append(
+        Component(
+            "operator",
+            [py, "-m", "skyscan.handlers"],
+            merged(LOCAL_DEFAULTS["operator"], operator_env, s.overrides_for("operator")),
+            http_ok(operator_health),  # kopf's liveness endpoint
+        )
+    )
+    if s.simulate_scanner:
+        sim_env = {"SKYSCAN_SCANNER_SIM_NAMESPACE": s.namespace, "SKYSCAN_SCANNER_SIM_KUBECONFIG": kubeconfig}
+        stack.append(
+            Component(
+                "scanner-simulator",
+                [py, "-m", "skyscan.scanner_sim"],
+                merged(LOCAL_DEFAULTS["scanner-simulator"], sim_env, s.overrides_for("scanner-simulator")),
+                log_says(logs / "scanner-simulator.log", scanner_sim.READY_LINE),
+            )
+        )
+    return stack
+
+
+def load_state(d: Path) -> dict[str, Any]:
+    f = d / STATE_FILE
+    return dict(json.loads(f.read_text())) if f.exists() else {}
+
+
+def save_state(d: Path, state: dict[str, Any]) -> None:
+    tmp = d / f"{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.chmod(0o600)  # it holds the local tokens
+    tmp.replace(d / STATE_FILE)
+
+
+def ensure_cluster(s: LocalStackSettings, state: dict[str, Any]) -> str:
+    if s.kubeconfig:
+        state["local_cluster"] = False
+        return str(Path(s.kubeconfig).expanduser().resolve())
+    state["local_cluster"] = True
+    current = localcluster.load(s.cluster_dir)
+    if current and all(localcluster._alive(p) for p in current.processes):
+        return current.kubeconfig
+    if current:  # half dead: start afresh
+        localcluster.stop(s.cluster_dir)
+    began = time.monotonic()
+    cluster = localcluster.start(s.cluster_dir, tie_to_parent=s.tie_to_parent)
+    print(f"control plane ready in {time.monotonic() - began:.1f}s", file=sys.stderr)
+    return cluster.kubeconfig
+
+
+async def prepare_cluster(kubeconfig: str, namespace: str, scanner_token: str, timeout: float) -> None:
+    """The CRD, the namespace (ready for Pods) and the Secret holding the scanner's REST token."""
+    await install.install(kubeconfig)
+    api = await kube.api_client(kubeconfig)
+    async with api:
+        core = client.CoreV1Api(api)
+        with contextlib.suppress(ApiException):
+            await core.create_namespace({"metadata": {"name": namespace}})
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                await core.read_namespaced_service_account("default", namespace)
+                break
+            except ApiException as e:
+                if e.status != 404 or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+        secret = {
+            "metadata": {"name": SCANNER_TOKEN_SECRET, "labels": {"app.kubernetes.io/name": "skyscan"}},
+            "stringData": {"token": scanner_token},
+        }
+        try:
+            await core.create_namespaced_secret(namespace, secret)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            await core.patch_namespaced_secret(SCANNER_TOKEN_SECRET, namespace, secret)
+
+
+def ensure_tokens(s: LocalStackSettings, state: dict[str, Any]) -> dict[str, str]:
+    from api_shim import auth  # the shim's own token file format
+
+    token_file = s.dir / TOKEN_FILE
+    if state.get("tokens") and token_file.exists():
+        return dict(state["tokens"])
+    token_file.unlink(missing_ok=True)
+    return {
+        "user": auth.make_token(token_file, "local-user", [auth.USER]),
+        "system": auth.make_token(token_file, "local-scanner", [auth.SYSTEM]),
+    }
+
+
+def env_lines(state: dict[str, Any], namespace: str) -> dict[str, str]:
+    return {
+        "SKYSCAN_URL": f"http://127.0.0.1:{state['ports']['shim']}",
+        "SKYSCAN_USER_TOKEN": state["tokens"]["user"],
+        "SKYSCAN_SYSTEM_TOKEN": state["tokens"]["system"],
+        "SKYSCAN_WMS_URL": f"http://127.0.0.1:{state['ports']['wms']}",
+        "KUBECONFIG": state["kubeconfig"],
+        "SKYSCAN_NAMESPACE": namespace,
+    }
+
+
+def write_env(d: Path, values: dict[str, str]) -> Path:
+    f = d / ENV_FILE
+    tmp = d / f"{ENV_FILE}.tmp"
+    tmp.write_text("".join(f"export {k}={shlex.quote(values[k])}\n" for k in ENV_KEYS))
+    tmp.chmod(0o600)
+    tmp.replace(f)
+    return f
+
+
+def up(s: LocalStackSettings) -> dict[str, str]:
+    """Bring the stack to the requested configuration; returns the values written to `.skyscan/env`."""
+    s.dir.mkdir(parents=True, exist_ok=True)
+    state = load_state(s.dir)
+    if state.get("kubeconfig") and state.get("namespace") not in (None, s.namespace):
+        raise StackError(f"the stack in {s.dir} serves namespace {state['namespace']}; run `make down` first")
+    state["kubeconfig"] = ensure_cluster(s, state)
+    state["namespace"] = s.namespace
+    records: dict[str, dict[str, Any]] = state.setdefault("components", {})
+    running = {name for name, r in records.items() if alive(r)}
+    ports = state.get("ports") or {}
+
+    def port(name: str, component: str, preferred: int) -> int:
+        """A running component keeps its port; otherwise the preferred one if free, else any."""
+        return int(ports[name]) if component in running and name in ports else pick_port(preferred)
+
+    state["ports"] = {
+        "shim": port("shim", "shim", s.shim_port),
+        "wms": port("wms", "wms-simulator", s.wms_port),
+        "operator": port("operator", "operator", 0),  # kopf's liveness endpoint
+    }
+    state["tokens"] = ensure_tokens(s, state)
+    save_state(s.dir, state)
+    asyncio.run(prepare_cluster(state["kubeconfig"], s.namespace, state["tokens"]["system"], s.ready_timeout))
+
+    wanted = components(s, state)
+    for name in [n for n in reversed(list(records)) if n not in {c.name for c in wanted}]:
+        print(f"stopping {name} (not wanted now)", file=sys.stderr)
+        stop_process(records.pop(name))
+        save_state(s.dir, state)
+    for component in wanted:
+        record = records.get(component.name)
+        if record and alive(record) and record["config"] == component.config:
+            continue
+        if record:
+            print(f"restarting {component.name} (configuration changed or not running)", file=sys.stderr)
+            stop_process(record)
+        log = s.dir / "logs" / f"{component.name}.log"
+        log.unlink(missing_ok=True)  # the readiness check reads this run's log only
+        records[component.name] = launch(component, s.dir / "logs", s.tie_to_parent)
+        save_state(s.dir, state)
+        wait_ready(component, records[component.name], log, s.ready_timeout)
+    values = env_lines(state, s.namespace)
+    write_env(s.dir, values)
+    return values
+
+
+def down(s: LocalStackSettings) -> list[str]:
+    """Stop what `up` recorded, newest first; returns the names of the components that were running."""
+    state = load_state(s.dir)
+    stopped = []
+    for name, record in reversed(list((state.get("components") or {}).items())):
+        if alive(record):
+            stopped.append(name)
+        stop_process(record)
+    if state.get("local_cluster", not s.kubeconfig):
+        if localcluster.load(s.cluster_dir):
+            stopped.append("control plane")
+        localcluster.stop(s.cluster_dir)
+    for name in (STATE_FILE, ENV_FILE, TOKEN_FILE):
+        (s.dir / name).unlink(missing_ok=True)
+    return stopped
+
+
+def status(s: LocalStackSettings) -> dict[str, bool]:
+    state = load_state(s.dir)
+    return {name: alive(r) for name, r in (state.get("components") or {}).items()}
+
+
+def usage(values: dict[str, str], env_file: Path, simulate: bool) -> str:
+    sim = "on" if simulate else "off (make up SIMULATE_SCANNER=1 to complete scans locally)"
+    return f"""
+Skyscan is up. Scanner simulator: {sim}.
+  REST API        {values["SKYSCAN_URL"]}   (spec: {values["SKYSCAN_URL"]}/openapi.json)
+  WMS simulator   {values["SKYSCAN_WMS_URL"]}
+  namespace       {values["SKYSCAN_NAMESPACE"]}
+  logs            {env_file.parent / "logs"}/
+
+  source {env_file}
+  curl -H "Authorization: Bearer $SKYSCAN_USER_TOKEN" $SKYSCAN_URL/scans/backlog
+  kubectl -n $SKYSCAN_NAMESPACE get scans
+  make demo        # a scan from submission to final result
+  make down        # stop everything
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="skyscan-local", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["up", "down", "status"])
+    args = parser.parse_args(argv)
+    settings = LocalStackSettings()
+    if args.command == "down":
+        stopped = down(settings)
+        print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+        return 0
+    if args.command == "status":
+        running = status(settings)
+        for name, ok in running.items():
+            print(f"{name:18} {'running' if ok else 'NOT running'}")
+        return 0 if running and all(running.values()) else 1
+    began = time.monotonic()
+    try:
+        values = up(settings)
+    except (StackError, localcluster.ClusterError) as e:
+        print(f"make up failed: {e}", file=sys.stderr)
+        return 1
+    print(usage(values, settings.dir / ENV_FILE, settings.simulate_scanner))
+    print(f"(ready in {time.monotonic() - began:.1f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,415 @@
+"""The scanner simulator: plays the skymap-scanner server for the held scanner Pods of a local cluster.
+
+kwok runs no containers. The local stack (SIMULATE_SCANNER=1) makes the operator annotate scanner
+Pods with `skyscan.io/kwok-hold`, so kwok keeps them Running; this process watches those Pods and,
+for each, does what the real server does against the REST API (wms-and-scanner notes C and D):
+
+1. reads the server's env and args from the Pod (REST address, scan id, token - from the Secret
+   when the Job references one - and `--nsides`, `--real-event`);
+2. GET /scan/{id}/manifest as `system` for the event (retrying like the scanner's urgent client);
+3. PATCHes its start-up progress with event_metadata and scan_metadata;
+4. polls GET /scan/{id}/wms/workforce until workers run;
+5. per nside: a forced report (PATCH + PUT) per round of pixels sent, then pixels finishing every
+   `reco_seconds`, a forced report on each nside's first, otherwise PATCH/PUT on their intervals;
+6. PUTs the final result, PATCHes the final progress, and lifts the hold so kwok completes the Pod.
+
+A kill switch polls GET /scan/{id}/status; a deleted or WMS-deactivated scan makes the "server" exit
+130 (the Pod fails, as after SIGINT). `python -m skyscan.scanner_sim`; settings `SKYSCAN_SCANNER_SIM_*`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from skyscan import kube, localcluster, scanner_report
+from skyscan.scanner_report import ScanTally
+
+log = logging.getLogger("skyscan.scanner_sim")
+SCANNER_SELECTOR = "app.kubernetes.io/name=skyscan,app.kubernetes.io/component=scanner"
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+READY_LINE = "scanner simulator watching scanner pods"
+
+
+class ScannerSimSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SKYSCAN_SCANNER_SIM_", extra="ignore")
+
+    namespace: str = Field(default="skyscan", description="Namespace whose scanner Pods are played.")
+    kubeconfig: str | None = Field(default=None, description="Unset: in-cluster, else ~/.kube/config.")
+    rest_address: str | None = Field(
+        default=None, description="Overrides the Pod's SKYSCAN_SKYDRIVER_ADDRESS (unset: use the Pod's)."
+    )
+    token: str | None = Field(
+        default=None, description="REST token when the Pod's SKYSCAN_SKYDRIVER_AUTH is empty."
+    )
+    startup_seconds: float = Field(default=1.0, ge=0, description="Simulated event extraction.")
+    reco_seconds: float = Field(default=0.4, gt=0, description="One pixel finishes per this many seconds.")
+    pixels_per_nside: int = Field(default=6, ge=1, description="Pixels sent out per nside round.")
+    position_variations: int = Field(default=7, ge=1, description="Recos per pixel.")
+    progress_interval_seconds: float = Field(default=2.0, gt=0, description="SKYSCAN_PROGRESS_INTERVAL_SEC.")
+    result_interval_seconds: float = Field(default=4.0, gt=0, description="SKYSCAN_RESULT_INTERVAL_SEC.")
+    workforce_poll_seconds: float = Field(default=1.0, gt=0, description="Worker wait poll (real: 30 s).")
+    kill_switch_seconds: float = Field(default=2.0, gt=0, description="Kill-switch poll (real: 300 s).")
+    request_timeout_seconds: float = Field(default=10.0, gt=0, description="Timeout of one REST call.")
+    urgent_retry_seconds: float = Field(
+        default=60.0, ge=0, description="How long urgent calls retry on 5xx/408/429/connection errors."
+    )
+
+
+class ScannerExit(Exception):
+    """The simulated server process ends with this exit code."""
+
+    def __init__(self, code: int, why: str) -> None:
+        super().__init__(why)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class ServerPod:
+    """What the scanner server would see inside its Pod."""
+
+    pod_name: str
+    uid: str
+    address: str
+    scan_id: str
+    token: str
+    args: scanner_report.ServerArgs
+
+
+def is_playable(pod: dict[str, Any]) -> bool:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    held = localcluster.HOLD_ANNOTATION in (meta.get("annotations") or {})
+    return held and status.get("phase") == "Running" and not meta.get("deletionTimestamp")
+
+
+async def read_server_pod(
+    api: client.ApiClient, namespace: str, pod: dict[str, Any], settings: ScannerSimSettings
+) -> ServerPod:
+    container = pod["spec"]["containers"][0]
+    env: dict[str, str] = {}
+    for e in container.get("env") or []:
+        if "value" in e:
+            env[e["name"]] = e["value"] or ""
+        elif ref := (e.get("valueFrom") or {}).get("secretKeyRef"):
+            secret = await client.CoreV1Api(api).read_namespaced_secret(ref["name"], namespace)
+            env[e["name"]] = base64.b64decode((secret.data or {}).get(ref["key"], "")).decode()
+    return ServerPod(
+        pod_name=pod["metadata"]["name"],
+        uid=pod["metadata"]["uid"],
+        address=(settings.rest_address or env["SKYSCAN_SKYDRIVER_ADDRESS"]).rstrip("/"),
+        scan_id=env["SKYSCAN_SKYDRIVER_SCAN_ID"],
+        token=env.get("SKYSCAN_SKYDRIVER_AUTH") or settings.token or "",
+        args=scanner_report.parse_server_args(list(container.get("args") or [])),
+    )
+
+
+class Rest:
+    """The scanner's two REST behaviours: urgent calls retry, non-urgent ones are fire-and-forget."""
+
+    def __init__(self, http: httpx.AsyncClient, settings: ScannerSimSettings) -> None:
+        self.http, self.settings = http, settings
+
+    async def urgent(self, method: str, path: str, body: Any = None) -> Any:
+        deadline = time.monotonic() + self.settings.urgent_retry_seconds
+        delay = 0.3
+        while True:
+            try:
+                r = await self.http.request(method, path, json=body)
+                if r.status_code not in RETRY_STATUSES:
+                    if r.is_error:
+                        raise ScannerExit(1, f"{method} {path}: HTTP {r.status_code} {r.text[:300]}")
+                    return r.json()
+                why = f"HTTP {r.status_code}"
+            except httpx.TransportError as e:
+                why = repr(e)
+            if time.monotonic() + delay > deadline:
+                raise ScannerExit(1, f"{method} {path} kept failing: {why}")
+            log.warning("%s %s failed (%s); retrying in %.1fs", method, path, why, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def nonurgent(self, method: str, path: str, body: Any = None) -> None:
+        try:
+            r = await self.http.request(method, path, json=body)
+        except httpx.HTTPError as e:  # the real scanner logs and carries on
+            log.warning("%s %s failed, ignored: %r", method, path, e)
+            return
+        if r.is_error:
+            log.warning("%s %s failed, ignored: HTTP %d %s", method, path, r.status_code, r.text[:300])
+
+    async def get(self, path: str) -> Any:
+        r = await self.http.get(path)
+        r.raise_for_status()
+        return r.json()
+
+
+class ScannerServer:
+    """One simulated scanner server run, for one Pod."""
+
+    def __init__(self, pod: ServerPod, rest: Rest, settings: ScannerSimSettings) -> None:
+        self.pod, self.rest, self.settings = pod, rest, settings
+        self.scan = f"/scan/{pod.scan_id}"
+        self.tally = ScanTally(
+            nsides=pod.args.nsides,
+            pixels_per_nside=settings.pixels_per_nside,
+            position_variations=settings.position_variations,
+            started=time.time(),
+        )
+        self.event_metadata: dict[str, Any] = {}
+        self.last_patch = self.last_put = 0.0
+
+    async def run(self) -> None:
+        manifest = await self.rest.urgent("GET", f"{self.scan}/manifest")
+        event = manifest.get("event_live_json_dict")
+        if not isinstance(event, dict):
+            raise ScannerExit(1, "the manifest holds no event (is the token a `system` one?)")
+        self.event_metadata = scanner_report.event_metadata(event, self.pod.args.real_event)
+        log.info(
+            "scan %s: event fetched (run %s); extracting", self.pod.scan_id, self.event_metadata["run_id"]
+        )
+        await asyncio.sleep(self.settings.startup_seconds)
+        # The kill switch runs beside the scan and ends it (the real server SIGINTs itself).
+        scan = asyncio.create_task(self.play())
+        kill_switch = asyncio.create_task(self.kill_switch())
+        try:
+            done, _ = await asyncio.wait({scan, kill_switch}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (kill_switch, scan):
+                if task in done:
+                    task.result()  # re-raises the ScannerExit (or crash) that ended it
+        finally:
+            for task in (scan, kill_switch):
+                task.cancel()
+            await asyncio.gather(scan, kill_switch, return_exceptions=True)
+
+    async def play(self) -> None:
+        await self.report("The Skymap Scanner has started up.", "", put=False)
+        await self.wait_for_workers()
+        log.info("scan %s: workers are running; scanning %s", self.pod.scan_id, list(self.tally.nsides))
+        for nside in self.tally.nsides:
+            sent = self.tally.send(nside)
+            await self.report(
+                f"The Skymap Scanner has sent out {sent} pixels and is waiting to receive recos.",
+                "I will report back when I start getting recos." if not self.tally.done_pixels else "",
+                put=True,
+            )
+            for _ in range(sent):
+                await asyncio.sleep(self.settings.reco_seconds)
+                first = self.tally.reco_done(nside, time.time())
+                await self.report(
+                    "The Skymap Scanner is busy scanning pixels.",
+                    f"I will report back again in {self.settings.progress_interval_seconds:g} seconds "
+                    "if I have an update.",
+                    put=True,
+                    forced=first,
+                )
+        final = scanner_report.result(self.tally, self.pod.scan_id, self.event_metadata, final=True)
+        await self.rest.urgent("PUT", f"{self.scan}/result", {"scan_result": final, "is_final": True})
+        body = self.manifest_patch("The Skymap Scanner has finished.", "", final=True)
+        await self.rest.urgent("PATCH", f"{self.scan}/manifest", body)
+        log.info("scan %s: final result sent (%d pixels)", self.pod.scan_id, self.tally.done_pixels)
+
+    async def wait_for_workers(self) -> None:
+        """Poll the workforce, as the real server does (the REST API is its only view of the WMS)."""
+        while True:
+            workforce = await self.rest.get(f"{self.scan}/wms/workforce")
+            if workforce.get("n_running"):
+                return
+            await asyncio.sleep(self.settings.workforce_poll_seconds)
+
+    def manifest_patch(self, summary: str, epilogue: str, *, final: bool = False) -> dict[str, Any]:
+        progress = scanner_report.progress(
+            self.tally,
+            time.time(),
+            summary,
+            epilogue,
+            final=final,
+            threshold=self.pod.args.predictive_scanning_threshold,
+        )
+        return {
+            "progress": progress,
+            "event_metadata": self.event_metadata,
+            "scan_metadata": scanner_report.scan_metadata(
+                self.pod.scan_id, self.tally.nsides, self.tally.position_variations
+            ),
+        }
+
+    async def report(self, summary: str, epilogue: str, *, put: bool, forced: bool = True) -> None:
+        """A PATCH (and a PUT) now when forced, else only when its interval has passed."""
+        now = time.monotonic()
+        if forced or now - self.last_patch >= self.settings.progress_interval_seconds:
+            self.last_patch = now
+            await self.rest.nonurgent(
+                "PATCH", f"{self.scan}/manifest", self.manifest_patch(summary, epilogue)
+            )
+        if put and (forced or now - self.last_put >= self.settings.result_interval_seconds):
+            self.last_put = now
+            partial = scanner_report.result(self.tally, self.pod.scan_id, self.event_metadata, final=False)
+            await self.rest.nonurgent(
+                "PUT", f"{self.scan}/result", {"scan_result": partial, "is_final": False}
+            )
+
+    async def kill_switch(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.kill_switch_seconds)
+            try:
+                status = await self.rest.get(f"{self.scan}/status")
+            except httpx.HTTPError as e:
+                log.warning("scan %s: kill-switch check failed: %r", self.pod.scan_id, e)
+                continue
+            if status.get("is_deleted") or status.get("wms_deactivated"):
+                raise ScannerExit(130, "kill switch: the scan is deleted or its workflow deactivated")
+
+
+class PodPlayer:
+    """Watches scanner Pods and runs one `ScannerServer` per held, running Pod."""
+
+    def __init__(self, api: client.ApiClient, settings: ScannerSimSettings) -> None:
+        self.api, self.settings = api, settings
+        self.core = client.CoreV1Api(api)
+        self.running: dict[str, asyncio.Task[None]] = {}
+        self.finished: set[str] = set()
+
+    async def watch_pods(self, ready: asyncio.Event | None = None) -> None:
+        version = ""
+        while True:
+            try:
+                if not version:
+                    listed = await self.core.list_namespaced_pod(
+                        self.settings.namespace, label_selector=SCANNER_SELECTOR
+                    )
+                    version = listed.metadata.resource_version
+                    for pod in listed.items:
+                        self.consider("ADDED", self.api.sanitize_for_serialization(pod))
+                    if ready is not None and not ready.is_set():
+                        print(f"{READY_LINE} in namespace {self.settings.namespace}", flush=True)
+                        ready.set()
+                async with watch.Watch().stream(
+                    self.core.list_namespaced_pod,
+                    self.settings.namespace,
+                    label_selector=SCANNER_SELECTOR,
+                    resource_version=version,
+                    timeout_seconds=300,
+                    allow_watch_bookmarks=True,
+                ) as stream:
+                    async for event in stream:
+                        obj = event["raw_object"]
+                        if event["type"] == "ERROR":
+                            version = "" if obj.get("code") == 410 else version
+                            break
+                        version = obj["metadata"]["resourceVersion"]
+                        if event["type"] != "BOOKMARK":
+                            self.consider(event["type"], obj)
+            except ApiException as e:
+                if e.status == 410:
+                    version = ""
+                log.warning("pod watch: %s; re-listing", e.reason)
+                await asyncio.sleep(1)
+            except (TimeoutError, OSError) as e:
+                log.warning("pod watch interrupted: %r", e)
+                await asyncio.sleep(1)
+
+    def consider(self, event_type: str, pod: dict[str, Any]) -> None:
+        uid = pod["metadata"]["uid"]
+        if event_type == "DELETED" or (pod["metadata"].get("deletionTimestamp")):
+            self.finished.discard(uid)
+            if task := self.running.pop(uid, None):
+                task.cancel()
+            return
+        if is_playable(pod) and uid not in self.running and uid not in self.finished:
+            self.running[uid] = asyncio.create_task(self.play(pod))
+
+    async def play(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        code = 0
+        try:
+            server_pod = await read_server_pod(self.api, self.settings.namespace, pod, self.settings)
+            headers = {"Content-Type": "application/json"}
+            if server_pod.token:
+                headers["Authorization"] = f"Bearer {server_pod.token}"
+            async with httpx.AsyncClient(
+                base_url=server_pod.address, headers=headers, timeout=self.settings.request_timeout_seconds
+            ) as http:
+                log.info("pod %s: playing the scanner server of scan %s", name, server_pod.scan_id)
+                await ScannerServer(server_pod, Rest(http, self.settings), self.settings).run()
+        except ScannerExit as e:
+            code = e.code
+            log.warning("pod %s: scanner server exits %d: %s", name, code, e)
+        except asyncio.CancelledError:
+            log.info("pod %s: deleted while scanning", name)
+            raise
+        except Exception:
+            log.exception("pod %s: scanner server crashed", name)
+            code = 1
+        finally:
+            self.running.pop(pod["metadata"]["uid"], None)
+        self.finished.add(pod["metadata"]["uid"])
+        await self.end_pod(name, code)
+
+    async def end_pod(self, name: str, code: int) -> None:
+        """Exit 0 lifts the hold (kwok completes the Pod); otherwise kwok fails it with `code`."""
+        if code == 0:
+            patch: Any = [
+                {
+                    "op": "remove",
+                    "path": "/metadata/annotations/" + localcluster.HOLD_ANNOTATION.replace("/", "~1"),
+                }
+            ]
+            content_type = "application/json-patch+json"
+        else:
+            fail = localcluster.FAIL_LABEL
+            patch = {
+                "metadata": {
+                    "labels": {fail: "true"},
+                    "annotations": {
+                        f"{fail}/reason": "Error",
+                        f"{fail}/exit-code": str(code),
+                        f"{fail}/message": "the scanner server exited",
+                    },
+                }
+            }
+            content_type = "application/merge-patch+json"
+        try:
+            await self.core.patch_namespaced_pod(
+                name, self.settings.namespace, patch, _content_type=content_type
+            )
+        except ApiException as e:
+            if e.status not in (404, 422):  # gone already, or the hold already lifted
+                raise
+
+
+async def serve(settings: ScannerSimSettings) -> None:
+    api = await kube.api_client(settings.kubeconfig)
+    async with api:
+        await PodPlayer(api, settings).watch_pods(asyncio.Event())
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv or (argv is None and len(sys.argv) > 1):
+        print(__doc__, "\nSettings:", file=sys.stderr)
+        for name, f in ScannerSimSettings.model_fields.items():
+            print(
+                f"  SKYSCAN_SCANNER_SIM_{name.upper()} (default {f.default!r}): {f.description}",
+                file=sys.stderr,
+            )
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(ScannerSimSettings()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
