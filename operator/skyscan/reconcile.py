@@ -407,12 +407,17 @@ def _replace_if_transient(
     p.event("Replacing", f"{why}; replacing with scan {new_id}", warning=True)
 
 
+# Labels by which GitOps tools claim an object: a replacement carrying them would be pruned as drift.
+GITOPS_LABEL_PREFIXES = ("app.kubernetes.io/instance", "argocd.argoproj.io/", "kustomize.toolkit.fluxcd.io/")
+
+
 def replacement_body(scan: ScanView, new_id: str) -> dict[str, Any]:
     spec = {k: v for k, v in scan.raw_spec.items() if k not in ("deleted", "replacedBy", "workerRequests")}
+    labels = {k: v for k, v in scan.labels.items() if not k.startswith(GITOPS_LABEL_PREFIXES)}
     return {
         "apiVersion": model.API_VERSION,
         "kind": model.KIND,
-        "metadata": {"name": new_id, "namespace": scan.namespace, "labels": scan.labels},
+        "metadata": {"name": new_id, "namespace": scan.namespace, "labels": labels},
         "spec": {**spec, "rescanOf": scan.name},
     }
 

@@ -25,6 +25,7 @@ from skyscan.reconcile import (
     is_running,
     is_terminal,
     plan,
+    replacement_body,
 )
 from skyscan.settings import OperatorSettings
 from tests.unit.test_crd import minimal_spec
@@ -258,3 +259,17 @@ def test_planning_is_idempotent() -> None:
     second = plan(scan(first.status, finalizers=[FINALIZER]), obs, NOW + 30, S)
     assert second.status == first.status and second.actions == [] and second.events == []
     assert is_running(second.status, {}) and not is_terminal(second.status, {})
+
+
+def test_a_replacement_does_not_carry_gitops_ownership_labels() -> None:
+    labels = {
+        "team": "realtime",
+        "app.kubernetes.io/instance": "alerts",
+        "argocd.argoproj.io/instance": "alerts",
+        "kustomize.toolkit.fluxcd.io/name": "k",
+    }
+    meta = {"name": "s1", "namespace": "ns", "uid": "uid-1", "generation": 1, "labels": labels}
+    original = ScanView.from_body({"metadata": meta, "spec": minimal_spec(deleted=True), "status": {}})
+    body = replacement_body(original, "s2")
+    assert body["metadata"]["labels"] == {"team": "realtime"}
+    assert body["spec"]["rescanOf"] == "s1" and "deleted" not in body["spec"]
