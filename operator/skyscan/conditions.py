@@ -10,7 +10,7 @@ from typing import Any
 ADMITTED = "Admitted"  # the backlog let the scan start (False: why it waits, or why an attempt failed)
 WORKFLOW_READY = "WorkflowReady"  # the WMS workflow exists and its message queues are activated
 SCANNER_RUNNING = "ScannerRunning"  # the scanner Job's pod is running (False: pending, ended, why)
-WMS_AVAILABLE = "WMSAvailable"  # the last WMS call for this scan succeeded
+WMS_AVAILABLE = "WMSAvailable"  # the last WMS call for this scan, and the last batched poll, succeeded
 COMPLETE = "Complete"  # a final result was recorded
 FAILED = "Failed"  # terminal: the scan will not make progress (reason says why)
 DELETED = "Deleted"  # soft-deleted (or replaced); terminal once its workflow and Job are gone

@@ -48,6 +48,7 @@ class Controller:
         self.events: EventPoster | None = None
         self.applier: Applier | None = None
         self._invalid: set[tuple[Key, str]] = set()
+        self.wms_poll_error: str | None = None  # why the last batched WMS poll failed, if it did
 
     async def start(self) -> None:
         s = self.settings
@@ -132,6 +133,7 @@ class Controller:
             job=store.job_of(key, scan.uid),
             pods=pods,
             workflow=store.workflows.get(workflow_id) if workflow_id else None,
+            wms_poll_error=self.wms_poll_error if workflow_id else None,
             admission=store.admissions.pop(key, None),
             lineage_recent=(
                 store.lineage_recent(key, now - self.settings.replacement_window_seconds) if transient else 0
@@ -214,6 +216,14 @@ class Controller:
                 self.store.admissions[key] = Admission(False, hold.reason, hold.message)
                 self.queue.add(key)
 
+    def _set_poll_error(self, error: str | None) -> None:
+        """Scans with a live workflow show whether the WMS can be polled; they are requeued only
+        when that flips, so an outage costs one status write per scan, not one per interval."""
+        if (error is None) != (self.wms_poll_error is None):
+            for key in set(self.store.live_workflows.values()):
+                self.queue.add(key)
+        self.wms_poll_error = error
+
     async def poll_wms(self) -> None:
         """Two queries for every live workflow: their deactivation and their taskforces."""
         if self.wms is None or not self.store.live_workflows:
@@ -224,7 +234,9 @@ class Controller:
             taskforces = await self.wms.query_taskforces(ids)
         except WMSError as e:
             log.warning("WMS poll failed: %s", e)
+            self._set_poll_error(str(e))
             return
+        self._set_poll_error(None)
         by_workflow: dict[str, list[dict[str, Any]]] = {}
         for tf in taskforces:
             by_workflow.setdefault(tf["workflow_id"], []).append(tf)

@@ -84,6 +84,7 @@ class Observed:
     lineage_recent: int = 0  # scans of this lineage created within the replacement window
     fresh_id: str = ""  # an unused scan id, in case a replacement must be chosen
     replacement_exists: bool = False
+    wms_poll_error: str | None = None  # the last batched WMS poll failed (for scans with a workflow)
 
 
 @dataclass(frozen=True)
@@ -318,7 +319,13 @@ def is_running(status: dict[str, Any], spec: dict[str, Any]) -> bool:
 
 
 def _observe_workflow(d: Draft, obs: Observed) -> None:
-    if obs.workflow is None or not d.workflow.get("id"):
+    if not d.workflow.get("id"):
+        return
+    if obs.wms_poll_error and not d.workflow.get("deactivated"):
+        d.set(cond.WMS_AVAILABLE, False, "PollFailed", f"the WMS cannot be polled: {obs.wms_poll_error}")
+    elif d.reason(cond.WMS_AVAILABLE) == "PollFailed":
+        d.set(cond.WMS_AVAILABLE, True, "Reachable", "the WMS answers polls again")
+    if obs.workflow is None:
         return
     if obs.workflow.deactivated and not d.workflow.get("deactivated"):
         d.workflow["deactivated"] = obs.workflow.deactivated

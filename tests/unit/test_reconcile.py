@@ -273,3 +273,20 @@ def test_a_replacement_does_not_carry_gitops_ownership_labels() -> None:
     body = replacement_body(original, "s2")
     assert body["metadata"]["labels"] == {"team": "realtime"}
     assert body["spec"]["rescanOf"] == "s1" and "deleted" not in body["spec"]
+
+
+def test_a_failing_wms_poll_is_visible_until_it_recovers() -> None:
+    tfs = ({"taskforce_uuid": "TF-1", "compound_statuses": {"RUNNING": {"Tasking": 2}}, "timestamp": 1},)
+    down = Observed(wms_poll_error="HTTP 503 from the WMS")
+    p = plan(scan(started(), finalizers=[FINALIZER]), down, NOW, S)
+    wms = cond.find(p.status["conditions"], cond.WMS_AVAILABLE)
+    assert wms is not None and (wms["status"], wms["reason"]) == ("False", "PollFailed")
+    assert "HTTP 503" in wms["message"]
+    assert p.actions == []  # nothing else changes while the WMS is away
+    up = Observed(workflow=WorkflowView(None, tfs))
+    p = plan(scan(p.status, finalizers=[FINALIZER]), up, NOW + 5, S)
+    wms = cond.find(p.status["conditions"], cond.WMS_AVAILABLE)
+    assert wms is not None and (wms["status"], wms["reason"]) == ("True", "Reachable")
+    assert p.status["workforce"]["nRunning"] == 2
+    queued = plan(scan(admitted()), down, NOW, S)  # no workflow yet: the poll is not this scan's concern
+    assert cond.find(queued.status["conditions"], cond.WMS_AVAILABLE) is None

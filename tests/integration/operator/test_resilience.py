@@ -14,6 +14,7 @@ from tests.integration.operator.conftest import (
     condition,
     create_scan,
     get_scan,
+    running_scan,
     scan_events,
     scan_pod,
     st,
@@ -143,3 +144,22 @@ async def test_oom_killed_scanner_is_replaced_exactly_once(
     )
     owners = {o.uid for o in event.metadata.owner_references}
     assert owners == {original["metadata"]["uid"], replacement["metadata"]["uid"]}
+
+
+async def test_a_wms_that_cannot_be_polled_shows_on_running_scans(
+    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    operator(**HOLD)
+    name = (await running_scan(api, namespace, priority=200))["metadata"]["name"]
+    await wms.call("POST", "/_sim/faults", {"status": 503, "path_prefix": "/v1/query/"})
+    scan = await wait_scan(
+        api, namespace, name, lambda s: condition(s, "WMSAvailable").get("reason") == "PollFailed"
+    )
+    assert condition(scan, "WMSAvailable")["status"] == "False"
+    assert "503" in condition(scan, "WMSAvailable")["message"]
+    assert condition(scan, "ScannerRunning")["status"] == "True"  # the scan itself carries on
+    await wms.call("POST", "/_sim/clear", {})
+    scan = await wait_scan(
+        api, namespace, name, lambda s: condition(s, "WMSAvailable").get("status") == "True"
+    )
+    assert condition(scan, "WMSAvailable")["reason"] == "Reachable"
