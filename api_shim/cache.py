@@ -20,12 +20,12 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from skyscan import model
+from skyscan import kube, model
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-SCAN = {"group": model.GROUP, "version": model.VERSION, "plural": model.PLURAL}
+SCAN = kube.SCAN_RESOURCE
 
 
 class Gone(Exception):

@@ -29,7 +29,7 @@ from api_shim.launch import Defaults, normalise
 from api_shim.settings import ShimSettings
 from api_shim.store import Change, ScanStore, now, replace_patch
 from api_shim.tags import TagCatalog
-from skyscan import payloads
+from skyscan import model, payloads
 from skyscan.state import NOT_YET_REQUESTED
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -146,8 +146,7 @@ def ok(body: Any) -> web.Response:
 
 
 def make_scan_id() -> str:
-    """Milliseconds since the epoch (11 hex digits, so ids sort by creation) + 'x' + 20 random hex."""
-    return f"{int(time.time() * 1000):011x}x{uuid.uuid4().hex[-20:]}"
+    return model.new_scan_id(time.time(), uuid.uuid4().hex)
 
 
 async def result_of(shim: Shim, scan: dict[str, Any]) -> dict[str, Any]:

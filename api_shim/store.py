@@ -18,10 +18,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from api_shim.cache import SCAN, ScanCache
 from api_shim.errors import ApiError, not_found
 from api_shim.view import TIMESTAMP_ANNOTATION
-from skyscan import model
+from skyscan import kube, model
 
 Obj = dict[str, Any]
-MERGE = "application/merge-patch+json"
+MERGE = kube.MERGE_PATCH
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from skyscan import model
+from skyscan import kube
 
 T = TypeVar("T")
 
@@ -28,4 +28,4 @@ async def eventually(probe: Callable[[], Awaitable[T]], timeout: float = 30.0, i
     raise TimeoutError(f"condition not met within {timeout}s (last error: {last!r})")
 
 
-SCAN = {"group": model.GROUP, "version": model.VERSION, "plural": model.PLURAL}
+SCAN = kube.SCAN_RESOURCE

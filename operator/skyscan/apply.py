@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import conditions as cond
-from skyscan import model, payloads, scanner_job
+from skyscan import kube, payloads, scanner_job
 from skyscan.events import EventPoster
 from skyscan.reconcile import (
     FINALIZER,
@@ -40,8 +40,8 @@ from skyscan.store import Store
 from skyscan.wms.client import WMSClient, WMSError, WMSUnavailable
 
 log = logging.getLogger(__name__)
-MERGE = "application/merge-patch+json"
-SCAN = {"group": model.GROUP, "version": model.VERSION, "plural": model.PLURAL}
+MERGE = kube.MERGE_PATCH
+SCAN = kube.SCAN_RESOURCE
 
 
 def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from skyscan import backlog, kube, reconcile
+from skyscan import backlog, kube, model, reconcile
 from skyscan import conditions as cond
 from skyscan.apply import Applier
 from skyscan.events import EventPoster
@@ -138,7 +138,7 @@ class Controller:
             lineage_recent=(
                 store.lineage_recent(key, now - self.settings.replacement_window_seconds) if transient else 0
             ),
-            fresh_id=reconcile.new_scan_id(now, uuid.uuid4().hex),
+            fresh_id=model.new_scan_id(now, uuid.uuid4().hex),
             replacement_exists=bool(replacement) and (key[0], replacement) in store.scans,
         )
 

@@ -9,6 +9,12 @@ from typing import Any
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from skyscan import model
+
+# CustomObjectsApi arguments naming the Scan resource, and the patch type our writes use.
+SCAN_RESOURCE = {"group": model.GROUP, "version": model.VERSION, "plural": model.PLURAL}
+MERGE_PATCH = "application/merge-patch+json"
+
 
 async def api_client(kubeconfig: str | None = None) -> client.ApiClient:
     """A client for the given kubeconfig, else in-cluster, else the default kubeconfig."""

@@ -35,6 +35,12 @@ ENV_MAX_KEY_LENGTH = 128
 ENV_MAX_STRING_LENGTH = 4096
 
 
+def new_scan_id(now: float, random_hex: str) -> str:
+    """A scan id: the time in ms as 11 hex digits (ids sort by creation), 'x', then the last 20 hex
+    digits of a random hex string (of a uuid4's, the first of them is its version nibble)."""
+    return f"{int(now * 1000):011x}x{random_hex[-20:]}"
+
+
 class KubeModel(BaseModel):
     """A model whose wire form is the Kubernetes camelCase one."""
 

@@ -235,11 +235,6 @@ class Draft:
         return c.get("reason") if c else None
 
 
-def new_scan_id(now: float, random_hex: str) -> str:
-    """The scan id format: 11 hex chars of the time in ms, 'x', 20 hex chars of a uuid4."""
-    return f"{int(now * 1000):011x}x{random_hex[:20]}"
-
-
 def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) -> Plan:
     st = scan.status
     d = Draft(
@@ -408,7 +403,7 @@ def _replace_if_transient(
             )
             p.event("ReplacementThrottled", why, warning=True)
         return
-    new_id = obs.fresh_id or new_scan_id(now, scan.uid.replace("-", ""))
+    new_id = obs.fresh_id or model.new_scan_id(now, scan.uid.replace("-", ""))
     d.job = {**job, "replacement": new_id}
     p.actions.append(Replace(new_id, replacement_body(scan, new_id)))
     p.event("Replacing", f"{why}; replacing with scan {new_id}", warning=True)

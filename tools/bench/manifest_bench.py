@@ -32,7 +32,7 @@ from kubernetes_asyncio import client
 
 from skyscan import install, kube, localcluster, model
 
-SCAN = {"group": model.GROUP, "version": model.VERSION, "plural": model.PLURAL}
+SCAN = kube.SCAN_RESOURCE
 
 
 def spec(i: int) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def spec(i: int) -> dict[str, Any]:
 
 async def store_scans(api: client.ApiClient, namespace: str, n: int) -> list[str]:
     objs = client.CustomObjectsApi(api)
-    names = [f"{int(time.time() * 1000) + i:011x}x{secrets.token_hex(10)}" for i in range(n)]
+    names = [model.new_scan_id(time.time() + i / 1000, secrets.token_hex(10)) for i in range(n)]
     progress = {
         "summary": "s" * 200,
         "epilogue": "",

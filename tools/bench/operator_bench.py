@@ -28,9 +28,9 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from skyscan import install, kube, localcluster, model
-from skyscan.reconcile import new_scan_id
+from skyscan.model import new_scan_id
 
-SCAN = {"group": model.GROUP, "version": model.VERSION, "plural": model.PLURAL}
+SCAN = kube.SCAN_RESOURCE
 SPEC = {
     "dockerTag": "4.1.2",
     "recoAlgo": "millipede_wilks",

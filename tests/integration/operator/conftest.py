@@ -21,7 +21,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import localcluster, model
-from skyscan.reconcile import new_scan_id
+from skyscan.model import new_scan_id
 from tests.conftest import Cluster
 from tests.helpers import SCAN, eventually
 from tests.unit.test_crd import minimal_spec
