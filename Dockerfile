@@ -1,7 +1,8 @@
-# One image, both entrypoints: `skyscan-operator` and `skyscan-shim serve` (manifests/ picks one each).
+# One image of the product alone (no local harness), both entrypoints: `skyscan-operator` and `skyscan-shim serve` (manifests/ picks one each).
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY skyscan/ skyscan/
 COPY operator/ operator/
 COPY api_shim/ api_shim/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .

@@ -8,10 +8,10 @@ CLUSTER_DIR ?= .skyscan/cluster
 .PHONY: venv binaries crds check-crds lint test test-unit cluster-up cluster-down up down status demo clean
 
 venv: $(STAMP)
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml local/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -e ./local   # the product, then the local harness
 	touch $@
 
 binaries:               ## build the control-plane binaries once into ~/.cache/skyscan/k8s/<version>
@@ -25,11 +25,12 @@ check-crds: venv
 	$(PY) -m skyscan.crd --check
 	diff -r crds manifests/crds
 
-lint: venv
+lint: venv              ## ruff, mypy strict, and the layering contracts (pyproject's [tool.importlinter])
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
-test: venv              ## the whole suite against a real control plane (or SKYSCAN_TEST_KUBECONFIG)
+test: lint              ## lint, then the whole suite against a real control plane (or SKYSCAN_TEST_KUBECONFIG)
 	bin=$$(bash tools/k8s/build.sh) && SKYSCAN_K8S_BIN_READY=$$bin $(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: venv
@@ -46,17 +47,17 @@ SIMULATE_SCANNER ?= 0
 # The whole stack in the background (builds the control-plane binaries once if missing); writes
 # .skyscan/env. With SKYSCAN_KUBECONFIG set it uses that cluster instead of the local control plane.
 up: venv
-	SIMULATE_SCANNER=$(SIMULATE_SCANNER) $(PY) -m skyscan.localstack up
+	SIMULATE_SCANNER=$(SIMULATE_SCANNER) $(PY) -m skyscan_local.stack up
 
 down:                   ## stop exactly what `make up` started
-	@if [ -x $(PY) ]; then $(PY) -m skyscan.localstack down; fi
+	@if [ -x $(PY) ]; then $(PY) -m skyscan_local.stack down; fi
 
 status: venv
-	@$(PY) -m skyscan.localstack status
+	@$(PY) -m skyscan_local.stack status
 
 demo: venv              ## one scan through REST to its final result (starts the scanner simulator)
 	@$(MAKE) --no-print-directory up SIMULATE_SCANNER=1 >/dev/null
-	$(PY) -m skyscan.demo
+	$(PY) -m skyscan_local.demo
 
 clean: down
 	rm -rf $(VENV) .skyscan .pytest_cache .mypy_cache .ruff_cache

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from skyscan.scanner_job import nside_order, scanner_server_args
 from skyscan.state import NOT_YET_REQUESTED, SCAN_HAS_FINAL_RESULT, has_requested_workflow, scan_state
+from skyscan_operator.scanner_job import nside_order, scanner_server_args
 
 TIMESTAMP_ANNOTATION = "skyscan.io/timestamp"  # sub-second creation time (Unix seconds, as a string)
 

@@ -17,7 +17,8 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from skyscan import install, kube, localcluster
+from skyscan import install, kube
+from skyscan_local import control_plane as localcluster
 from tests.helpers import eventually
 
 

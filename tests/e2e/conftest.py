@@ -1,4 +1,4 @@
-"""The whole stack for end-to-end tests: `skyscan.localstack` itself starts the WMS simulator, the shim,
+"""The whole stack for end-to-end tests: `skyscan_local.stack` itself starts the WMS simulator, the shim,
 the operator and the scanner simulator as real processes against the session cluster, in one namespace
 of their own, with short timers. Tests talk to it as users do: REST over HTTP, and kubectl."""
 
@@ -17,7 +17,8 @@ import httpx
 import pytest
 from kubernetes_asyncio import client
 
-from skyscan import kube, localstack
+from skyscan import kube
+from skyscan_local import stack as localstack
 from tests.conftest import Cluster
 from tests.helpers import eventually
 

@@ -12,7 +12,8 @@ import httpx
 import yaml
 from kubernetes_asyncio import client
 
-from skyscan import crd, localstack
+from skyscan import crd
+from skyscan_local import stack as localstack
 from tests.conftest import Cluster
 from tests.e2e.conftest import FAST, KUBECTL, REPO, scan_request
 from tests.helpers import eventually

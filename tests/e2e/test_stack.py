@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from skyscan import localstack
+from skyscan_local import stack as localstack
 from tests.e2e.conftest import Rest, Stack
 
 

@@ -10,7 +10,8 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from skyscan import crd, localcluster
+from skyscan import crd
+from skyscan_local import control_plane as localcluster
 from tests.helpers import SCAN, eventually
 from tests.unit.test_crd import minimal_spec
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import yaml
 
-from skyscan import localcluster
+from skyscan_local import control_plane as localcluster
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("SKYSCAN_TEST_KUBECONFIG")), reason="exercises the local control plane only"
@@ -21,7 +21,10 @@ pytestmark = pytest.mark.skipif(
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "skyscan.localcluster", *args], capture_output=True, text=True, timeout=180
+        [sys.executable, "-m", "skyscan_local.control_plane", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from skyscan.backlog import Candidate, decide, order
-from skyscan.settings import OperatorSettings
+from skyscan_operator.backlog import Candidate, decide, order
+from skyscan_operator.settings import OperatorSettings
 
 S = OperatorSettings(low_priority_interval_seconds=300, start_retry_delay_seconds=60, admissions_per_tick=1)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from skyscan import localstack
+from skyscan_local import stack as localstack
 
 
 def test_the_environment_overrides_local_defaults_but_not_what_the_stack_decides(

@@ -9,10 +9,10 @@ import pytest
 from pydantic_settings import BaseSettings
 
 from api_shim.settings import ShimSettings
-from skyscan import localstack
-from skyscan.scanner_sim import ScannerSimSettings
-from skyscan.settings import OperatorSettings
-from skyscan.wms.simulator import SimulatorSettings
+from skyscan_local import stack as localstack
+from skyscan_local.scanner_simulator import ScannerSimSettings
+from skyscan_local.wms_simulator import SimulatorSettings
+from skyscan_operator.settings import OperatorSettings
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from skyscan import conditions as cond
-from skyscan.reconcile import (
+from skyscan_operator.planner import (
     FINALIZER,
     AddWorkers,
     Admission,
@@ -27,7 +27,7 @@ from skyscan.reconcile import (
     plan,
     replacement_body,
 )
-from skyscan.settings import OperatorSettings
+from skyscan_operator.settings import OperatorSettings
 from tests.unit.test_crd import minimal_spec
 
 NOW = 1_800_000_000.0

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from skyscan import model, scanner_job
-from skyscan.settings import OperatorSettings
-from skyscan.wms.simulator import SimError, validate_workflow_request
+from skyscan import model
+from skyscan_local.wms_simulator import SimError, validate_workflow_request
+from skyscan_operator import scanner_job
+from skyscan_operator.settings import OperatorSettings
 from tests.unit.test_crd import minimal_spec
 
 S = OperatorSettings(rest_address="http://shim:8080", wms_address="http://wms:8081")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from skyscan import model, scanner_report
-from skyscan.scanner_job import scanner_server_args
-from skyscan.scanner_report import ScanTally
+from skyscan import model
+from skyscan_local import scanner_report
+from skyscan_local.scanner_report import ScanTally
+from skyscan_operator.scanner_job import scanner_server_args
 from tests.unit.test_crd import minimal_spec
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from skyscan import conditions as cond
-from skyscan.store import Store, job_view, pod_view
+from skyscan_operator.store import Store, job_view, pod_view
 
 
 def pod(status: dict[str, Any]) -> dict[str, Any]:

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from skyscan import model, scanner_job
-from skyscan.settings import OperatorSettings
-from skyscan.wms import simulator
-from skyscan.wms.client import WMSClient, WMSError, WMSUnavailable, jwt_expiry
-from skyscan.workforce import summarize
+from skyscan import model
+from skyscan_local import wms_simulator as simulator
+from skyscan_operator import scanner_job
+from skyscan_operator.settings import OperatorSettings
+from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable, jwt_expiry
+from skyscan_operator.workforce import summarize
 from tests.helpers import eventually
 from tests.unit.test_crd import minimal_spec
 

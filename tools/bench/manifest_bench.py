@@ -30,7 +30,8 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client
 
-from skyscan import install, kube, localcluster, model
+from skyscan import install, kube, model
+from skyscan_local import control_plane as localcluster
 
 SCAN = kube.SCAN_RESOURCE
 

@@ -27,8 +27,9 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from skyscan import install, kube, localcluster, model
+from skyscan import install, kube, model
 from skyscan.model import new_scan_id
+from skyscan_local import control_plane as localcluster
 
 SCAN = kube.SCAN_RESOURCE
 SPEC = {
@@ -117,7 +118,8 @@ async def run(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
         ns = f"bench-{secrets.token_hex(3)}"
         await core.create_namespace({"metadata": {"name": ns}})
         await wait(lambda: _sa(core, ns), 30)
-        sim_args = ["-m", "skyscan.wms.simulator", "--port", "0", "--activation-delay", ACTIVATION_DELAY]
+        sim_args = ["-m", "skyscan_local.wms_simulator", "--port", "0"]
+        sim_args += ["--activation-delay", ACTIVATION_DELAY]
         sim = await asyncio.create_subprocess_exec(sys.executable, *sim_args, stdout=asyncio.subprocess.PIPE)
         assert sim.stdout is not None
         wms_url = (await sim.stdout.readline()).decode().strip().rsplit(" ", 1)[-1]
@@ -129,7 +131,9 @@ async def run(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
             "SKYSCAN_WMS_ADDRESS": wms_url,
             "SKYSCAN_LOG_LEVEL": "WARNING",
         }
-        operator = await asyncio.create_subprocess_exec(sys.executable, "-m", "skyscan.handlers", env=env)
+        operator = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "skyscan_operator.handlers", env=env
+        )
         try:
             await asyncio.sleep(2)  # kopf login and first listing
             idle_rss = rss_mib(operator.pid)

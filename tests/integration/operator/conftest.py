@@ -20,8 +20,9 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from skyscan import localcluster, model
+from skyscan import model
 from skyscan.model import new_scan_id
+from skyscan_local import control_plane as localcluster
 from tests.conftest import Cluster
 from tests.helpers import SCAN, eventually
 from tests.unit.test_crd import minimal_spec
@@ -81,7 +82,7 @@ class Simulator:
 @pytest.fixture
 def wms() -> Iterator[Simulator]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "skyscan.wms.simulator", "--port", "0", "--activation-delay", "0.5",
+        [sys.executable, "-m", "skyscan_local.wms_simulator", "--port", "0", "--activation-delay", "0.5",
          "--step-delay", "0.3"],
         stdout=subprocess.PIPE,
         text=True,
@@ -106,7 +107,10 @@ class Operator:
         log = self.log_path.open("ab")
         self.logs.append(log)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "skyscan.handlers"], env=self.env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "skyscan_operator.handlers"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
 
     def kill(self) -> None:

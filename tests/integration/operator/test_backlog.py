@@ -8,7 +8,7 @@ import itertools
 
 from kubernetes_asyncio import client
 
-from skyscan.reconcile import FINALIZER
+from skyscan_operator.planner import FINALIZER
 from tests.integration.operator.conftest import (
     HOLD,
     OperatorFactory,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from kubernetes_asyncio import client
 
-from skyscan import localcluster, payloads
+from skyscan import payloads
+from skyscan_local import control_plane as localcluster
 from tests.helpers import SCAN, eventually
 from tests.integration.operator.conftest import (
     HOLD,

@@ -1,6 +1,6 @@
 """What a skymap-scanner server reports to the REST API, as pure builders (wms-and-scanner notes C.4/C.5).
 
-The scanner simulator (`skyscan.scanner_sim`) drives a `ScanTally` through a scan and sends what
+The scanner simulator (`skyscan_local.scanner_simulator`) drives a `ScanTally` through a scan and sends what
 these functions build: the PATCH /manifest progress body and the PUT /result body, in the shapes
 the real scanner sends (timestamps as naive "YYYY-MM-DD HH:MM:SS", durations as `str(timedelta)`,
 nside keys as strings, `rate`/`predictions` only once recos exist).

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from skyscan import model
-from skyscan.settings import OperatorSettings
-from skyscan.wms.client import MARKER_ENV
+from skyscan_operator.settings import OperatorSettings
+from skyscan_operator.wms import MARKER_ENV
 
 EWMS_MOUNT = "/etc/skyscan-ewms"
 EWMS_FILE = "ewms.json"

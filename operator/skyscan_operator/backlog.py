@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from skyscan.settings import OperatorSettings
+from skyscan_operator.settings import OperatorSettings
 
 Key = tuple[str, str]  # (namespace, name)
 

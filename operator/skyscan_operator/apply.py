@@ -17,9 +17,10 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import conditions as cond
-from skyscan import kube, payloads, scanner_job
-from skyscan.events import EventPoster
-from skyscan.reconcile import (
+from skyscan import kube, payloads
+from skyscan_operator import scanner_job
+from skyscan_operator.events import EventPoster
+from skyscan_operator.planner import (
     FINALIZER,
     OPERATOR_KEYS,
     Action,
@@ -35,9 +36,9 @@ from skyscan.reconcile import (
     ScanView,
     SetFinalizer,
 )
-from skyscan.settings import OperatorSettings
-from skyscan.store import Store
-from skyscan.wms.client import WMSClient, WMSError, WMSUnavailable
+from skyscan_operator.settings import OperatorSettings
+from skyscan_operator.store import Store
+from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable
 
 log = logging.getLogger(__name__)
 MERGE = kube.MERGE_PATCH

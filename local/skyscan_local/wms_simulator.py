@@ -1,6 +1,6 @@
 """A local EWMS simulator: the WMS and MQS routes the operator uses, on one host, in memory.
 
-`python -m skyscan.wms.simulator --port 8081` (or the `skyscan-wms-simulator` script). The lifecycle
+`python -m skyscan_local.wms_simulator --port 8081` (or the `skyscan-wms-simulator` script). The lifecycle
 follows the real service with short, configurable delays: message queues activate
 `activation_delay` after the request; each taskforce then steps pre-launch -> pending-starter ->
 condor-submit (workers IDLE) -> workers RUNNING, one `step_delay` apart; abort/finished move

@@ -21,7 +21,7 @@ import yaml
 from skyscan import model
 
 CRD_NAME = f"{model.PLURAL}.{model.GROUP}"
-CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / f"{CRD_NAME}.yaml"
+CRD_FILE = Path(__file__).resolve().parents[1] / "crds" / f"{CRD_NAME}.yaml"
 
 _SCALAR_TYPES = {"string", "boolean", "integer", "number", "null"}
 _ANY_SCALAR = {

@@ -23,15 +23,17 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from skyscan import backlog, kube, model, reconcile
 from skyscan import conditions as cond
-from skyscan.apply import Applier
-from skyscan.events import EventPoster
-from skyscan.reconcile import Admission, Observed, ScanView, WorkflowView
-from skyscan.settings import OperatorSettings
-from skyscan.store import Key, Store, key_of
-from skyscan.wms.client import WMSClient, WMSError
-from skyscan.workqueue import WorkQueue
+from skyscan import kube, model
+from skyscan_operator import backlog
+from skyscan_operator import planner as reconcile
+from skyscan_operator.apply import Applier
+from skyscan_operator.events import EventPoster
+from skyscan_operator.planner import Admission, Observed, ScanView, WorkflowView
+from skyscan_operator.settings import OperatorSettings
+from skyscan_operator.store import Key, Store, key_of
+from skyscan_operator.wms import WMSClient, WMSError
+from skyscan_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyscan import conditions as cond
-from skyscan.reconcile import Admission, JobView, PodView, WorkflowView, is_running, is_terminal
+from skyscan_operator.planner import Admission, JobView, PodView, WorkflowView, is_running, is_terminal
 
 Key = tuple[str, str]  # (namespace, scan id)
 SCAN_ID_LABEL = "skyscan.io/scan-id"

@@ -14,7 +14,8 @@ for each, does what the real server does against the REST API (wms-and-scanner n
 6. PUTs the final result, PATCHes the final progress, and lifts the hold so kwok completes the Pod.
 
 A kill switch polls GET /scan/{id}/status; a deleted or WMS-deactivated scan makes the "server" exit
-130 (the Pod fails, as after SIGINT). `python -m skyscan.scanner_sim`; settings `SKYSCAN_SCANNER_SIM_*`.
+130 (the Pod fails, as after SIGINT). `python -m skyscan_local.scanner_simulator`; settings
+`SKYSCAN_SCANNER_SIM_*`.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from skyscan import kube, localcluster, scanner_report
-from skyscan.scanner_report import ScanTally
+from skyscan import kube
+from skyscan_local import control_plane as localcluster
+from skyscan_local import scanner_report
+from skyscan_local.scanner_report import ScanTally
 
-log = logging.getLogger("skyscan.scanner_sim")
+log = logging.getLogger("skyscan_local.scanner_simulator")
 SCANNER_SELECTOR = "app.kubernetes.io/name=skyscan,app.kubernetes.io/component=scanner"
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 READY_LINE = "scanner simulator watching scanner pods"

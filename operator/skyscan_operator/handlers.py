@@ -16,8 +16,8 @@ from typing import Any
 import kopf
 
 from skyscan import model
-from skyscan.controller import Controller
-from skyscan.settings import OperatorSettings
+from skyscan_operator.controller import Controller
+from skyscan_operator.settings import OperatorSettings
 
 CHILD_LABELS = {"app.kubernetes.io/name": "skyscan", "app.kubernetes.io/component": "scanner"}
 
@@ -61,7 +61,7 @@ async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`skyscan-operator`: configuration comes from SKYSCAN_* (see `skyscan.settings`)."""
+    """`skyscan-operator`: configuration comes from SKYSCAN_* (see `skyscan_operator.settings`)."""
     if argv or (argv is None and len(sys.argv) > 1):
         print(__doc__, "\nSettings:", file=sys.stderr)
         for name, f in OperatorSettings.model_fields.items():

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from skyscan import conditions as cond
-from skyscan import model, scanner_job, workforce
-from skyscan.settings import OperatorSettings
+from skyscan import model
 from skyscan.state import scan_state
+from skyscan_operator import scanner_job, workforce
+from skyscan_operator.settings import OperatorSettings
 
 FINALIZER = "skyscan.io/wms-workflow"  # present only while the scan may hold a live WMS workflow
 OPERATOR_KEYS = (

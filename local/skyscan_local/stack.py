@@ -1,4 +1,4 @@
-"""The whole service on one machine: `make up` / `make down` (`python -m skyscan.localstack up|down|status`).
+"""The whole service on one machine: `make up` / `make down` (`python -m skyscan_local.stack up|down|status`).
 
 `up` brings the stack to the requested configuration and is safe to repeat:
   control plane (or the cluster of SKYSCAN_KUBECONFIG) -> Scan CRD -> namespace, scanner token Secret
@@ -41,7 +41,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from skyscan import install, kube, localcluster, scanner_sim
+from skyscan import install, kube
+from skyscan_local import control_plane as localcluster
+from skyscan_local import scanner_simulator as scanner_sim
 
 REPO = Path(__file__).resolve().parents[2]
 STATE_FILE, ENV_FILE, TOKEN_FILE = "stack.json", "env", "tokens.json"
@@ -278,7 +280,7 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
     stack = [
         Component(
             "wms-simulator",
-            [py, "-m", "skyscan.wms.simulator", "--host", "127.0.0.1", "--port", str(ports["wms"])],
+            [py, "-m", "skyscan_local.wms_simulator", "--host", "127.0.0.1", "--port", str(ports["wms"])],
             merged(LOCAL_DEFAULTS["wms-simulator"], {}, s.overrides_for("wms-simulator")),
             http_ok(f"{wms_url}/.well-known/openid-configuration"),
         ),
@@ -306,7 +308,7 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
     stack.append(
         Component(
             "operator",
-            [py, "-m", "skyscan.handlers"],
+            [py, "-m", "skyscan_operator.handlers"],
             merged(LOCAL_DEFAULTS["operator"], operator_env, s.overrides_for("operator")),
             http_ok(operator_health),  # kopf's liveness endpoint
         )
@@ -316,7 +318,7 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
         stack.append(
             Component(
                 "scanner-simulator",
-                [py, "-m", "skyscan.scanner_sim"],
+                [py, "-m", "skyscan_local.scanner_simulator"],
                 merged(LOCAL_DEFAULTS["scanner-simulator"], sim_env, s.overrides_for("scanner-simulator")),
                 log_says(logs / "scanner-simulator.log", scanner_sim.READY_LINE),
             )

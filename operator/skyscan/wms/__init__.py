@@ -1,1 +1,0 @@
-"""The WMS (EWMS) side: an async client the operator uses, and a local simulator of the service."""
