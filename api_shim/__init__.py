@@ -3,8 +3,10 @@
 Run it with `skyscan-shim serve` (configuration: `SKYSCAN_*` variables, see `settings.py`); make a
 local bearer token with `skyscan-shim make-token --file tokens.json --name me --roles user,system`.
 
-Modules: `app` (factory, auth/redirect guard, CLI), `routes` (the route table and handlers),
-`view` (the REST manifest and other views of a Scan, pure), `launch` (POST /scan normalisation,
-pure), `models` (request/response models, error wording), `openapi`, `cache` (list+watch of
-Scans), `store` (writes), `filters` (the /scans/find matcher), `auth`, `errors`, `sizes`, `tags`.
+Modules: `app` (factory, auth/redirect guard, CLI), `routes` (the route table), `handlers/` (one
+module per resource), `plumbing` (the Shim state, Route, request parsing), `writes` (multi-step write
+sequences), `view` (the REST manifest and other views of a Scan, pure), `launch` (POST /scan
+normalisation, pure), `models` (request/response models, error wording), `openapi`, `cache`
+(list+watch of Scans), `store` (Scan writes with conflict retries), `filters` (the /scans/find
+matcher), `auth`, `errors`, `sizes`, `tags`.
 """

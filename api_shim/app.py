@@ -15,13 +15,15 @@ from pathlib import Path
 
 from aiohttp import web
 
-from api_shim import auth
+from api_shim import auth, openapi
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, error_middleware
-from api_shim.routes import IDENTITY, ROUTES, SHIM, Handler, Route, Shim, body_flag, query_bool
+from api_shim.plumbing import IDENTITY, ROUTE_TABLE, SHIM, Handler, Route, Shim, body_flag, query_bool
+from api_shim.routes import ROUTES
 from api_shim.settings import ShimSettings
 from api_shim.store import ScanStore
 from api_shim.tags import TagCatalog
+from api_shim.writes import ScanWrites
 from skyscan import kube
 
 AUTHENTICATORS = web.AppKey("authenticators", list[auth.Authenticator])
@@ -89,6 +91,7 @@ async def create_app(
 ) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
     app[AUTHENTICATORS] = authenticators_ if authenticators_ is not None else authenticators(settings)
+    app[ROUTE_TABLE] = ROUTES
     for route in ROUTES:
         app.router.add_route(route.method, route.path, guard(route))
 
@@ -97,11 +100,13 @@ async def create_app(
         cache = ScanCache(api, settings.namespace, settings.watch_timeout)
         await cache.start()
         await asyncio.wait_for(cache.synced.wait(), timeout=60)
+        store = ScanStore(api, settings.namespace, cache, settings.write_timeout)
         app[SHIM] = Shim(
             settings=settings,
             api=api,
             cache=cache,
-            store=ScanStore(api, settings.namespace, cache, settings.write_timeout),
+            store=store,
+            writes=ScanWrites(api, store, settings.add_workers_timeout),
             tags=TagCatalog(settings.tag_catalog_dir, settings.tags),
         )
         yield
@@ -126,9 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         print(auth.make_token(args.file, args.name, [r for r in args.roles.split(",") if r]))
         return 0
     if args.command == "openapi":
-        from api_shim.openapi import document
-
-        json.dump(document(ROUTES), sys.stdout, indent=2)
+        json.dump(openapi.document(ROUTES), sys.stdout, indent=2)
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = ShimSettings()

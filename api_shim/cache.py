@@ -21,6 +21,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import kube, model
+from skyscan.status import ScanRecord, resource_version
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +31,6 @@ SCAN = kube.SCAN_RESOURCE
 
 class Gone(Exception):
     """The watch's resourceVersion is too old: relist."""
-
-
-def _rv(obj: Obj) -> int:
-    try:
-        return int(obj["metadata"]["resourceVersion"])
-    except (KeyError, ValueError):
-        return 0
 
 
 class ScanCache:
@@ -93,21 +87,21 @@ class ScanCache:
         """Take a newer version of one Scan (from a write or a watch event)."""
         name = obj["metadata"]["name"]
         old = self._scans.get(name)
-        if old is not None and _rv(old) > _rv(obj):
+        if old is not None and resource_version(old) > resource_version(obj):
             return
-        if _rv(obj) <= self._deleted.get(name, -1):
+        if resource_version(obj) <= self._deleted.get(name, -1):
             return
         self._unindex(old)
         self._scans[name] = obj
-        parent = obj.get("spec", {}).get("rescanOf")
-        if parent:
-            self._rescans.setdefault(parent, set()).add(name)
-        if (obj.get("status") or {}).get("backlog"):
+        record = ScanRecord(obj)
+        if record.rescan_of:
+            self._rescans.setdefault(record.rescan_of, set()).add(name)
+        if record.in_backlog:
             self._backlog.add(name)
         self._notify()
 
     def forget(self, obj: Obj) -> None:
-        self._deleted[obj["metadata"]["name"]] = _rv(obj)
+        self._deleted[obj["metadata"]["name"]] = resource_version(obj)
         self._unindex(self._scans.pop(obj["metadata"]["name"], None))
         self._notify()
 
@@ -116,7 +110,7 @@ class ScanCache:
             return
         name = obj["metadata"]["name"]
         self._backlog.discard(name)
-        parent = obj.get("spec", {}).get("rescanOf")
+        parent = ScanRecord(obj).rescan_of
         if parent:
             self._rescans.get(parent, set()).discard(name)
 

@@ -23,9 +23,9 @@ from skyscan.model import RESERVED_CLASSIFIER_KEYS, DebugMode, ScanSpec
 
 @dataclass(frozen=True)
 class Defaults:
-    scanner_server_memory: str
-    worker_memory: str
-    worker_disk: str
+    scanner_server_memory: str | int
+    worker_memory: str | int
+    worker_disk: str | int
     known_clusters: Mapping[str, int | None]
     min_tag: str
 
@@ -37,7 +37,7 @@ class Launch:
     sensor_event_id: str | None  # an existing event to reuse
 
 
-def _size(value: str | int | None, fallback: str) -> int:
+def _size(value: str | int | None, fallback: str | int) -> int:
     raw = fallback if value is None else value
     try:
         return parse_size(raw)

@@ -14,17 +14,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic_core import ErrorDetails
 
 from skyscan.model import (
-    CLASSIFIER_MAX_ENTRIES,
-    CLASSIFIER_MAX_KEY_LENGTH,
-    CLASSIFIER_MAX_STRING_LENGTH,
-    ENV_MAX_ENTRIES,
-    ENV_MAX_KEY_LENGTH,
-    ENV_MAX_STRING_LENGTH,
+    Classifiers,
     DebugMode,
+    EventMetadata,
+    NonBlank,
     RealOrSimulatedEvent,
+    ScannerServerEnv,
 )
 
-NonBlank = Annotated[str, Field(min_length=1, pattern=r"\S")]
 PositiveInt = Annotated[int, Field(ge=1)]
 DataSize = Annotated[str, Field(min_length=1)] | Annotated[int, Field(ge=0)]
 RequestClusters = (
@@ -43,20 +40,6 @@ ManifestProjection = (
     Literal["*"]
     | Annotated[list[NonBlank], AfterValidator(_unique), Field(json_schema_extra={"uniqueItems": True})]
 )
-ClassifiersIn = Annotated[
-    dict[
-        Annotated[str, Field(max_length=CLASSIFIER_MAX_KEY_LENGTH)],
-        Annotated[str, Field(max_length=CLASSIFIER_MAX_STRING_LENGTH)] | bool | int | float | None,
-    ],
-    Field(max_length=CLASSIFIER_MAX_ENTRIES),
-]
-EnvIn = Annotated[
-    dict[
-        Annotated[str, Field(min_length=1, max_length=ENV_MAX_KEY_LENGTH)],
-        Annotated[str, Field(max_length=ENV_MAX_STRING_LENGTH)] | bool | int | float | None,
-    ],
-    Field(max_length=ENV_MAX_ENTRIES),
-]
 FreeForm = dict[str, Any]
 ClassifiersOut = dict[str, str | bool | int | float | list[str | bool | int | float | None] | None]
 
@@ -97,10 +80,10 @@ class ScanRequestBody(Body):
     predictive_scanning_threshold: Annotated[float, Field(ge=0, le=1)] = 1.0
     max_pixel_reco_time: PositiveInt
     debug_mode: DebugMode | list[DebugMode] = Field(default_factory=list)
-    classifiers: ClassifiersIn = Field(default_factory=dict)
+    classifiers: Classifiers = Field(default_factory=dict)
     priority: int = 0
-    scanner_server_env_from_user: EnvIn | None = None
-    scanner_server_env: EnvIn | None = Field(default=None, json_schema_extra={"deprecated": True})
+    scanner_server_env_from_user: ScannerServerEnv | None = None
+    scanner_server_env: ScannerServerEnv | None = Field(default=None, json_schema_extra={"deprecated": True})
     manifest_projection: ManifestProjection = "*"
 
 
@@ -147,14 +130,6 @@ class Progress(Lenient):
     last_updated: str
     start: int | None = None
     end: int | None = None
-
-
-class EventMetadata(Lenient):
-    run_id: int
-    event_id: int
-    event_type: str
-    mjd: float
-    is_real_event: bool
 
 
 class PatchManifestBody(Body):

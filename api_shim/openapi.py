@@ -1,5 +1,8 @@
 """The OpenAPI 3.1 document, generated from the route table and the pydantic models the routes
-validate with (requests) and answer with (responses)."""
+validate with (requests) and answer with (responses).
+
+The routes come in as an argument (the OpenAPI handler passes the app's route table), so this module
+never imports the table, whose handlers import it."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from api_shim import models
+from api_shim.plumbing import Route
 
 TITLE = "Skyscan scan orchestration API"
 VERSION = "2.x"
@@ -27,7 +31,7 @@ _ERROR_TEXT = {
 }
 
 
-def _schemas(routes: tuple[Any, ...]) -> tuple[dict[Any, Any], dict[str, Any]]:
+def _schemas(routes: tuple[Route, ...]) -> tuple[dict[Any, Any], dict[str, Any]]:
     wanted: list[tuple[type[BaseModel], JsonSchemaMode]] = [(models.Error, "serialization")]
     for route in routes:
         if route.body:
@@ -39,7 +43,7 @@ def _schemas(routes: tuple[Any, ...]) -> tuple[dict[Any, Any], dict[str, Any]]:
 
 
 @cache
-def _document(routes: tuple[Any, ...]) -> dict[str, Any]:
+def _document(routes: tuple[Route, ...]) -> dict[str, Any]:
     refs, components = _schemas(routes)
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
@@ -96,5 +100,5 @@ def _document(routes: tuple[Any, ...]) -> dict[str, Any]:
     }
 
 
-def document(routes: tuple[Any, ...]) -> dict[str, Any]:
+def document(routes: tuple[Route, ...]) -> dict[str, Any]:
     return _document(routes)

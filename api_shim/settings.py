@@ -11,6 +11,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from skyscan import model
+
 
 class ShimSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SKYSCAN_", extra="ignore")
@@ -31,9 +33,10 @@ class ShimSettings(BaseSettings):
     tags: list[str] = Field(default_factory=list, description="Extra known image tags (JSON list).")
     min_tag: str = Field(default="4.0.0", description="Semver tags older than this are refused.")
 
-    default_scanner_server_memory: str = "1024M"
-    default_worker_memory: str = "8GB"
-    default_worker_disk: str = "1GB"
+    # Sizes when a request names none: bytes, or a size such as "2GB"; the Scan model's defaults.
+    default_scanner_server_memory: str | int = model.DEFAULT_SCANNER_SERVER_MEMORY_BYTES
+    default_worker_memory: str | int = model.DEFAULT_WORKER_MEMORY_BYTES
+    default_worker_disk: str | int = model.DEFAULT_WORKER_DISK_BYTES
 
     token_file: Path | None = Field(
         default=None, description="JSON {token: {name, roles}}; see `skyscan-shim make-token`."

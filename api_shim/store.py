@@ -17,8 +17,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from api_shim.cache import SCAN, ScanCache
 from api_shim.errors import ApiError, not_found
-from api_shim.view import TIMESTAMP_ANNOTATION
-from skyscan import kube, model
+from skyscan import kube, model, names
 
 Obj = dict[str, Any]
 MERGE = kube.MERGE_PATCH
@@ -32,16 +31,6 @@ class Change:
     status: Obj | None = None
 
 
-def replace_patch(old: Any, new: Any) -> Any:
-    """A merge-patch value that *replaces* `old` by `new` (merge patches otherwise merge objects)."""
-    if not isinstance(old, dict) or not isinstance(new, dict):
-        return new
-    patch: dict[str, Any] = {k: None for k in old if k not in new}
-    for key, value in new.items():
-        patch[key] = replace_patch(old.get(key), value)
-    return patch
-
-
 class ScanStore:
     def __init__(self, api: client.ApiClient, namespace: str, cache: ScanCache, timeout: float) -> None:
         self._objs = client.CustomObjectsApi(api)
@@ -53,7 +42,7 @@ class ScanStore:
         body = {
             "apiVersion": model.API_VERSION,
             "kind": model.KIND,
-            "metadata": {"name": name, "annotations": {TIMESTAMP_ANNOTATION: repr(timestamp)}},
+            "metadata": {"name": name, "annotations": {names.TIMESTAMP_ANNOTATION: repr(timestamp)}},
             "spec": spec,
         }
         obj: Obj = await self._objs.create_namespaced_custom_object(

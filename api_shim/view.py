@@ -7,13 +7,12 @@ from the shim's status keys, the workflow from the operator's. Deprecated fields
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
-from skyscan.state import NOT_YET_REQUESTED, SCAN_HAS_FINAL_RESULT, has_requested_workflow, scan_state
-from skyscan_operator.scanner_job import nside_order, scanner_server_args
-
-TIMESTAMP_ANNOTATION = "skyscan.io/timestamp"  # sub-second creation time (Unix seconds, as a string)
+from skyscan import model
+from skyscan.scanner_args import scanner_server_args, sorted_nsides
+from skyscan.state import SCAN_HAS_FINAL_RESULT, has_requested_workflow
+from skyscan.status import ScanRecord
 
 MANIFEST_FIELDS = (
     "scan_id",
@@ -41,97 +40,72 @@ EVENT_PLACEHOLDER = "use 'sensor_event_id'"
 Scan = Mapping[str, Any]
 
 
-def _status(scan: Scan) -> Mapping[str, Any]:
-    return scan.get("status") or {}
-
-
-def _workflow(scan: Scan) -> Mapping[str, Any]:
-    return _status(scan).get("workflow") or {}
-
-
 def scan_id(scan: Scan) -> str:
-    return str(scan["metadata"]["name"])
+    return ScanRecord(scan).name
 
 
-def created_at(scan: Scan) -> float:
-    meta = scan["metadata"]
-    stamp = (meta.get("annotations") or {}).get(TIMESTAMP_ANNOTATION)
-    if stamp:
-        try:
-            return float(stamp)
-        except ValueError:
-            pass
-    created = meta.get("creationTimestamp")
-    if not created:
-        return 0.0
-    return datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
+def spec_of(scan: Scan) -> model.ScanSpec:
+    return model.ScanSpec.model_validate(scan["spec"])
 
 
-def classifiers(spec: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(spec.get("classifiers") or {})
-    if spec.get("rescanOf"):
-        out.update(rescan=True, origin_scan_id=spec["rescanOf"])
+def classifiers(spec: model.ScanSpec) -> dict[str, Any]:
+    out = dict(spec.classifiers)
+    if spec.rescan_of:
+        out.update(rescan=True, origin_scan_id=spec.rescan_of)
     return out
 
 
-def event_metadata(status: Mapping[str, Any]) -> dict[str, Any] | None:
-    em = status.get("eventMetadata")
-    if not em:
-        return None
-    return {
-        "run_id": em["runId"],
-        "event_id": em["eventId"],
-        "event_type": em["eventType"],
-        "mjd": em["mjd"],
-        "is_real_event": em["isRealEvent"],
-    }
+def event_metadata(scan: Scan) -> dict[str, Any] | None:
+    """The REST (snake_case) form of the stored event metadata."""
+    stored = ScanRecord(scan).event_metadata()
+    return model.EventMetadata.model_validate(stored.model_dump()).model_dump() if stored else None
 
 
-def progress(status: Mapping[str, Any]) -> dict[str, Any] | None:
-    stored = status.get("progress")
+def progress(scan: Scan) -> dict[str, Any] | None:
+    stored = ScanRecord(scan).progress
     if not stored:
         return None
     # Optional keys are stored only when set (a merge patch drops nulls); the REST shape has them.
     return {**stored, "start": stored.get("start"), "end": stored.get("end")}
 
 
-def worker_outcomes(scan: Scan) -> list[Mapping[str, Any]]:
-    return list(_status(scan).get("workerRequests") or [])
+def worker_outcomes(scan: Scan) -> list[model.WorkerRequestOutcome]:
+    return ScanRecord(scan).worker_requests()
 
 
 def workflow_id(scan: Scan) -> str:
-    return str(_workflow(scan).get("id") or NOT_YET_REQUESTED)
+    return ScanRecord(scan).rest_workflow_id
 
 
 def has_final_result(scan: Scan) -> bool:
-    return bool((_status(scan).get("result") or {}).get("isFinal"))
+    return ScanRecord(scan).has_final_result
 
 
 def is_deleted(scan: Scan) -> bool:
-    return bool(scan["spec"].get("deleted"))
+    return ScanRecord(scan).deleted
 
 
 def manifest(scan: Scan) -> dict[str, Any]:
-    spec, status = scan["spec"], _status(scan)
-    timestamp = created_at(scan)
+    record, spec = ScanRecord(scan), spec_of(scan)
+    timestamp = record.created_at
     return {
-        "scan_id": scan_id(scan),
+        "scan_id": record.name,
         "timestamp": timestamp,
-        "is_deleted": is_deleted(scan),
+        "is_deleted": spec.deleted,
         "scanner_server_args": scanner_server_args(spec),
-        "wms_workflow_id": workflow_id(scan),
-        "wms_address": _workflow(scan).get("address"),
+        "wms_workflow_id": record.rest_workflow_id,
+        "wms_address": record.wms_address,
         "wms_task": WMS_TASK_PLACEHOLDER,
-        "priority": spec.get("priority", 0),
+        "priority": spec.priority,
         "classifiers": classifiers(spec),
-        "sensor_event_id": spec["sensorEventId"],
+        "sensor_event_id": spec.sensor_event_id,
         "event_live_json_dict": EVENT_PLACEHOLDER,
         "event_live_json_dict__hash": None,
-        "event_metadata": event_metadata(status),
-        "scan_metadata": status.get("scanMetadata"),
-        "progress": progress(status),
-        "replaced_by_scan_id": spec.get("replacedBy"),
-        "last_updated": max(timestamp, float(status.get("lastUpdated") or 0.0)),
+        "event_metadata": event_metadata(scan),
+        "scan_metadata": record.scan_metadata,
+        "progress": progress(scan),
+        "replaced_by_scan_id": spec.replaced_by,
+        "last_updated": max(timestamp, record.last_updated),
     }
 
 
@@ -168,25 +142,25 @@ def find_projection(projection: str | list[str]) -> set[str]:
 
 
 def scan_request(scan: Scan, rescan_ids: list[str]) -> dict[str, Any]:
-    spec = scan["spec"]
+    spec = spec_of(scan)
     return {
         "scan_id": scan_id(scan),
         "rescan_ids": rescan_ids,
-        "docker_tag": spec["dockerTag"],
-        "scanner_server_memory_bytes": spec["scannerServerMemoryBytes"],
-        "reco_algo": spec["recoAlgo"],
-        "nsides": dict(sorted(spec["nsides"].items(), key=nside_order)),
-        "real_or_simulated_event": spec["realOrSimulatedEvent"],
-        "predictive_scanning_threshold": float(spec.get("predictiveScanningThreshold", 1.0)),
-        "classifiers": dict(spec.get("classifiers") or {}),
-        "request_clusters": [[c["location"], c["nWorkers"]] for c in spec["requestClusters"]],
-        "worker_memory_bytes": spec["workerMemoryBytes"],
-        "worker_disk_bytes": spec["workerDiskBytes"],
-        "max_pixel_reco_time": spec["maxPixelRecoTime"],
-        "priority": spec.get("priority", 0),
-        "debug_mode": list(spec.get("debugMode") or []),
-        "sensor_event_id": spec["sensorEventId"],
-        "scanner_server_env_from_user": dict(spec.get("scannerServerEnvFromUser") or {}),
+        "docker_tag": spec.docker_tag,
+        "scanner_server_memory_bytes": spec.scanner_server_memory_bytes,
+        "reco_algo": spec.reco_algo,
+        "nsides": dict(sorted_nsides(spec.nsides)),
+        "real_or_simulated_event": spec.real_or_simulated_event.value,
+        "predictive_scanning_threshold": spec.predictive_scanning_threshold,
+        "classifiers": dict(spec.classifiers),
+        "request_clusters": [[c.location, c.n_workers] for c in spec.request_clusters],
+        "worker_memory_bytes": spec.worker_memory_bytes,
+        "worker_disk_bytes": spec.worker_disk_bytes,
+        "max_pixel_reco_time": spec.max_pixel_reco_time,
+        "priority": spec.priority,
+        "debug_mode": [m.value for m in spec.debug_mode],
+        "sensor_event_id": spec.sensor_event_id,
+        "scanner_server_env_from_user": dict(spec.scanner_server_env_from_user),
     }
 
 
@@ -195,31 +169,22 @@ def logs_url(scan: Scan, template: str | None, namespace: str) -> str | None:
 
 
 def workforce(scan: Scan) -> dict[str, Any]:
-    wf = _status(scan).get("workforce") or {}
-    return {
-        "workflow_id": workflow_id(scan),
-        "statuses": wf.get("statuses") or {},
-        "n_running": wf.get("nRunning", 0),
-        "top_errors": wf.get("topErrors") or {},
-    }
+    record = ScanRecord(scan)
+    wf = record.workforce() or model.Workforce()
+    return {"workflow_id": record.rest_workflow_id, **wf.model_dump(mode="json")}
 
 
 def state(scan: Scan) -> str:
-    status = _status(scan)
-    return scan_state(
-        has_final_result=has_final_result(scan),
-        workflow_id=_workflow(scan).get("id"),
-        progress=status.get("progress"),
-        deactivated=_workflow(scan).get("deactivated"),
-    )
+    return ScanRecord(scan).scan_state
 
 
 def scan_status(scan: Scan, logs: str | None) -> dict[str, Any]:
-    current = state(scan)
+    record = ScanRecord(scan)
+    current = record.scan_state
     return {
         "scan_state": current,
-        "is_deleted": is_deleted(scan),
-        "wms_deactivated": _workflow(scan).get("deactivated"),
+        "is_deleted": record.deleted,
+        "wms_deactivated": record.deactivated,
         "scan_complete": current == SCAN_HAS_FINAL_RESULT,
         "scanner_server_logs": {"url": logs},
         "wms_workforce": workforce(scan),
@@ -232,19 +197,19 @@ def workflow_id_view(scan: Scan) -> dict[str, Any]:
         "workflow_id": current,
         "requested_wms_workflow": has_requested_workflow(current),
         "eligible_for_wms": True,
-        "wms_address": _workflow(scan).get("address"),
+        "wms_address": ScanRecord(scan).wms_address,
     }
 
 
 def backlog_entry(scan: Scan) -> dict[str, Any] | None:
-    backlog = _status(scan).get("backlog")
-    if not backlog:
+    backlog = ScanRecord(scan).backlog()
+    if backlog is None:
         return None
     return {
         "scan_id": scan_id(scan),
-        "timestamp": float(backlog["enteredAt"]),
+        "timestamp": backlog.entered_at,
         "pickled_k8s_job": None,
-        "priority": backlog.get("priority", 0),
-        "pending_timestamp": float(backlog.get("pendingSince", 0.0)),
-        "next_attempt": backlog.get("attempts", 0),
+        "priority": int(scan["spec"].get("priority", 0)),
+        "pending_timestamp": backlog.pending_since,
+        "next_attempt": backlog.attempts,
     }

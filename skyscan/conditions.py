@@ -38,6 +38,16 @@ def find(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:
     return next((c for c in conditions if c.get("type") == type_), None)
 
 
+def reason(conditions: list[dict[str, Any]], type_: str) -> str | None:
+    c = find(conditions, type_)
+    return c.get("reason") if c else None
+
+
+def message(conditions: list[dict[str, Any]], type_: str) -> str:
+    c = find(conditions, type_)
+    return str(c.get("message", "")) if c else ""
+
+
 def is_true(conditions: list[dict[str, Any]], type_: str) -> bool:
     c = find(conditions, type_)
     return c is not None and c.get("status") == "True"

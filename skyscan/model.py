@@ -7,6 +7,7 @@ validators, so REST input is checked by the same source.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -48,6 +49,16 @@ class KubeModel(BaseModel):
 
     def to_kube(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def to_patch(self) -> dict[str, Any]:
+        """A merge patch of just the fields that were set (defaults would overwrite stored values)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+class StatusPart(KubeModel):
+    """A part of the status. Read back leniently: a key an older or newer version wrote is ignored."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
 class RealOrSimulatedEvent(StrEnum):
@@ -153,6 +164,15 @@ class ScanSpec(KubeModel):
         return value
 
 
+# Spec fields that belong to one scan's life, not to its request: a rescan does not copy them.
+SCAN_LIFE_FIELDS = ("deleted", "replacedBy", "workerRequests", "rescanOf")
+
+
+def rescan_spec(spec: Mapping[str, Any], origin_id: str) -> dict[str, Any]:
+    """The wire-form spec of a rescan (or replacement) of scan `origin_id`: its request, pointing back."""
+    return {**{k: v for k, v in spec.items() if k not in SCAN_LIFE_FIELDS}, "rescanOf": origin_id}
+
+
 class Condition(KubeModel):
     """A Kubernetes API convention condition."""
 
@@ -164,7 +184,12 @@ class Condition(KubeModel):
     observed_generation: int | None = None
 
 
-class EventMetadata(KubeModel):
+class EventMetadata(BaseModel):
+    """The sensor event's metadata as the scanner reports it (REST form, snake_case); unknown keys
+    are dropped, as the reference does."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
     run_id: int
     event_id: int
     event_type: str
@@ -172,10 +197,16 @@ class EventMetadata(KubeModel):
     is_real_event: bool
 
 
+class EventMetadataStatus(EventMetadata, KubeModel):
+    """The same fields as stored in the Scan's status (camelCase)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", strict=False)
+
+
 FreeForm = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
 
 
-class WorkflowStatus(KubeModel):
+class WorkflowStatus(StatusPart):
     """The scan's WMS workflow. `requested_at` is the intent marker written *before* the request is
     sent, so a restart that finds it without an `id` knows a workflow may exist and must not
     silently create a second one."""
@@ -189,16 +220,15 @@ class WorkflowStatus(KubeModel):
     abort_requested_at: str | None = None
 
 
-class BacklogStatus(KubeModel):
+class BacklogStatus(StatusPart):
     """Bookkeeping while the scan waits for admission (the REST backlog entry). Unix seconds."""
 
     entered_at: float
-    priority: int = 0
     pending_since: float = 0.0
     attempts: int = 0
 
 
-class JobStatus(KubeModel):
+class JobStatus(StatusPart):
     name: str
     created_at: str | None = None
     started_at: float | None = Field(default=None, description="Unix seconds when the scanner Pod started.")
@@ -211,7 +241,7 @@ class JobStatus(KubeModel):
     )
 
 
-class Workforce(KubeModel):
+class Workforce(StatusPart):
     """Summed over the workflow's taskforces (compound statuses, running workers, top errors)."""
 
     statuses: FreeForm = Field(default_factory=dict)
@@ -219,7 +249,7 @@ class Workforce(KubeModel):
     top_errors: FreeForm = Field(default_factory=dict)
 
 
-class WorkerRequestOutcome(KubeModel):
+class WorkerRequestOutcome(StatusPart):
     """The answer to one `spec.workerRequests` entry, keyed by its id."""
 
     id: NonBlank
@@ -229,7 +259,7 @@ class WorkerRequestOutcome(KubeModel):
     reason: str | None = None
 
 
-class ResultStatus(KubeModel):
+class ResultStatus(StatusPart):
     """Written by the shim next to the stored result payload, so the operator can finish the workflow."""
 
     is_final: bool
@@ -257,7 +287,7 @@ class ScanStatus(KubeModel):
     )
     # shim
     progress: FreeForm | None = None
-    event_metadata: EventMetadata | None = None
+    event_metadata: EventMetadataStatus | None = None
     scan_metadata: FreeForm | None = None
     result: ResultStatus | None = None
     last_updated: float | None = Field(default=None, description="Unix seconds of the last manifest change.")

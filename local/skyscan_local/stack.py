@@ -20,14 +20,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
 import shlex
-import signal
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -43,7 +39,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from skyscan import install, kube
 from skyscan_local import control_plane as localcluster
+from skyscan_local import processes
 from skyscan_local import scanner_simulator as scanner_sim
+from skyscan_local.processes import tail as tail  # the e2e tests read logs through it
 
 REPO = Path(__file__).resolve().parents[2]
 STATE_FILE, ENV_FILE, TOKEN_FILE = "stack.json", "env", "tokens.json"
@@ -170,82 +168,17 @@ def code_version() -> str:
 # --- processes ------------------------------------------------------------------------------------
 
 
-def cmdline(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return raw.decode(errors="replace").split("\0")[:-1]
+def _recorded(record: dict[str, Any]) -> processes.Recorded:
+    return processes.Recorded(int(record["pid"]), tuple(record["argv"]))
 
 
 def alive(record: dict[str, Any]) -> bool:
     """The recorded process still runs (and its pid was not recycled by another program)."""
-    return bool(cmdline(int(record["pid"])) == record["argv"])
+    return _recorded(record).alive()
 
 
 def stop_process(record: dict[str, Any], timeout: float = 15.0) -> None:
-    if not alive(record):
-        return
-    pid = int(record["pid"])
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while alive(record) and time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                return  # our own child (tests) has been reaped
-        time.sleep(0.1)
-    if alive(record):
-        os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def launch(component: Component, logs: Path, tie_to_parent: bool) -> dict[str, Any]:
-    logs.mkdir(parents=True, exist_ok=True)
-    with (logs / f"{component.name}.log").open("ab") as out:
-        proc = subprocess.Popen(
-            component.argv,
-            env={**os.environ, **component.env},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=_die_with_parent if tie_to_parent else None,
-        )
-    return {"pid": proc.pid, "argv": component.argv, "config": component.config}
-
-
-def wait_ready(component: Component, record: dict[str, Any], log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive(record):
-            raise StackError(f"{component.name} exited during start-up; log {log}:\n{tail(log)}")
-        with contextlib.suppress(httpx.HTTPError, OSError):
-            if component.ready():
-                return
-        time.sleep(0.2)
-    raise StackError(f"{component.name} not ready after {timeout:.0f}s; log {log}:\n{tail(log)}")
-
-
-def tail(log: Path, chars: int = 3000) -> str:
-    return log.read_text(errors="replace")[-chars:] if log.exists() else ""
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def pick_port(preferred: int) -> int:
-    return preferred if preferred and port_free(preferred) else localcluster.free_port()
+    processes.stop([_recorded(record)], timeout)
 
 
 # --- readiness checks -----------------------------------------------------------------------------
@@ -343,15 +276,7 @@ def ensure_cluster(s: LocalStackSettings, state: dict[str, Any]) -> str:
         state["local_cluster"] = False
         return str(Path(s.kubeconfig).expanduser().resolve())
     state["local_cluster"] = True
-    current = localcluster.load(s.cluster_dir)
-    if current and all(localcluster._alive(p) for p in current.processes):
-        return current.kubeconfig
-    if current:  # half dead: start afresh
-        localcluster.stop(s.cluster_dir)
-    began = time.monotonic()
-    cluster = localcluster.start(s.cluster_dir, tie_to_parent=s.tie_to_parent)
-    print(f"control plane ready in {time.monotonic() - began:.1f}s", file=sys.stderr)
-    return cluster.kubeconfig
+    return localcluster.ensure(s.cluster_dir, tie_to_parent=s.tie_to_parent).kubeconfig
 
 
 async def prepare_cluster(kubeconfig: str, namespace: str, scanner_token: str, timeout: float) -> None:
@@ -430,7 +355,7 @@ def up(s: LocalStackSettings) -> dict[str, str]:
 
     def port(name: str, component: str, preferred: int) -> int:
         """A running component keeps its port; otherwise the preferred one if free, else any."""
-        return int(ports[name]) if component in running and name in ports else pick_port(preferred)
+        return int(ports[name]) if component in running and name in ports else processes.pick_port(preferred)
 
     state["ports"] = {
         "shim": port("shim", "shim", s.shim_port),
@@ -454,10 +379,12 @@ def up(s: LocalStackSettings) -> dict[str, str]:
             print(f"restarting {component.name} (configuration changed or not running)", file=sys.stderr)
             stop_process(record)
         log = s.dir / "logs" / f"{component.name}.log"
-        log.unlink(missing_ok=True)  # the readiness check reads this run's log only
-        records[component.name] = launch(component, s.dir / "logs", s.tie_to_parent)
+        proc = processes.spawn(component.argv, log, env=component.env, tie_to_parent=s.tie_to_parent)
+        records[component.name] = {"pid": proc.pid, "argv": component.argv, "config": component.config}
         save_state(s.dir, state)
-        wait_ready(component, records[component.name], log, s.ready_timeout)
+        processes.wait_until(
+            component.ready, component.name, s.ready_timeout, proc=proc, log=log, error=StackError
+        )
     values = env_lines(state, s.namespace)
     write_env(s.dir, values)
     return values

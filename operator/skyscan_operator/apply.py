@@ -17,12 +17,12 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import conditions as cond
-from skyscan import kube, payloads
+from skyscan import kube, model, names, payloads
+from skyscan.patch import merge_patch
+from skyscan.status import ScanRecord
 from skyscan_operator import scanner_job
 from skyscan_operator.events import EventPoster
 from skyscan_operator.planner import (
-    FINALIZER,
-    OPERATOR_KEYS,
     Action,
     AddWorkers,
     CreateJob,
@@ -43,20 +43,6 @@ from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable
 log = logging.getLogger(__name__)
 MERGE = kube.MERGE_PATCH
 SCAN = kube.SCAN_RESOURCE
-
-
-def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """The JSON merge patch (RFC 7386) turning `old` into `new`: removed keys become null."""
-    patch: dict[str, Any] = {}
-    for key in old.keys() | new.keys():
-        before, after = old.get(key), new.get(key)
-        if before == after:
-            continue
-        if isinstance(before, dict) and isinstance(after, dict):
-            patch[key] = merge_patch(before, after)
-        else:
-            patch[key] = after
-    return patch
 
 
 class Stop(Exception):
@@ -85,7 +71,7 @@ class Applier:
 
     async def apply(self, scan: ScanView, body: dict[str, Any], plan: Plan) -> float | None:
         """Returns seconds until the scan wants another pass (None: only when something changes)."""
-        run = Run(self, scan, body, plan.status)
+        run = Run(self, scan, body, plan)
         try:
             await run.patch_status()
         except Stop:
@@ -108,14 +94,14 @@ class Applier:
 
 
 class Run:
-    """One plan's application to one scan; `status` holds the operator's keys as last written."""
+    """One plan's application to one scan: `draft` holds the operator's keys as they should be,
+    `written` as last written; each outcome updates the draft and is written at once."""
 
-    def __init__(
-        self, applier: Applier, scan: ScanView, body: dict[str, Any], status: dict[str, Any]
-    ) -> None:
+    def __init__(self, applier: Applier, scan: ScanView, body: dict[str, Any], plan: Plan) -> None:
         self.a, self.scan, self.body = applier, scan, body
-        self.status = {k: status.get(k) for k in OPERATOR_KEYS}
-        self.written = {k: (body.get("status") or {}).get(k) for k in OPERATOR_KEYS}
+        self.draft = plan.draft
+        self.head = {k: plan.status.get(k) for k in ("observedGeneration", "state")}
+        self.written = ScanRecord(body).operator_keys()
 
     @property
     def settings(self) -> OperatorSettings:
@@ -128,12 +114,12 @@ class Run:
         self.a.events.post(self.body, "Warning" if warning else "Normal", reason, message, self.now())
 
     def condition(self, type_: str, status: bool, reason: str, message: str) -> None:
-        self.status["conditions"] = cond.put(
-            self.status["conditions"] or [], type_, status, reason, message, self.now(), self.scan.generation
-        )
+        self.draft.now = self.now()
+        self.draft.set(type_, status, reason, message)
 
     async def patch_status(self) -> None:
-        delta = merge_patch(self.written, self.status)
+        wanted = {**self.head, **self.draft.wire()}
+        delta = merge_patch(self.written, wanted)
         if not delta:
             return
         s = self.scan
@@ -145,7 +131,7 @@ class Run:
             if e.status == 404:
                 raise Stop() from e
             raise
-        self.written = copy.deepcopy(self.status)
+        self.written = copy.deepcopy(wanted)
         self.body = new
         self.a.store.put_scan(new)
 
@@ -190,26 +176,24 @@ class Run:
         await self.patch_status()
 
     def wms_ok(self) -> None:
-        if cond.find(self.status["conditions"] or [], cond.WMS_AVAILABLE):
+        if cond.find(self.draft.conditions, cond.WMS_AVAILABLE):
             self.condition(cond.WMS_AVAILABLE, True, "Reachable", "the last WMS call succeeded")
 
     def fail_attempt(self, reason: str, message: str) -> None:
-        backlog = dict(self.status["backlog"] or {})
-        attempts = backlog.get("attempts", 0)
-        backlog["pendingSince"] = self.now()
-        self.status["backlog"] = backlog
-        self.condition(cond.ADMITTED, False, reason, f"start attempt {attempts} failed: {message}")
+        backlog = self.draft.backlog or model.BacklogStatus(entered_at=self.scan.created_at or self.now())
+        backlog.pending_since = self.now()
+        self.draft.backlog = backlog
+        self.condition(cond.ADMITTED, False, reason, f"start attempt {backlog.attempts} failed: {message}")
 
-    def workflow(self) -> dict[str, Any]:
-        wf = dict(self.status["workflow"] or {})
-        self.status["workflow"] = wf
-        return wf
+    def workflow(self) -> model.WorkflowStatus:
+        return self.draft.workflow
 
     async def set_finalizer(self, present: bool) -> None:
+        finalizer = names.WORKFLOW_FINALIZER
         current = list((self.body["metadata"].get("finalizers")) or [])
-        wanted = [*current, FINALIZER] if present and FINALIZER not in current else current
+        wanted = [*current, finalizer] if present and finalizer not in current else current
         if not present:
-            wanted = [f for f in current if f != FINALIZER]
+            wanted = [f for f in current if f != finalizer]
         if wanted == current:
             return
         patch = {
@@ -233,14 +217,14 @@ class Run:
             resp = await wms.request_workflow(body)
         except WMSError as e:
             if not isinstance(e, WMSUnavailable):
-                self.workflow().pop("requestedAt", None)  # a definite refusal: nothing was created
+                self.workflow().requested_at = None  # a definite refusal: nothing was created
             await self.wms_failed(e, attempt=True)
             raise Stop() from e
         await self.record_workflow(str(resp["workflow"]["workflow_id"]), "WorkflowCreated")
 
     async def record_workflow(self, workflow_id: str, reason: str) -> None:
         wf = self.workflow()
-        wf.update(id=workflow_id, address=self.a.wms.base_url if self.a.wms else wf.get("address"))
+        wf.id, wf.address = workflow_id, self.a.wms.base_url if self.a.wms else wf.address
         self.condition(cond.WORKFLOW_READY, False, "WaitingForQueues", f"workflow {workflow_id} requested")
         self.wms_ok()
         await self.patch_status()
@@ -262,11 +246,11 @@ class Run:
             return
         wf = self.workflow()
         if not create:
-            wf.pop("requestedAt", None)  # nothing was created: nothing to release
+            wf.requested_at = None  # nothing was created: nothing to release
             await self.patch_status()
             return
         self.event("WorkflowNotFound", "the earlier workflow request left no workflow; requesting again")
-        wf["requestedAt"] = cond.iso(self.now())  # a fresh intent marker before the new request
+        wf.requested_at = cond.iso(self.now())  # a fresh intent marker before the new request
         await self.patch_status()
         await self.request_workflow(body)
 
@@ -291,7 +275,7 @@ class Run:
             await self.a.core.patch_namespaced_secret(
                 secret["metadata"]["name"], s.namespace, {"stringData": secret["stringData"]}
             )
-        self.workflow()["queuesActivated"] = True
+        self.workflow().queues_activated = True
         self.condition(cond.WORKFLOW_READY, True, "QueuesActivated", f"workflow {workflow_id} is ready")
         self.wms_ok()
         await self.patch_status()
@@ -322,13 +306,13 @@ class Run:
             existing = await self.a.batch.read_namespaced_job(name, s.namespace)
             await self.check_owner(existing.metadata, "Job")
             created_at = existing.metadata.creation_timestamp
-        self.status["job"] = {
-            "name": name,
-            "createdAt": cond.iso(created_at.timestamp()) if created_at else cond.iso(self.now()),
-            "state": "Pending",
-            "reason": "Pending",
-        }
-        self.status["backlog"] = None
+        self.draft.job = model.JobStatus(
+            name=name,
+            created_at=cond.iso(created_at.timestamp() if created_at else self.now()),
+            state="Pending",
+            reason="Pending",
+        )
+        self.draft.backlog = None
         self.condition(cond.ADMITTED, True, "Started", f"Job {name} created")
         await self.patch_status()
         self.event("JobCreated", f"created Job {name}")
@@ -359,8 +343,11 @@ class Run:
             await self.wms_failed(e, attempt=False)
             raise Stop(self.settings.queue_poll_seconds) from e
         wf = self.workflow()
-        wf["deactivated"] = deactivated
-        wf["abortRequestedAt" if how == "abort" else "finishRequestedAt"] = cond.iso(self.now())
+        wf.deactivated = deactivated
+        if how == "abort":
+            wf.abort_requested_at = cond.iso(self.now())
+        else:
+            wf.finish_requested_at = cond.iso(self.now())
         self.condition(
             cond.WORKFLOW_READY, False, deactivated.title(), f"workflow {workflow_id}: {deactivated}"
         )
@@ -373,23 +360,23 @@ class Run:
 
     async def add_workers(self, r: AddWorkers) -> None:
         wms = await self.need_wms()
-        outcome: dict[str, Any]
+        outcome: model.WorkerRequestOutcome
         try:
             tf = await wms.add_workers(r.workflow_id, r.location, r.n_workers)
-            outcome = {
-                "id": r.request_id,
-                "state": "Succeeded",
-                "taskforceUuid": tf["taskforce_uuid"],
-                "nWorkers": tf["n_workers"],
-            }
+            outcome = model.WorkerRequestOutcome(
+                id=r.request_id,
+                state="Succeeded",
+                taskforce_uuid=tf["taskforce_uuid"],
+                n_workers=tf["n_workers"],
+            )
             self.wms_ok()
             self.event(
                 "WorkersAdded", f"{tf['n_workers']} workers at {r.location}: taskforce {tf['taskforce_uuid']}"
             )
         except WMSError as e:
-            outcome = {"id": r.request_id, "state": "Failed", "reason": str(e)}
+            outcome = model.WorkerRequestOutcome(id=r.request_id, state="Failed", reason=str(e))
             self.event("AddWorkersFailed", str(e), warning=True)
-        self.status["workerRequests"] = [*(self.status["workerRequests"] or []), outcome]
+        self.draft.worker_requests = [*(self.draft.worker_requests or []), outcome]
         await self.patch_status()
 
     async def replace(self, new_id: str, body: dict[str, Any]) -> None:

@@ -25,8 +25,8 @@ from pydantic import ValidationError
 
 from skyscan import conditions as cond
 from skyscan import kube, model
-from skyscan_operator import backlog
-from skyscan_operator import planner as reconcile
+from skyscan.status import ScanRecord
+from skyscan_operator import backlog, planner
 from skyscan_operator.apply import Applier
 from skyscan_operator.events import EventPoster
 from skyscan_operator.planner import Admission, Observed, ScanView, WorkflowView
@@ -127,10 +127,11 @@ class Controller:
 
     def observe(self, key: Key, scan: ScanView, now: float) -> Observed:
         store = self.store
-        workflow_id = (scan.status.get("workflow") or {}).get("id")
+        workflow_id = scan.record.workflow_id
         pods = store.pods_of(key)
         transient = any(p.transient_failure for p in pods)
-        replacement = scan.spec.replaced_by or (scan.status.get("job") or {}).get("replacement")
+        job = scan.record.job()
+        replacement = scan.spec.replaced_by or (job.replacement if job else None)
         return Observed(
             job=store.job_of(key, scan.uid),
             pods=pods,
@@ -154,7 +155,7 @@ class Controller:
             self._report_invalid(key, body, e)
             return None
         now = self.clock()
-        plan = reconcile.plan(scan, self.observe(key, scan, now), now, self.settings)
+        plan = planner.plan(scan, self.observe(key, scan, now), now, self.settings)
         try:
             return await self.applier.apply(scan, body, plan)
         except ApiException as e:
@@ -185,16 +186,16 @@ class Controller:
         now = self.clock()
         candidates = []
         for key, body in self.store.waiting_scans():
-            entry = (body.get("status") or {}).get("backlog") or {}
-            if entry.get("attempts", 0) >= self.settings.max_start_attempts:
+            entry = ScanRecord(body).backlog()
+            if entry is None or entry.attempts >= self.settings.max_start_attempts:
                 continue  # its last attempt failed; the planner marks it Failed
             candidates.append(
                 backlog.Candidate(
                     key=key,
-                    priority=int(entry.get("priority", 0)),
-                    entered_at=float(entry.get("enteredAt", 0.0)),
-                    pending_since=float(entry.get("pendingSince", 0.0)),
-                    attempts=int(entry.get("attempts", 0)),
+                    priority=int(body["spec"].get("priority", 0)),
+                    entered_at=entry.entered_at,
+                    pending_since=entry.pending_since,
+                    attempts=entry.attempts,
                 )
             )
         granted = sum(1 for a in self.store.admissions.values() if a.granted)
@@ -212,9 +213,11 @@ class Controller:
         for key, hold in decision.hold.items():
             if hold.reason == "RetryDelay":
                 continue  # the failed attempt's reason stays visible meanwhile
-            conditions = (self.store.scans[key].get("status") or {}).get("conditions") or []
-            current = cond.find(conditions, cond.ADMITTED) or {}
-            if (current.get("reason"), current.get("message")) != (hold.reason, hold.message):
+            conditions = ScanRecord(self.store.scans[key]).conditions
+            if (cond.reason(conditions, cond.ADMITTED), cond.message(conditions, cond.ADMITTED)) != (
+                hold.reason,
+                hold.message,
+            ):
                 self.store.admissions[key] = Admission(False, hold.reason, hold.message)
                 self.queue.add(key)
 

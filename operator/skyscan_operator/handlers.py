@@ -62,12 +62,15 @@ async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`skyscan-operator`: configuration comes from SKYSCAN_* (see `skyscan_operator.settings`)."""
-    if argv or (argv is None and len(sys.argv) > 1):
-        print(__doc__, "\nSettings:", file=sys.stderr)
+    args = sys.argv[1:] if argv is None else argv
+    if args:  # no arguments are taken: `--help` is answered, anything else is a usage error
+        asked = args in (["-h"], ["--help"])
+        out = sys.stdout if asked else sys.stderr
+        print(__doc__, "\nSettings:", file=out)
         for name, f in OperatorSettings.model_fields.items():
             default = f.default_factory() if f.default_factory else f.default  # type: ignore[call-arg]
-            print(f"  SKYSCAN_{name.upper()} (default {default!r}): {f.description}", file=sys.stderr)
-        return 2
+            print(f"  SKYSCAN_{name.upper()} (default {default!r}): {f.description}", file=out)
+        return 0 if asked else 2
     settings = OperatorSettings()
     logging.basicConfig(
         level=os.environ.get("SKYSCAN_LOG_LEVEL", "INFO"),

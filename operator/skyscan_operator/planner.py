@@ -19,20 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from skyscan import conditions as cond
-from skyscan import model
+from skyscan import model, names
 from skyscan.state import scan_state
+from skyscan.status import ENDED_JOB_STATES, ScanRecord, holds_workflow
 from skyscan_operator import scanner_job, workforce
 from skyscan_operator.settings import OperatorSettings
 
-FINALIZER = "skyscan.io/wms-workflow"  # present only while the scan may hold a live WMS workflow
-OPERATOR_KEYS = (
-    "observedGeneration", "conditions", "state", "backlog", "workflow", "job", "workforce", "taskforces",
-    "workerRequests",
-)  # fmt: skip
 TRANSIENT_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "StartError", "CrashLoopBackOff"})
 TRANSIENT_EXIT_CODES = frozenset({137, 143})
 ATTEMPT_FAILURES = frozenset({"WMSUnavailable", "WMSRejected", "StartFailed", "StartTimedOut"})
-ENDED_JOB_STATES = ("Succeeded", "Failed", "Deleted")
 
 
 # --- what the handlers observe ---
@@ -100,7 +95,7 @@ class ScanView:
     labels: dict[str, str]
     spec: model.ScanSpec
     raw_spec: dict[str, Any]
-    status: dict[str, Any]
+    record: ScanRecord
     resource_version: str
 
     @classmethod
@@ -117,7 +112,7 @@ class ScanView:
             labels=dict(meta.get("labels") or {}),
             spec=model.ScanSpec.model_validate(body["spec"]),
             raw_spec=body["spec"],
-            status=body.get("status") or {},
+            record=ScanRecord(body),
             resource_version=meta.get("resourceVersion", ""),
         )
 
@@ -198,7 +193,8 @@ class Event:
 
 @dataclass
 class Plan:
-    status: dict[str, Any]
+    status: dict[str, Any]  # the operator's status keys, wire form
+    draft: Draft  # the same keys, typed, for the applier to update as actions succeed
     actions: list[Action] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
@@ -213,17 +209,44 @@ class Plan:
 
 @dataclass
 class Draft:
-    """The operator's status keys being rebuilt (wire form)."""
+    """The operator's status keys being rebuilt, typed; `wire()` gives them as the status stores them."""
 
     conditions: list[dict[str, Any]]
-    backlog: dict[str, Any] | None
-    workflow: dict[str, Any]
-    job: dict[str, Any] | None
-    workforce: dict[str, Any] | None
+    backlog: model.BacklogStatus | None
+    workflow: model.WorkflowStatus
+    job: model.JobStatus | None
+    workforce: model.Workforce | None
     taskforces: list[dict[str, Any]] | None
-    worker_requests: list[dict[str, Any]] | None
+    worker_requests: list[model.WorkerRequestOutcome] | None
     now: float
     generation: int | None
+
+    @classmethod
+    def of(cls, record: ScanRecord, now: float, generation: int | None) -> Draft:
+        return cls(
+            conditions=record.conditions,
+            backlog=record.backlog(),
+            workflow=record.workflow(),
+            job=record.job(),
+            workforce=record.workforce(),
+            taskforces=record.taskforces or None,
+            worker_requests=record.worker_requests() or None,
+            now=now,
+            generation=generation,
+        )
+
+    def wire(self) -> dict[str, Any]:
+        """The operator's keys except observedGeneration and state, in wire form."""
+        workflow = self.workflow.to_kube()
+        return {
+            "conditions": self.conditions,
+            "backlog": self.backlog.to_kube() if self.backlog else None,
+            "workflow": workflow if self.workflow != model.WorkflowStatus() else None,
+            "job": self.job.to_kube() if self.job else None,
+            "workforce": self.workforce.to_kube() if self.workforce else None,
+            "taskforces": self.taskforces,
+            "workerRequests": [o.to_kube() for o in self.worker_requests] if self.worker_requests else None,
+        }
 
     def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.conditions = cond.put(self.conditions, type_, status, reason, message, self.now, self.generation)
@@ -232,24 +255,16 @@ class Draft:
         return cond.is_true(self.conditions, type_)
 
     def reason(self, type_: str) -> str | None:
-        c = cond.find(self.conditions, type_)
-        return c.get("reason") if c else None
+        return cond.reason(self.conditions, type_)
+
+    def message(self, type_: str) -> str:
+        return cond.message(self.conditions, type_)
 
 
 def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) -> Plan:
-    st = scan.status
-    d = Draft(
-        conditions=list(st.get("conditions") or []),
-        backlog=dict(st["backlog"]) if st.get("backlog") else None,
-        workflow=dict(st.get("workflow") or {}),
-        job=dict(st["job"]) if st.get("job") else None,
-        workforce=st.get("workforce"),
-        taskforces=st.get("taskforces"),
-        worker_requests=st.get("workerRequests"),
-        now=now,
-        generation=scan.generation,
-    )
-    p = Plan(status={})
+    record = scan.record
+    d = Draft.of(record, now, scan.generation)
+    p = Plan(status={}, draft=d)
     _observe_workflow(d, obs)
     _observe_job(d, obs)
     if scan.deleting:
@@ -262,71 +277,34 @@ def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) 
         _stop_if_ended(d, p, scan, obs)
         _worker_requests(d, p, scan)
     _finalizer(d, p, scan)
-    result = st.get("result") or {}
     p.status = {
         "observedGeneration": scan.generation,
-        "conditions": d.conditions,
         "state": scan_state(
-            has_final_result=result.get("isFinal") is True,
-            workflow_id=d.workflow.get("id"),
-            progress=st.get("progress"),
-            deactivated=d.workflow.get("deactivated"),
+            has_final_result=record.has_final_result,
+            workflow_id=d.workflow.id,
+            progress=record.progress,
+            deactivated=d.workflow.deactivated,
         ),
-        "backlog": d.backlog,
-        "workflow": d.workflow or None,
-        "job": d.job,
-        "workforce": d.workforce,
-        "taskforces": d.taskforces,
-        "workerRequests": d.worker_requests,
+        **d.wire(),
     }
     return p
-
-
-def holds_workflow(workflow: dict[str, Any]) -> bool:
-    """A live workflow, or one that may exist (requested, answer not recorded)."""
-    if workflow.get("id"):
-        return not workflow.get("deactivated")
-    return bool(workflow.get("requestedAt"))
-
-
-def is_terminal(status: dict[str, Any], spec: dict[str, Any]) -> bool:
-    """Nothing left to do: no live workflow, and the scan is deleted, failed or finished."""
-    conditions = status.get("conditions") or []
-    workflow = status.get("workflow") or {}
-    if holds_workflow(workflow):
-        return False
-    job_state = (status.get("job") or {}).get("state")
-    if spec.get("deleted"):
-        return job_state in (None, *ENDED_JOB_STATES)
-    return cond.is_true(conditions, cond.FAILED) or bool(workflow.get("deactivated"))
-
-
-def is_running(status: dict[str, Any], spec: dict[str, Any]) -> bool:
-    """Started and unfinished, for the concurrency cap: in a start attempt, or its Job not ended."""
-    if spec.get("deleted") or cond.is_true(status.get("conditions") or [], cond.FAILED):
-        return False
-    if cond.is_true(status.get("conditions") or [], cond.ADMITTED) and status.get("backlog"):
-        return True
-    job = status.get("job") or {}
-    return bool(job) and job.get("state") not in ENDED_JOB_STATES
 
 
 # --- the steps ---
 
 
 def _observe_workflow(d: Draft, obs: Observed) -> None:
-    if not d.workflow.get("id"):
+    if not d.workflow.id:
         return
-    if obs.wms_poll_error and not d.workflow.get("deactivated"):
+    if obs.wms_poll_error and not d.workflow.deactivated:
         d.set(cond.WMS_AVAILABLE, False, "PollFailed", f"the WMS cannot be polled: {obs.wms_poll_error}")
     elif d.reason(cond.WMS_AVAILABLE) == "PollFailed":
         d.set(cond.WMS_AVAILABLE, True, "Reachable", "the WMS answers polls again")
     if obs.workflow is None:
         return
-    if obs.workflow.deactivated and not d.workflow.get("deactivated"):
-        d.workflow["deactivated"] = obs.workflow.deactivated
-    summary = workforce.summarize(obs.workflow.taskforces)
-    d.workforce = summary
+    if obs.workflow.deactivated and not d.workflow.deactivated:
+        d.workflow.deactivated = obs.workflow.deactivated
+    d.workforce = workforce.summarize(obs.workflow.taskforces)
     d.taskforces = workforce.compact(obs.workflow.taskforces)
 
 
@@ -336,9 +314,9 @@ def _latest_pod(pods: tuple[PodView, ...]) -> PodView | None:
 
 def _observe_job(d: Draft, obs: Observed) -> None:
     if obs.job is None:
-        if d.job and d.job.get("state") not in ENDED_JOB_STATES:
-            d.job["state"] = "Deleted"
-            d.set(cond.SCANNER_RUNNING, False, "JobDeleted", f"Job {d.job['name']} is gone")
+        if d.job and d.job.state not in ENDED_JOB_STATES:
+            d.job.state = "Deleted"
+            d.set(cond.SCANNER_RUNNING, False, "JobDeleted", f"Job {d.job.name} is gone")
         return
     job = obs.job
     pod = _latest_pod(obs.pods)
@@ -351,16 +329,16 @@ def _observe_job(d: Draft, obs: Observed) -> None:
         state, reason = "Running", "Running"
     else:
         state, reason = "Pending", (pod.reason if pod else None) or "Pending"
-    previous = d.job or {}
-    d.job = {
-        **previous,
-        "name": job.name,
-        "createdAt": previous.get("createdAt") or job.created_at,
-        "startedAt": (pod.started_at if pod else None) or previous.get("startedAt"),
-        "state": state,
-        "reason": reason,
-    }
-    d.job = {k: v for k, v in d.job.items() if v is not None}
+    previous = d.job or model.JobStatus(name=job.name)
+    d.job = previous.model_copy(
+        update={
+            "name": job.name,
+            "created_at": previous.created_at or job.created_at,
+            "started_at": (pod.started_at if pod else None) or previous.started_at,
+            "state": state,
+            "reason": reason,
+        }
+    )
     message = f"pod {pod.name} is {pod.phase}" if pod else f"Job {job.name} has no pod yet"
     if failed_pod and failed_pod.exit_code is not None:
         message = f"pod {failed_pod.name} failed: {reason} (exit code {failed_pod.exit_code})"
@@ -376,9 +354,9 @@ def _hard_delete(d: Draft, p: Plan, scan: ScanView, obs: Observed) -> None:
 
 def _release(d: Draft, p: Plan, scan: ScanView) -> None:
     wf = d.workflow
-    if wf.get("id") and not wf.get("deactivated"):
-        p.actions.append(Deactivate(wf["id"], "abort"))
-    elif wf.get("requestedAt") and not wf.get("id"):
+    if wf.id and not wf.deactivated:
+        p.actions.append(Deactivate(wf.id, "abort"))
+    elif wf.requested_at and not wf.id:
         p.actions.append(RecoverWorkflow({}, scan.uid, create_if_missing=False))
 
 
@@ -386,12 +364,12 @@ def _replace_if_transient(
     d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, settings: OperatorSettings
 ) -> None:
     """A scanner pod killed for a transient reason gets exactly one replacement scan (throttled)."""
-    spec, job = scan.spec, d.job or {}
-    if job.get("replacement"):
+    spec, job = scan.spec, d.job
+    if job and job.replacement:
         if not spec.replaced_by or not obs.replacement_exists:
-            p.actions.append(Replace(job["replacement"], replacement_body(scan, job["replacement"])))
+            p.actions.append(Replace(job.replacement, replacement_body(scan, job.replacement)))
         return
-    if spec.deleted or spec.replaced_by or (scan.status.get("result") or {}).get("isFinal"):
+    if spec.deleted or spec.replaced_by or scan.record.has_final_result:
         return
     dead = next((pod for pod in obs.pods if pod.transient_failure), None)
     if dead is None:
@@ -405,7 +383,8 @@ def _replace_if_transient(
             p.event("ReplacementThrottled", why, warning=True)
         return
     new_id = obs.fresh_id or model.new_scan_id(now, scan.uid.replace("-", ""))
-    d.job = {**job, "replacement": new_id}
+    if d.job:
+        d.job.replacement = new_id
     p.actions.append(Replace(new_id, replacement_body(scan, new_id)))
     p.event("Replacing", f"{why}; replacing with scan {new_id}", warning=True)
 
@@ -415,28 +394,27 @@ GITOPS_LABEL_PREFIXES = ("app.kubernetes.io/instance", "argocd.argoproj.io/", "k
 
 
 def replacement_body(scan: ScanView, new_id: str) -> dict[str, Any]:
-    spec = {k: v for k, v in scan.raw_spec.items() if k not in ("deleted", "replacedBy", "workerRequests")}
     labels = {k: v for k, v in scan.labels.items() if not k.startswith(GITOPS_LABEL_PREFIXES)}
     return {
         "apiVersion": model.API_VERSION,
         "kind": model.KIND,
         "metadata": {"name": new_id, "namespace": scan.namespace, "labels": labels},
-        "spec": {**spec, "rescanOf": scan.name},
+        "spec": model.rescan_spec(scan.raw_spec, scan.name),
     }
 
 
 def _final_result(d: Draft, p: Plan, scan: ScanView, now: float, settings: OperatorSettings) -> None:
-    result = scan.status.get("result") or {}
-    if result.get("isFinal") is not True:
+    result = scan.record.result()
+    if result is None or not result.is_final:
         return
     d.set(cond.COMPLETE, True, "FinalResult", "the scanner recorded its final result")
     d.backlog = None
     wf = d.workflow
-    if not wf.get("id") or wf.get("deactivated"):
+    if not wf.id or wf.deactivated:
         return
-    due = float(result.get("updatedAt") or now) + settings.teardown_delay_seconds
+    due = (result.updated_at or now) + settings.teardown_delay_seconds
     if now >= due:
-        p.actions.append(Deactivate(wf["id"], "finished"))
+        p.actions.append(Deactivate(wf.id, "finished"))
     else:
         p.wake(due - now)
 
@@ -447,19 +425,17 @@ def _start(d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, setting
     if d.job is not None:  # started; the backlog entry is gone
         if d.backlog is not None:
             d.backlog = None
-            d.set(cond.ADMITTED, True, "Started", f"Job {d.job['name']} created")
+            d.set(cond.ADMITTED, True, "Started", f"Job {d.job.name} created")
         return
     if d.backlog is None:
-        d.backlog = {"enteredAt": scan.created_at or now, "priority": scan.spec.priority, "pendingSince": 0.0,
-                     "attempts": 0}  # fmt: skip
+        d.backlog = model.BacklogStatus(entered_at=scan.created_at or now)
         d.set(cond.ADMITTED, False, "Queued", "waiting in the backlog")
         p.event("Queued", f"in the backlog with priority {scan.spec.priority}")
-    d.backlog["priority"] = scan.spec.priority
-    attempts = int(d.backlog.get("attempts", 0))
+    attempts = d.backlog.attempts
 
     if not d.true(cond.ADMITTED):
         if d.reason(cond.ADMITTED) in ATTEMPT_FAILURES and attempts >= settings.max_start_attempts:
-            message = next((c.get("message", "") for c in d.conditions if c["type"] == cond.ADMITTED), "")
+            message = d.message(cond.ADMITTED)
             d.set(
                 cond.FAILED,
                 True,
@@ -478,15 +454,15 @@ def _start(d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, setting
                 d.set(cond.ADMITTED, False, obs.admission.reason, obs.admission.message)
             return
         attempts += 1
-        d.backlog.update(attempts=attempts, pendingSince=now)
+        d.backlog.attempts, d.backlog.pending_since = attempts, now
         d.set(cond.ADMITTED, True, "Admitted", f"start attempt {attempts} of {settings.max_start_attempts}")
         p.event("Admitted", f"start attempt {attempts} of {settings.max_start_attempts}")
 
-    pending_since = float(d.backlog.get("pendingSince") or now)
+    pending_since = d.backlog.pending_since or now
     if now - pending_since > settings.start_timeout_seconds:
-        waiting_on = "message queues" if d.workflow.get("id") else "the WMS workflow"
+        waiting_on = "message queues" if d.workflow.id else "the WMS workflow"
         d.set(cond.ADMITTED, False, "StartTimedOut", f"attempt {attempts}: still waiting on {waiting_on}")
-        d.backlog["pendingSince"] = now
+        d.backlog.pending_since = now
         p.event("StartTimedOut", f"attempt {attempts} timed out waiting on {waiting_on}", warning=True)
         return
     p.wake(pending_since + settings.start_timeout_seconds - now + 0.01)
@@ -495,11 +471,11 @@ def _start(d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, setting
 
 def _start_steps(d: Draft, p: Plan, scan: ScanView, now: float, settings: OperatorSettings) -> None:
     wf = d.workflow
-    if not wf.get("id"):
+    if not wf.id:
         body = scanner_job.workflow_request(scan.name, scan.uid, scan.spec, settings)
-        requested_at = cond.epoch(wf.get("requestedAt"))
+        requested_at = cond.epoch(wf.requested_at)
         if requested_at is None:
-            wf.update(requestedAt=cond.iso(now), address=settings.wms_base_url)
+            wf.requested_at, wf.address = cond.iso(now), settings.wms_base_url
             d.set(cond.WORKFLOW_READY, False, "Requesting", "requesting a WMS workflow")
             p.actions.append(RequestWorkflow(body))
         elif now - requested_at >= settings.wms_timeout_seconds:
@@ -508,16 +484,16 @@ def _start_steps(d: Draft, p: Plan, scan: ScanView, now: float, settings: Operat
         else:
             p.wake(requested_at + settings.wms_timeout_seconds - now)
         return
-    if not wf.get("queuesActivated"):
+    if not wf.queues_activated:
         d.set(
             cond.WORKFLOW_READY,
             False,
             "WaitingForQueues",
-            f"workflow {wf['id']}: message queues not activated",
+            f"workflow {wf.id}: message queues not activated",
         )
-        p.actions.append(ProvisionQueues(wf["id"]))
+        p.actions.append(ProvisionQueues(wf.id))
         return
-    d.set(cond.WORKFLOW_READY, True, "QueuesActivated", f"workflow {wf['id']} is ready")
+    d.set(cond.WORKFLOW_READY, True, "QueuesActivated", f"workflow {wf.id} is ready")
     p.actions.append(
         CreateJob(scanner_job.build_job(scan.name, scan.uid, scan.namespace, scan.spec, settings))
     )
@@ -525,7 +501,7 @@ def _start_steps(d: Draft, p: Plan, scan: ScanView, now: float, settings: Operat
 
 def _stop_if_ended(d: Draft, p: Plan, scan: ScanView, obs: Observed) -> None:
     """Soft-deleted, replaced or failed: leave the backlog, abort the workflow, stop the Job."""
-    spec, job = scan.spec, d.job or {}
+    spec, job = scan.spec, d.job
     if spec.deleted:
         reason = "Replaced" if spec.replaced_by else "SoftDeleted"
         message = f"replaced by scan {spec.replaced_by}" if spec.replaced_by else "deleted"
@@ -536,10 +512,10 @@ def _stop_if_ended(d: Draft, p: Plan, scan: ScanView, obs: Observed) -> None:
             d.set(cond.ADMITTED, False, "Deleted", "deleted before it started")
         if obs.job and not obs.job.deleting:
             p.actions.append(DeleteJob(obs.job.name))
-    elif job.get("state") == "Failed" and not job.get("replacement") and not d.true(cond.FAILED):
-        if not (scan.status.get("result") or {}).get("isFinal"):
-            d.set(cond.FAILED, True, "ScannerFailed", f"the scanner failed: {job.get('reason')}")
-            p.event("ScannerFailed", f"the scanner failed: {job.get('reason')}", warning=True)
+    elif job and job.state == "Failed" and not job.replacement and not d.true(cond.FAILED):
+        if not scan.record.has_final_result:
+            d.set(cond.FAILED, True, "ScannerFailed", f"the scanner failed: {job.reason}")
+            p.event("ScannerFailed", f"the scanner failed: {job.reason}", warning=True)
     if spec.deleted or d.true(cond.FAILED):
         d.backlog = None
         _release(d, p, scan)
@@ -549,8 +525,8 @@ def _worker_requests(d: Draft, p: Plan, scan: ScanView) -> None:
     if not scan.spec.worker_requests and not d.worker_requests:
         return
     wanted = {r.id for r in scan.spec.worker_requests}
-    outcomes = [o for o in d.worker_requests or [] if o.get("id") in wanted]
-    answered = {o["id"] for o in outcomes}
+    outcomes = [o for o in d.worker_requests or [] if o.id in wanted]
+    answered = {o.id for o in outcomes}
     wf = d.workflow
     for r in scan.spec.worker_requests:
         if r.id in answered:
@@ -558,20 +534,20 @@ def _worker_requests(d: Draft, p: Plan, scan: ScanView) -> None:
         refusal = None
         if scan.spec.deleted:
             refusal = "the scan is deleted"
-        elif (scan.status.get("result") or {}).get("isFinal"):
+        elif scan.record.has_final_result:
             refusal = "the scan has a final result"
-        elif not wf.get("id") or wf.get("deactivated"):
+        elif not wf.id or wf.deactivated:
             refusal = "the scan has no active WMS workflow"
-        if refusal:
-            outcomes.append({"id": r.id, "state": "Failed", "reason": refusal})
+        if refusal is None and wf.id:
+            p.actions.append(AddWorkers(r.id, wf.id, r.location, r.n_workers))
         else:
-            p.actions.append(AddWorkers(r.id, wf["id"], r.location, r.n_workers))
+            outcomes.append(model.WorkerRequestOutcome(id=r.id, state="Failed", reason=refusal))
     d.worker_requests = outcomes or None
 
 
 def _finalizer(d: Draft, p: Plan, scan: ScanView) -> None:
     want = holds_workflow(d.workflow)
-    have = FINALIZER in scan.finalizers
+    have = names.WORKFLOW_FINALIZER in scan.finalizers
     if want and not have and not scan.deleting:
         p.actions.insert(0, SetFinalizer(True))  # before the workflow request it guards
     elif have and not want:

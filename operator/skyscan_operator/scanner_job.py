@@ -4,30 +4,16 @@ WMS-connection Secret and the scanner-server Job (reference notes §9, wms-and-s
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
-from skyscan import model
+from skyscan import model, names
+from skyscan.scanner_args import COMMON_SPACE, scanner_server_args
 from skyscan_operator.settings import OperatorSettings
-from skyscan_operator.wms import MARKER_ENV
 
 EWMS_MOUNT = "/etc/skyscan-ewms"
 EWMS_FILE = "ewms.json"
-COMMON_SPACE = "/common-space"
 TO_CLIENT, FROM_CLIENT = "to-client-queue", "from-client-queue"
 CONDOR_REQUIREMENTS = "HAS_CVMFS_icecube_opensciencegrid_org && has_avx && has_avx2"
-
-
-def job_name(scan_id: str) -> str:
-    return f"skyscan-{scan_id}"
-
-
-def secret_name(scan_id: str) -> str:
-    return f"skyscan-{scan_id}-ewms"
-
-
-def container_name(scan_id: str) -> str:
-    return f"skyscan-server-{scan_id}"[:63].rstrip("-")
 
 
 def child_labels(scan_id: str) -> dict[str, str]:
@@ -35,42 +21,8 @@ def child_labels(scan_id: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "skyscan",
         "app.kubernetes.io/component": "scanner",
-        "skyscan.io/scan-id": scan_id,
+        names.SCAN_ID_LABEL: scan_id,
     }
-
-
-def owner_reference(scan_id: str, uid: str) -> dict[str, Any]:
-    return {
-        "apiVersion": model.API_VERSION,
-        "kind": model.KIND,
-        "name": scan_id,
-        "uid": uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def nside_order(item: tuple[str, Any]) -> tuple[int, str]:
-    """Sort key for (nside, extension) pairs: numerically, coarse to fine."""
-    return (int(item[0]) if item[0].isdigit() else 1 << 62, item[0])
-
-
-def scanner_server_args(spec: Mapping[str, Any]) -> str:
-    """The reference's exact string (double spaces included), from a Scan's wire-form spec; the
-    Job's args are its `.split()` and the REST manifest shows it. nsides go coarse to fine (the API
-    server returns map keys sorted as strings)."""
-    nsides = " ".join(f"{k}:{v}" for k, v in sorted(spec["nsides"].items(), key=nside_order))
-    event = "--real-event" if str(spec["realOrSimulatedEvent"]).startswith("real") else "--simulated-event"
-    threshold = float(spec.get("predictiveScanningThreshold", 1.0))
-    return (
-        "python -m skymap_scanner.server "
-        f" --reco-algo {spec['recoAlgo']}"
-        f" --cache-dir {COMMON_SPACE} "
-        f" --client-startup-json {COMMON_SPACE}/startup.json "
-        f" --nsides {nsides} "
-        f" {event} "
-        f" --predictive-scanning-threshold {threshold} "
-    )
 
 
 def workflow_request(
@@ -94,7 +46,7 @@ def workflow_request(
         "EWMS_PILOT_CONTAINER_DEBUG": "True",
         "EWMS_PILOT_INFILE_EXT": ".json",
         "EWMS_PILOT_OUTFILE_EXT": ".json",
-        MARKER_ENV: uid,
+        names.WORKFLOW_MARKER_ENV: uid,
     }
     if settings.pilot_timeout_queue_incoming is not None:
         environment["EWMS_PILOT_TIMEOUT_QUEUE_INCOMING"] = settings.pilot_timeout_queue_incoming
@@ -157,10 +109,10 @@ def build_secret(scan_id: str, uid: str, namespace: str, connection: dict[str, A
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": secret_name(scan_id),
+            "name": names.wms_secret_name(scan_id),
             "namespace": namespace,
             "labels": child_labels(scan_id),
-            "ownerReferences": [owner_reference(scan_id, uid)],
+            "ownerReferences": [names.owner_reference(scan_id, uid)],
         },
         "type": "Opaque",
         "stringData": {EWMS_FILE: json.dumps(connection)},
@@ -175,7 +127,7 @@ def env_value(value: model.Scalar) -> str:
 def build_job(
     scan_id: str, uid: str, namespace: str, spec: model.ScanSpec, settings: OperatorSettings
 ) -> dict[str, Any]:
-    name = job_name(scan_id)
+    name = names.job_name(scan_id)
     labels = child_labels(scan_id)
     annotations = {"argocd.argoproj.io/sync-options": "Prune=false"}
     if settings.argocd_app_name:
@@ -206,14 +158,14 @@ def build_job(
         "restartPolicy": "Never",
         "volumes": [
             {"name": "common-space-volume", "emptyDir": {}},
-            {"name": "ewms", "secret": {"secretName": secret_name(scan_id)}},
+            {"name": "ewms", "secret": {"secretName": names.wms_secret_name(scan_id)}},
         ],
         "containers": [
             {
-                "name": container_name(scan_id),
+                "name": names.container_name(scan_id),
                 "image": f"{settings.scanner_image}:{spec.docker_tag}",
                 "command": [],
-                "args": scanner_server_args(spec.to_kube()).split(),
+                "args": scanner_server_args(spec).split(),
                 "env": env,
                 "resources": {
                     "limits": {"memory": memory, "cpu": "1.0"},
@@ -240,7 +192,7 @@ def build_job(
             "namespace": namespace,
             "labels": labels,
             "annotations": annotations,
-            "ownerReferences": [owner_reference(scan_id, uid)],
+            "ownerReferences": [names.owner_reference(scan_id, uid)],
         },
         "spec": {
             "backoffLimit": 0,

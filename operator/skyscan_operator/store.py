@@ -12,17 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skyscan import conditions as cond
-from skyscan_operator.planner import Admission, JobView, PodView, WorkflowView, is_running, is_terminal
+from skyscan import names
+from skyscan.status import ScanRecord, resource_version
+from skyscan_operator.planner import Admission, JobView, PodView, WorkflowView
 
 Key = tuple[str, str]  # (namespace, scan id)
-SCAN_ID_LABEL = "skyscan.io/scan-id"
-
-
-def _rv(body: dict[str, Any]) -> int:
-    try:
-        return int(body["metadata"].get("resourceVersion", 0))
-    except (TypeError, ValueError):
-        return 0
 
 
 def key_of(body: dict[str, Any]) -> Key:
@@ -51,14 +45,14 @@ def pod_view(body: dict[str, Any]) -> PodView:
 
 
 def job_view(body: dict[str, Any]) -> JobView:
-    conditions = (body.get("status") or {}).get("conditions") or []
-    failed = next((c for c in conditions if c.get("type") == "Failed" and c.get("status") == "True"), None)
+    conditions = (body.get("status") or {}).get("conditions") or []  # a Job's, of the same convention
+    failed = cond.is_true(conditions, "Failed")
     return JobView(
         name=body["metadata"]["name"],
         created_at=body["metadata"].get("creationTimestamp"),
-        complete=any(c.get("type") == "Complete" and c.get("status") == "True" for c in conditions),
-        failed=failed is not None,
-        reason=failed.get("reason") if failed else None,
+        complete=cond.is_true(conditions, "Complete"),
+        failed=failed,
+        reason=cond.reason(conditions, "Failed") if failed else None,
         deleting=bool(body["metadata"].get("deletionTimestamp")),
     )
 
@@ -85,7 +79,7 @@ class Store:
         """Store a newer version; False if `body` is older than what we hold (our own patch won)."""
         key = key_of(body)
         held = self.scans.get(key)
-        if held is not None and _rv(held) > _rv(body):
+        if held is not None and resource_version(held) > resource_version(body):
             return False
         body = {**body, "metadata": {k: v for k, v in body["metadata"].items() if k != "managedFields"}}
         self.scans[key] = body
@@ -102,19 +96,17 @@ class Store:
             self.workflows.pop(wf_id, None)
 
     def _index(self, key: Key, body: dict[str, Any]) -> None:
-        spec, status = body.get("spec") or {}, body.get("status") or {}
-        conditions = status.get("conditions") or []
+        scan = ScanRecord(body)
         waiting = (
-            bool(status.get("backlog"))
-            and not spec.get("deleted")
-            and not cond.is_true(conditions, cond.ADMITTED)
-            and not cond.is_true(conditions, cond.FAILED)
+            scan.in_backlog
+            and not scan.deleted
+            and not scan.condition_true(cond.ADMITTED)
+            and not scan.condition_true(cond.FAILED)
         )
         (self.waiting.add if waiting else self.waiting.discard)(key)
-        (self.running.add if is_running(status, spec) else self.running.discard)(key)
-        workflow = status.get("workflow") or {}
-        wf_id = workflow.get("id")
-        live = bool(wf_id) and not workflow.get("deactivated") and not is_terminal(status, spec)
+        (self.running.add if scan.is_running else self.running.discard)(key)
+        wf_id = scan.workflow_id
+        live = bool(wf_id) and not scan.deactivated and not scan.is_terminal
         for old in [w for w, k in self.live_workflows.items() if k == key and w != wf_id]:
             del self.live_workflows[old]
         if live and wf_id:
@@ -129,7 +121,7 @@ class Store:
 
         def root(name: str) -> str:
             seen = {name}
-            while (body := self.scans.get((namespace, name))) and (parent := body["spec"].get("rescanOf")):
+            while (body := self.scans.get((namespace, name))) and (parent := ScanRecord(body).rescan_of):
                 if parent in seen:
                     break
                 seen.add(parent)
@@ -147,7 +139,7 @@ class Store:
 
     # --- children ---
     def put_job(self, body: dict[str, Any], deleted: bool) -> Key | None:
-        scan_id = (body["metadata"].get("labels") or {}).get(SCAN_ID_LABEL)
+        scan_id = names.scan_id_of(body)
         if not scan_id:
             return None
         key = (body["metadata"]["namespace"], scan_id)
@@ -160,7 +152,7 @@ class Store:
         return key
 
     def put_pod(self, body: dict[str, Any], deleted: bool) -> Key | None:
-        scan_id = (body["metadata"].get("labels") or {}).get(SCAN_ID_LABEL)
+        scan_id = names.scan_id_of(body)
         if not scan_id:
             return None
         key = (body["metadata"]["namespace"], scan_id)

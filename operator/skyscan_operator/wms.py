@@ -17,10 +17,11 @@ from typing import Any
 
 import httpx
 
+from skyscan import names
+
 log = logging.getLogger(__name__)
 
 V1 = "/v1"
-MARKER_ENV = "SKYSCAN_REQUEST_ID"  # carried in pilot_config.environment; see `find_workflows_by_marker`
 
 
 class WMSError(Exception):
@@ -151,7 +152,8 @@ class WMSClient:
 
     async def find_workflows_by_marker(self, marker: str) -> list[str]:
         """Workflows whose taskforces carry our request marker (a restart lost the POST's answer)."""
-        query = {"query": {f"pilot_config.environment.{MARKER_ENV}": marker}, "projection": ["workflow_id"]}
+        marker_path = f"pilot_config.environment.{names.WORKFLOW_MARKER_ENV}"
+        query = {"query": {marker_path: marker}, "projection": ["workflow_id"]}
         found = await self._paged("taskforces", query)
         return sorted({str(tf["workflow_id"]) for tf in found})
 

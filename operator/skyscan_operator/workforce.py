@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from skyscan import model
+
 NOT_WORKING = ("FatalError", "Done")
 
 
@@ -13,7 +15,7 @@ def _add(into: dict[str, Any], counts: dict[str, Any]) -> None:
         into[key] = into.get(key, 0) + int(n or 0)
 
 
-def summarize(taskforces: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def summarize(taskforces: Iterable[dict[str, Any]]) -> model.Workforce:
     """Compound statuses summed key-wise; n_running = RUNNING workers not FatalError/Done; top errors."""
     statuses: dict[str, dict[str, int]] = {}
     errors: dict[str, int] = {}
@@ -23,7 +25,7 @@ def summarize(taskforces: Iterable[dict[str, Any]]) -> dict[str, Any]:
         _add(errors, tf.get("top_task_errors") or {})
     running = statuses.get("RUNNING", {})
     n_running = sum(n for pilot, n in running.items() if pilot not in NOT_WORKING)
-    return {"statuses": statuses, "nRunning": n_running, "topErrors": errors}
+    return model.Workforce(statuses=statuses, n_running=n_running, top_errors=errors)
 
 
 def compact(taskforces: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

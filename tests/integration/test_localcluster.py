@@ -38,7 +38,7 @@ def test_up_twice_then_down_leaves_nothing_behind(tmp_path: Path) -> None:
         assert state is not None
         names = [p.name for p in state.processes]
         assert names == ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
-        assert all(localcluster._alive(p) for p in state.processes)
+        assert state.running()
 
         cfg = yaml.safe_load(kubeconfig.read_text())
         token = cfg["users"][0]["user"]["token"]
@@ -55,5 +55,5 @@ def test_up_twice_then_down_leaves_nothing_behind(tmp_path: Path) -> None:
     finally:
         down = cli("down", "--dir", str(workdir))
     assert down.returncode == 0, down.stderr
-    assert not any(localcluster._alive(p) for p in state.processes)
+    assert not any(p.alive() for p in state.processes)
     assert not workdir.exists()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from skyscan import model
+from skyscan import model, names
+from skyscan.scanner_args import scanner_server_args
 from skyscan_local.wms_simulator import SimError, validate_workflow_request
 from skyscan_operator import scanner_job
 from skyscan_operator.settings import OperatorSettings
@@ -18,13 +19,13 @@ def spec(**changes: object) -> model.ScanSpec:
 
 
 def test_scanner_server_args_are_the_reference_string() -> None:
-    got = scanner_job.scanner_server_args(spec(recoAlgo="anything", nsides={"1": 2, "3": 4}).to_kube())
+    got = scanner_server_args(spec(recoAlgo="anything", nsides={"1": 2, "3": 4}))
     assert got == (
         "python -m skymap_scanner.server  --reco-algo anything --cache-dir /common-space  "
         "--client-startup-json /common-space/startup.json  --nsides 1:2 3:4  --real-event  "
         "--predictive-scanning-threshold 1.0 "
     )
-    assert "--simulated-event" in scanner_job.scanner_server_args(spec(realOrSimulatedEvent="sim").to_kube())
+    assert "--simulated-event" in scanner_server_args(spec(realOrSimulatedEvent="sim"))
 
 
 def test_job_has_the_reference_shape() -> None:
@@ -32,7 +33,7 @@ def test_job_has_the_reference_shape() -> None:
     assert job["metadata"]["name"] == "skyscan-abc"
     assert job["metadata"]["labels"]["skyscan.io/scan-id"] == "abc"
     assert job["metadata"]["annotations"] == {"argocd.argoproj.io/sync-options": "Prune=false"}
-    assert job["metadata"]["ownerReferences"] == [scanner_job.owner_reference("abc", "uid-1")]
+    assert job["metadata"]["ownerReferences"] == [names.owner_reference("abc", "uid-1")]
     assert job["metadata"]["ownerReferences"][0]["controller"] is True
     js = job["spec"]
     assert (js["backoffLimit"], js["activeDeadlineSeconds"], js["ttlSecondsAfterFinished"]) == (

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from skyscan import model
+from skyscan.scanner_args import scanner_server_args
 from skyscan_local import scanner_report
 from skyscan_local.scanner_report import ScanTally
-from skyscan_operator.scanner_job import scanner_server_args
 from tests.unit.test_crd import minimal_spec
 
 
@@ -14,7 +14,7 @@ def test_server_args_round_trip_through_the_job_command_line() -> None:
         minimal_spec(nsides={"512": 24, "8": 0, "64": 12}, realOrSimulatedEvent="sim",
                      predictiveScanningThreshold=0.5)
     )  # fmt: skip
-    args = scanner_report.parse_server_args(scanner_server_args(spec.to_kube()).split())
+    args = scanner_report.parse_server_args(scanner_server_args(spec).split())
     assert list(args.nsides.items()) == [(8, 0), (64, 12), (512, 24)]  # coarse to fine
     assert args.real_event is False and args.predictive_scanning_threshold == 0.5
 

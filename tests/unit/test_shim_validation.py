@@ -14,7 +14,7 @@ from api_shim import auth, models
 from api_shim.app import redirect_location
 from api_shim.cache import Gone, ScanCache
 from api_shim.errors import ApiError
-from api_shim.routes import parse_bool
+from api_shim.plumbing import parse_bool
 
 
 def reason(model: type[BaseModel], body: dict[str, Any]) -> str:

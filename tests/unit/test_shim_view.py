@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 
 from api_shim import view
-from api_shim.store import replace_patch
+from skyscan import names
+from skyscan.patch import merge_patch
+from skyscan.status import ScanRecord
 
 SCAN: dict[str, Any] = {
     "metadata": {
         "name": "0194d2a3b4cx4a1b2c3d4e5f6a7b8c9d0",
-        "annotations": {view.TIMESTAMP_ANNOTATION: "1700000000.25"},
+        "annotations": {names.TIMESTAMP_ANNOTATION: "1700000000.25"},
         "creationTimestamp": "2023-11-14T22:13:20Z",
     },
     "spec": {
@@ -57,7 +59,7 @@ def test_new_scan_manifest() -> None:
 def test_timestamp_falls_back_to_creation_time() -> None:
     scan = copy.deepcopy(SCAN)
     del scan["metadata"]["annotations"]
-    assert view.created_at(scan) == 1700000000.0
+    assert ScanRecord(scan).created_at == 1700000000.0
 
 
 def test_status_fields_and_rescan_classifiers() -> None:
@@ -124,9 +126,10 @@ def test_projections() -> None:
 
 def test_backlog_and_workflow_views() -> None:
     assert view.backlog_entry(SCAN) is None
+    # The entry's priority is the spec's (4); a stale copy some older operator kept in status is ignored.
     scan = with_status(backlog={"enteredAt": 5.0, "priority": 2, "pendingSince": 6.0, "attempts": 1})
     assert view.backlog_entry(scan) == {
-        "scan_id": SCAN["metadata"]["name"], "timestamp": 5.0, "pickled_k8s_job": None, "priority": 2,
+        "scan_id": SCAN["metadata"]["name"], "timestamp": 5.0, "pickled_k8s_job": None, "priority": 4,
         "pending_timestamp": 6.0, "next_attempt": 1,
     }  # fmt: skip
     assert view.workflow_id_view(SCAN) == {
@@ -144,8 +147,8 @@ def test_backlog_and_workflow_views() -> None:
     )
 
 
-def test_replace_patch_replaces_nested_objects() -> None:
-    old = {"a": 1, "b": {"x": 1, "y": 2}, "c": [1]}
-    new = {"b": {"x": 3}, "c": [2], "d": {"z": 1}}
-    assert replace_patch(old, new) == {"a": None, "b": {"x": 3, "y": None}, "c": [2], "d": {"z": 1}}
-    assert replace_patch(None, new) == new
+def test_merge_patch_turns_old_into_new() -> None:
+    old = {"a": 1, "b": {"x": 1, "y": 2, "w": 0}, "c": [1], "e": 5}
+    new = {"b": {"x": 3, "w": 0}, "c": [2], "d": {"z": 1}, "e": 5}
+    assert merge_patch(old, new) == {"a": None, "b": {"x": 3, "y": None}, "c": [2], "d": {"z": 1}}
+    assert merge_patch({}, new) == new

@@ -75,7 +75,7 @@ async def test_a_workflow_lives_through_the_simulated_lifecycle(sim: Sim) -> Non
 
 
 async def _running(wms: WMSClient, wf_id: str) -> int:
-    running: int = summarize(await wms.query_taskforces([wf_id]))["nRunning"]
+    running: int = summarize(await wms.query_taskforces([wf_id])).n_running
     return running
 
 

@@ -8,7 +8,7 @@ import itertools
 
 from kubernetes_asyncio import client
 
-from skyscan_operator.planner import FINALIZER
+from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from tests.integration.operator.conftest import (
     HOLD,
     OperatorFactory,
@@ -88,7 +88,7 @@ async def test_low_priority_scan_waiting_says_why(
         api, namespace, second, lambda s: condition(s, "Admitted").get("reason") == "LowPriorityInterval"
     )
     assert "one start per 60s" in condition(scan, "Admitted")["message"]
-    assert scan["status"]["backlog"]["priority"] == 0 and scan["status"]["state"] == "PENDING__PRESTARTUP"
+    assert scan["status"]["backlog"]["attempts"] == 0 and scan["status"]["state"] == "PENDING__PRESTARTUP"
 
 
 async def test_start_attempts_are_bounded_and_the_failure_is_visible(

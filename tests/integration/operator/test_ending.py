@@ -5,7 +5,7 @@ from __future__ import annotations
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from skyscan_operator.planner import FINALIZER
+from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from tests.helpers import SCAN, eventually
 from tests.integration.operator.conftest import (
     HOLD,

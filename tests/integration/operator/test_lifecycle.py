@@ -10,8 +10,8 @@ from typing import Any
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from skyscan_local import control_plane as localcluster
-from skyscan_operator.planner import FINALIZER
 from tests.helpers import SCAN
 from tests.integration.operator.conftest import (
     HOLD,

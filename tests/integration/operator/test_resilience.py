@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kubernetes_asyncio import client
 
-from skyscan import payloads
+from skyscan import names, payloads
 from skyscan_local import control_plane as localcluster
 from tests.helpers import SCAN, eventually
 from tests.integration.operator.conftest import (
@@ -141,7 +141,7 @@ async def test_oom_killed_scanner_is_replaced_exactly_once(
     await scan_events(api, namespace, name, "Replacing")
     # The shared sensor event now also belongs to the replacement (it outlives the original).
     event = await client.CoreV1Api(api).read_namespaced_config_map(
-        payloads.event_object_name("ev1"), namespace
+        names.event_object_name("ev1"), namespace
     )
     owners = {o.uid for o in event.metadata.owner_references}
     assert owners == {original["metadata"]["uid"], replacement["metadata"]["uid"]}

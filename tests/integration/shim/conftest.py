@@ -20,7 +20,7 @@ from multidict import CIMultiDictProxy
 
 from api_shim import auth
 from api_shim.app import create_app
-from api_shim.routes import SHIM, Shim
+from api_shim.plumbing import SHIM, Shim
 from api_shim.settings import ShimSettings
 from tests.conftest import Cluster
 from tests.helpers import SCAN

@@ -80,10 +80,12 @@ async def test_find_refuses_bad_requests(shim: ShimUnderTest, body: dict[str, An
 
 
 async def test_backlog_lists_what_the_operator_holds(shim: ShimUnderTest) -> None:
-    first, second, third = [(await shim.launch())["scan_id"] for _ in range(3)]
+    first = (await shim.launch())["scan_id"]
+    second = (await shim.launch(priority=100))["scan_id"]  # an entry's priority is its spec's
+    third = (await shim.launch())["scan_id"]
     assert (await shim.call("GET", "/scans/backlog")).body == {"entries": []}
-    await shim.operator_writes(second, {"backlog": {"enteredAt": 20.0, "priority": 100, "pendingSince": 0.0, "attempts": 0}})
-    await shim.operator_writes(first, {"backlog": {"enteredAt": 10.0, "priority": 0, "pendingSince": 11.5, "attempts": 2}})
+    await shim.operator_writes(second, {"backlog": {"enteredAt": 20.0, "pendingSince": 0.0, "attempts": 0}})
+    await shim.operator_writes(first, {"backlog": {"enteredAt": 10.0, "pendingSince": 11.5, "attempts": 2}})
 
     async def two() -> Any:
         entries = (await shim.call("GET", "/scans/backlog")).body["entries"]

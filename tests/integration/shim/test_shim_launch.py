@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from skyscan import payloads
+from skyscan import names, payloads
 from skyscan.state import NOT_YET_REQUESTED
 from tests.helpers import SCAN
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest, scan_body
@@ -155,7 +155,7 @@ async def test_invalid_requests_are_refused_and_nothing_is_written(
     )
     assert listed["items"] == []
     configmaps = await client.CoreV1Api(shim.api).list_namespaced_config_map(
-        shim.namespace, label_selector=payloads.KIND_LABEL
+        shim.namespace, label_selector=names.PAYLOAD_LABEL
     )
     assert configmaps.items == []
 
@@ -209,7 +209,7 @@ async def test_events_are_stored_once_and_shared(shim: ShimUnderTest) -> None:
         reply = await shim.call("GET", f"/scan/{manifest['scan_id']}/sensor-event")
         assert reply.status == 200 and reply.body == {"sensor_event": event}
     cm = await client.CoreV1Api(shim.api).read_namespaced_config_map(
-        payloads.event_object_name(first["sensor_event_id"]), shim.namespace
+        names.event_object_name(first["sensor_event_id"]), shim.namespace
     )
     assert cm.immutable and set(cm.binary_data) == {payloads.DATA_KEY}
     assert sorted(o.name for o in cm.metadata.owner_references) == sorted(

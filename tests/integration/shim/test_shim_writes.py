@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from skyscan import payloads
+from skyscan import names
 from tests.integration.shim.conftest import ShimUnderTest
 
 PROGRESS = {
@@ -85,7 +85,7 @@ async def test_results(shim: ShimUnderTest) -> None:
     scan = await shim.kube_scan(scan_id)
     assert scan["status"]["result"]["isFinal"] is True  # for the operator to finish the workflow
     cm = await client.CoreV1Api(shim.api).read_namespaced_config_map(
-        payloads.result_object_name(scan_id), shim.namespace
+        names.result_object_name(scan_id), shim.namespace
     )
     assert [o.uid for o in cm.metadata.owner_references] == [scan["metadata"]["uid"]]
 
@@ -176,7 +176,7 @@ async def test_payload_limits(make_shim: Any) -> None:
 async def test_a_missing_event_object_is_404(shim: ShimUnderTest) -> None:
     manifest = await shim.launch()
     await client.CoreV1Api(shim.api).delete_namespaced_config_map(
-        payloads.event_object_name(manifest["sensor_event_id"]), shim.namespace
+        names.event_object_name(manifest["sensor_event_id"]), shim.namespace
     )
     reply = await shim.call("GET", f"/scan/{manifest['scan_id']}/sensor-event")
     assert reply.status == 404 and reply.body["reason"] == "sensor event not found"

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from skyscan import conditions as cond
+from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
+from skyscan.status import ScanRecord
 from skyscan_operator.planner import (
-    FINALIZER,
     AddWorkers,
     Admission,
     CreateJob,
@@ -22,8 +23,6 @@ from skyscan_operator.planner import (
     ScanView,
     SetFinalizer,
     WorkflowView,
-    is_running,
-    is_terminal,
     plan,
     replacement_body,
 )
@@ -49,7 +48,7 @@ def admitted(**workflow: Any) -> dict[str, Any]:
     conds = cond.put([], cond.ADMITTED, True, "Admitted", "start attempt 1 of 3", NOW - 5, 1)
     return {
         "conditions": conds,
-        "backlog": {"enteredAt": NOW - 100, "priority": 0, "pendingSince": NOW - 5, "attempts": 1},
+        "backlog": {"enteredAt": NOW - 100, "pendingSince": NOW - 5, "attempts": 1},
         "workflow": workflow,
     }
 
@@ -68,7 +67,7 @@ def reason(status: dict[str, Any], type_: str) -> str | None:
 
 def test_a_new_scan_enters_the_backlog() -> None:
     p = plan(scan(priority=7), Observed(), NOW, S)
-    assert p.status["backlog"] == {"enteredAt": NOW - 100, "priority": 7, "pendingSince": 0.0, "attempts": 0}
+    assert p.status["backlog"] == {"enteredAt": NOW - 100, "pendingSince": 0.0, "attempts": 0}
     assert reason(p.status, cond.ADMITTED) == "Queued"
     assert p.status["state"] == "PENDING__PRESTARTUP" and p.status["observedGeneration"] == 1
     assert p.actions == [] and [e.reason for e in p.events] == ["Queued"]
@@ -130,7 +129,7 @@ def test_failed_attempts_are_bounded() -> None:
     assert reason(p.status, cond.FAILED) == "StartAttemptsExhausted"
     assert "HTTP 503" in cond.find(p.status["conditions"], cond.FAILED)["message"]  # type: ignore[index]
     assert p.status["backlog"] is None and p.actions == []
-    assert is_terminal(p.status, {})
+    assert ScanRecord({"spec": {}, "status": p.status}).is_terminal
 
 
 def test_an_attempt_that_takes_too_long_fails() -> None:
@@ -154,7 +153,7 @@ def test_soft_delete_aborts_and_deletes_the_job() -> None:
     p = plan(scan(aborted, finalizers=[FINALIZER], deleted=True), Observed(), NOW, S)
     assert p.actions == [SetFinalizer(False)]
     assert p.status["state"] == "ABORTED__WAITING_ON_SCANNER_SERVER_STARTUP"
-    assert is_terminal(p.status, {"deleted": True})
+    assert ScanRecord({"spec": {"deleted": True}, "status": p.status}).is_terminal
 
 
 def test_hard_delete_releases_then_lets_go() -> None:
@@ -258,7 +257,8 @@ def test_planning_is_idempotent() -> None:
     first = plan(scan(started(), finalizers=[FINALIZER]), obs, NOW, S)
     second = plan(scan(first.status, finalizers=[FINALIZER]), obs, NOW + 30, S)
     assert second.status == first.status and second.actions == [] and second.events == []
-    assert is_running(second.status, {}) and not is_terminal(second.status, {})
+    record = ScanRecord({"spec": {}, "status": second.status})
+    assert record.is_running and not record.is_terminal
 
 
 def test_a_replacement_does_not_carry_gitops_ownership_labels() -> None:

@@ -1,0 +1,29 @@
+"""A scan's manifest: read (with the scanner's event, for the system role) and update."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from api_shim import models, view
+from api_shim.auth import SYSTEM
+from api_shim.errors import not_found
+from api_shim.plumbing import IDENTITY, SHIM, ok, parse_body, query_bool, scan_for
+
+
+async def get_manifest(request: web.Request) -> web.Response:
+    scan = scan_for(request, include_deleted=query_bool(request, "include_deleted"))
+    fields = view.pipe_projection(request.query.get("projection"))
+    manifest = view.project(view.manifest(scan), fields)
+    # The scanner (system role) reads its event through the deprecated field, as with the reference.
+    if SYSTEM in request[IDENTITY].roles and (fields is None or "event_live_json_dict" in fields):
+        event = await request.app[SHIM].event(scan["spec"]["sensorEventId"])
+        if event is None:
+            raise not_found("sensor event")
+        manifest["event_live_json_dict"] = event
+    return ok(manifest)
+
+
+async def patch_manifest(request: web.Request) -> web.Response:
+    body = await parse_body(request, models.PatchManifestBody)
+    name = view.scan_id(scan_for(request))
+    return ok(view.manifest(await request.app[SHIM].writes.update_manifest(name, body)))

@@ -1,0 +1,203 @@
+"""What the REST actions write, step by step: a scan with its sensor event, a rescan, a soft delete,
+worker requests, manifest updates, results and the workflow id.
+
+Each sequence is ordered so that a failure leaves nothing behind that nothing refers to: an event
+created for a scan that could not be created is removed, a scan whose event vanished is undone, and
+a rescan marks its original only once the new scan exists. Refusals raise `ApiError`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from api_shim import models, view
+from api_shim.errors import ApiError, bad_request
+from api_shim.launch import Launch
+from api_shim.store import Change, Obj, ScanStore, now
+from skyscan import model, payloads
+from skyscan.patch import merge_patch
+from skyscan.state import NOT_YET_REQUESTED
+from skyscan.status import ScanRecord
+
+
+def make_scan_id() -> str:
+    return model.new_scan_id(time.time(), uuid.uuid4().hex)
+
+
+async def encoded(payload: Any, what: str) -> bytes:
+    try:
+        return await payloads.encode_async(payload, what)
+    except payloads.PayloadTooLarge as e:
+        raise ApiError(413, f"{what} too large", str(e)) from None
+
+
+def _touched() -> dict[str, Any]:
+    """The status patch that marks a manifest change."""
+    return model.ScanStatus(last_updated=now()).to_patch()
+
+
+class ScanWrites:
+    """The shim's write sequences, over the Scan store and the payload objects."""
+
+    def __init__(self, api: client.ApiClient, store: ScanStore, add_workers_timeout: float) -> None:
+        self.api = api
+        self.store = store
+        self.cache = store.cache
+        self.namespace = store.namespace
+        self._add_workers_timeout = add_workers_timeout
+
+    async def launch(self, launch: Launch) -> Obj:
+        """Store the new event (or check the reused one exists), then create the scan that owns it."""
+        created_event = None
+        if launch.event is not None:
+            data = await encoded(launch.event, "sensor event")
+            created_event = uuid.uuid4().hex
+            await payloads.create_event(self.api, self.namespace, created_event, data)
+            sensor_event_id = created_event
+        else:
+            sensor_event_id = launch.sensor_event_id or ""
+            if not await payloads.event_exists(self.api, self.namespace, sensor_event_id):
+                raise bad_request(
+                    "sensor event not found", f"No stored sensor event has id {sensor_event_id!r}."
+                )
+        spec = {**launch.spec.to_kube(), "sensorEventId": sensor_event_id}
+        timestamp = now()
+        try:
+            scan = await self.store.create(make_scan_id(), spec, timestamp)
+        except Exception:
+            if created_event:  # nothing refers to it: do not leave it behind
+                await payloads.delete_event(self.api, self.namespace, created_event)
+            raise
+        await self._attach_event(scan)
+        return scan
+
+    async def rescan(self, original: Obj, *, abort_first: bool, replace_scan: bool) -> Obj:
+        """A new scan from the original's request; then, if asked, abort and/or replace the original."""
+        origin_id = view.scan_id(original)
+        new = await self.store.create(make_scan_id(), model.rescan_spec(original["spec"], origin_id), now())
+        await self._attach_event(new)
+        if abort_first or replace_scan:
+            # After the new scan exists, so a failure never leaves the original aborted with no rescan.
+            marks: dict[str, Any] = {}
+            if abort_first:
+                marks["deleted"] = True
+            if replace_scan:
+                marks["replacedBy"] = view.scan_id(new)
+            await self.store.update(origin_id, lambda _: Change(spec=marks, status=_touched()))
+        return new
+
+    async def _attach_event(self, scan: Obj) -> None:
+        """Make the new scan an owner of its event; if the event vanished meanwhile, undo the scan."""
+        try:
+            await payloads.add_event_owner(self.api, self.namespace, scan["spec"]["sensorEventId"], scan)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            await self.store.delete(view.scan_id(scan))
+            self.cache.forget(scan)
+            raise bad_request("sensor event not found", "The sensor event was deleted meanwhile.") from None
+
+    async def delete(self, name: str, *, delete_completed_scan: bool) -> Obj:
+        """Mark the scan deleted (the operator aborts it); a completed scan only when told to."""
+
+        def decide(scan: Obj) -> Change:
+            if view.has_final_result(scan) and not delete_completed_scan:
+                raise bad_request(
+                    "Attempted to delete a completed scan (must use `delete_completed_scan=True`)"
+                )
+            return Change(spec=None if view.is_deleted(scan) else {"deleted": True}, status=_touched())
+
+        return await self.store.update(name, decide)
+
+    async def add_workers(self, name: str, location: str, n_workers: int) -> model.WorkerRequestOutcome:
+        """Ask the operator for workers through `spec.workerRequests`; wait for its recorded outcome."""
+        request_id = uuid.uuid4().hex
+
+        def decide(scan: Obj) -> Change:
+            if view.is_deleted(scan):
+                raise ApiError(422, "this scan has been deleted--cannot add workers")
+            if view.workflow_id(scan) == NOT_YET_REQUESTED:
+                raise ApiError(422, "a WMS workflow has not been assigned--cannot add workers")
+            if view.has_final_result(scan):
+                raise ApiError(422, "this scan has a final result--cannot add workers")
+            existing = list(scan["spec"].get("workerRequests") or [])
+            ask = model.WorkerRequest(id=request_id, location=location, n_workers=n_workers)
+            return Change(spec={"workerRequests": [*existing, ask.to_kube()]})
+
+        await self.store.update(name, decide)
+
+        def answered(scan: Obj | None) -> bool:
+            return scan is None or any(o.id == request_id for o in view.worker_outcomes(scan))
+
+        scan = await self.cache.wait_for(name, answered, self._add_workers_timeout)
+        if scan is None or not answered(scan):
+            raise ApiError(
+                504,
+                "the operator did not answer the add-workers request in time",
+                f"Request {request_id} is recorded in spec.workerRequests; "
+                f"check `kubectl describe scan {name}`.",
+            )
+        outcome = next(o for o in view.worker_outcomes(scan) if o.id == request_id)
+        if outcome.state != "Succeeded":
+            raise ApiError(
+                500,
+                "failed to request additional workers on the WMS: "
+                + str(outcome.reason or "no reason recorded"),
+            )
+        return outcome
+
+    async def update_manifest(self, name: str, body: models.PatchManifestBody) -> Obj:
+        """Replace the progress; set event and scan metadata once (the same value again is fine)."""
+
+        def decide(scan: Obj) -> Change:
+            record = ScanRecord(scan)
+            change: dict[str, Any] = {}
+            if body.progress:
+                # Always written (even unchanged), so lastUpdated moves with every progress report.
+                change["progress"] = merge_patch(record.progress or {}, body.progress.model_dump(mode="json"))
+            if body.event_metadata:
+                stored = view.event_metadata(scan)
+                if stored is None:
+                    change["event_metadata"] = body.event_metadata.model_dump()
+                elif stored != body.event_metadata.model_dump():
+                    raise bad_request("Cannot change an existing event_metadata")
+            if body.scan_metadata:
+                stored_meta = record.scan_metadata
+                if not stored_meta:
+                    change["scan_metadata"] = body.scan_metadata
+                elif stored_meta != body.scan_metadata:
+                    raise bad_request("Cannot change an existing scan_metadata")
+            if not change:
+                return Change()
+            status = model.ScanStatus.model_validate({**change, "last_updated": now()})
+            return Change(status=status.to_patch())
+
+        return await self.store.update(name, decide)
+
+    async def store_result(self, scan: Obj, scan_result: dict[str, Any], is_final: bool) -> None:
+        """Write the result payload, then record it in status."""
+        data = await encoded(scan_result, "scan result")
+        await payloads.write_result(self.api, self.namespace, scan, data)
+        # Recorded in status so the operator can finish the workflow once the result is final.
+        record = model.ScanStatus(result=model.ResultStatus(is_final=is_final, updated_at=now())).to_patch()
+        await self.store.update(view.scan_id(scan), lambda _: Change(status=record))
+
+    async def set_workflow_id(self, name: str, workflow_id: str, wms_address: str) -> Obj:
+        """Record the WMS workflow, once, and never on a deleted scan."""
+
+        def decide(scan: Obj) -> Change:
+            if view.is_deleted(scan) or view.workflow_id(scan) != NOT_YET_REQUESTED:
+                raise ApiError(
+                    404,
+                    "no scan whose workflow id can be set",
+                    "The workflow id is set once, and never on a deleted scan.",
+                )
+            workflow = model.WorkflowStatus(id=workflow_id, address=wms_address)
+            return Change(status=model.ScanStatus(workflow=workflow).to_patch())
+
+        return await self.store.update(name, decide)

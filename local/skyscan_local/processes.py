@@ -1,0 +1,164 @@
+"""Supervision of the local harness's background processes, shared by the control plane and the stack.
+
+Both start long-lived programs that must outlive the command that started them (`make up` returns),
+recognise them later from a recorded pid alone (a pid is recycled once its process is gone), stop
+them without hanging on one that ignores SIGTERM, and gate every next step on readiness.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+_PR_SET_PDEATHSIG = 1  # prctl option, <linux/prctl.h>
+POLL_SECONDS = 0.2
+
+
+def die_with_parent() -> None:
+    """preexec hook: the child gets SIGKILL when the thread that started it exits (Linux).
+
+    Tests and benches start whole clusters; when they crash, nothing may be left running."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def command_line(pid: int) -> list[str] | None:
+    """The argv `pid` runs now; None when there is no such process ([] for a zombie)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.decode(errors="replace").split("\0")[:-1]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A process we started, as a state file remembers it: its pid and the argv it was started with
+    (or the start of that argv). Only the pid is not enough: the kernel reuses it for another program."""
+
+    pid: int
+    argv: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise ValueError("an empty argv would match any process")
+
+    def alive(self) -> bool:
+        """It still runs: the pid's command line starts with the recorded one (a zombie's is empty)."""
+        return (command_line(self.pid) or [])[: len(self.argv)] == list(self.argv)
+
+
+def spawn(
+    argv: Sequence[str],
+    log: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    tie_to_parent: bool = False,
+) -> subprocess.Popen[bytes]:
+    """Start `argv` in a session of its own, so that it outlives the command that started it and a
+    Ctrl-C there does not reach it. Output goes to `log`, emptied first: readiness checks and error
+    messages read this run's output only. `env` is added to the inherited environment."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            list(argv),
+            env={**os.environ, **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent if tie_to_parent else None,
+        )
+
+
+def _signal(p: Recorded, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it ended since we looked
+        os.kill(p.pid, sig)
+
+
+def _reap(pid: int, block: bool) -> None:
+    """Collect the exit status when the process is our own child (tests): an exited child of ours
+    stays a zombie until we do. A no-op for anyone else's process."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0 if block else os.WNOHANG)
+
+
+def stop(procs: Iterable[Recorded], timeout: float = 15.0) -> None:
+    """SIGTERM every recorded process that still runs, all at once so they shut down in parallel
+    (pass them newest first); SIGKILL whichever still runs `timeout` seconds later. A pid that runs
+    something else now is left alone."""
+    recorded = list(procs)
+    running = [p for p in recorded if p.alive()]
+    for p in running:
+        _signal(p, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for p in running:
+        while p.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if p.alive():
+            _signal(p, signal.SIGKILL)
+    for p in recorded:
+        _reap(p.pid, block=p in running)
+
+
+def tail(log: Path, chars: int = 3000) -> str:
+    """The end of a log, for error messages."""
+    return log.read_text(errors="replace")[-chars:] if log.exists() else ""
+
+
+def wait_until(
+    check: Callable[[], bool],
+    what: str,
+    timeout: float,
+    *,
+    proc: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
+    error: type[Exception] = RuntimeError,
+) -> None:
+    """Poll `check` until it holds; raise `error` (with the log's end) after `timeout` seconds, or as
+    soon as `proc` exits: a crashed component must not cost the whole timeout. Connection errors
+    count as "not yet": a server is probed before it listens."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise error(_failure(f"{what} exited with status {proc.returncode} during start-up", log))
+        with contextlib.suppress(httpx.HTTPError, OSError):
+            if check():
+                return
+        time.sleep(POLL_SECONDS)
+    raise error(_failure(f"{what} not ready after {timeout:.0f}s", log))
+
+
+def _failure(message: str, log: Path | None) -> str:
+    return f"{message}; log {log}:\n{tail(log)}" if log else message
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (the kernel's choice)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_free(port: int) -> bool:
+    """`port` can be bound on loopback now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(preferred: int) -> int:
+    """`preferred` when it is free (stable URLs across `make up`), else any free port; 0: any."""
+    return preferred if preferred and port_free(preferred) else free_port()

@@ -1,0 +1,58 @@
+"""Every name Skyscan gives to things in the cluster, each defined once: the labels, annotations and
+finalizer it sets, and the names of the objects it creates for a scan (deterministic, so every
+create is idempotent)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skyscan import model
+
+# --- labels
+SCAN_ID_LABEL = "skyscan.io/scan-id"  # on every object made for one scan (Job, Secret, Pods)
+PAYLOAD_LABEL = "skyscan.io/payload"  # on payload ConfigMaps: "event" or "result"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "skyscan"}
+
+# --- annotations
+TIMESTAMP_ANNOTATION = "skyscan.io/timestamp"  # sub-second creation time (Unix seconds, as a string)
+
+# --- the WMS
+WORKFLOW_MARKER_ENV = "SKYSCAN_REQUEST_ID"  # in a workflow's pilot environment: the Scan's uid, to find it by
+
+# --- finalizers
+WORKFLOW_FINALIZER = "skyscan.io/wms-workflow"  # present only while the scan may hold a live WMS workflow
+
+
+# --- object names
+def job_name(scan_id: str) -> str:
+    return f"skyscan-{scan_id}"
+
+
+def wms_secret_name(scan_id: str) -> str:
+    return f"skyscan-{scan_id}-ewms"
+
+
+def container_name(scan_id: str) -> str:
+    return f"skyscan-server-{scan_id}"[:63].rstrip("-")
+
+
+def event_object_name(sensor_event_id: str) -> str:
+    return f"skyscan-event-{sensor_event_id}"
+
+
+def result_object_name(scan_id: str) -> str:
+    return f"skyscan-result-{scan_id}"
+
+
+def scan_id_of(obj: dict[str, Any]) -> str | None:
+    """The scan an object was made for, from its label."""
+    return (obj["metadata"].get("labels") or {}).get(SCAN_ID_LABEL)
+
+
+def owner_reference(scan_id: str, uid: str, *, controller: bool = True) -> dict[str, Any]:
+    """An ownerReference to a Scan. The controller owns what it made (Job, Secret, result); a shared
+    sensor event has every scan using it as a non-controller owner."""
+    ref: dict[str, Any] = {"apiVersion": model.API_VERSION, "kind": model.KIND, "name": scan_id, "uid": uid}
+    if controller:
+        ref.update(controller=True, blockOwnerDeletion=True)
+    return ref
