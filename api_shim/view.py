@@ -45,7 +45,7 @@ def scan_id(scan: Scan) -> str:
 
 
 def spec_of(scan: Scan) -> model.ScanSpec:
-    return model.ScanSpec.model_validate(scan["spec"])
+    return model.ScanSpec.model_validate(scan["spec"], context=model.STORED)
 
 
 def classifiers(spec: model.ScanSpec) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "skyscan.io"
@@ -92,12 +92,45 @@ Classifiers = Annotated[
     Field(max_length=CLASSIFIER_MAX_ENTRIES),
 ]
 
+# What Skyscan itself hands the scanner (its REST address and credential, scan id, WMS connection,
+# logging), and what could change how the interpreter starts: a user may set none of these.
+RESERVED_ENV_PREFIXES = ("SKYSCAN_SKYDRIVER_", "SKYSCAN_EWMS_", "SKYSCAN_MQ_", "SKYSCAN_STARTUP_", "EWMS_",
+                         "KUBERNETES_", "PYTHON", "LD_")  # fmt: skip
+
+
+def is_reserved_env(name: str) -> bool:
+    return name.upper().startswith(RESERVED_ENV_PREFIXES)
+
+
+# Validation context for reading back what the API server stored: the request policies above were
+# checked when the scan was admitted (REST) or are enforced where it runs (the operator), so a view of
+# a Scan made with kubectl never fails on them.
+STORED = {"stored": True}
+
+
+def _checking_policy(info: ValidationInfo) -> bool:
+    return not (info.context or {}).get("stored")
+
+
+def _no_reserved_env(env: dict[str, Scalar], info: ValidationInfo) -> dict[str, Scalar]:
+    if not _checking_policy(info):
+        return env
+    for key in env:
+        if is_reserved_env(key):
+            raise ValueError(
+                f"cannot set '{key}': Skyscan sets the scanner's own variables "
+                f"(reserved prefixes: {', '.join(RESERVED_ENV_PREFIXES)})"
+            )
+    return env
+
+
 ScannerServerEnv = Annotated[
     dict[
         Annotated[str, Field(min_length=1, max_length=ENV_MAX_KEY_LENGTH)],
         Annotated[str, Field(max_length=ENV_MAX_STRING_LENGTH)] | bool | int | float | None,
     ],
     Field(max_length=ENV_MAX_ENTRIES),
+    AfterValidator(_no_reserved_env),
 ]
 
 
@@ -143,8 +176,9 @@ class ScanSpec(KubeModel):
     )
     scanner_server_env_from_user: ScannerServerEnv = Field(
         default_factory=dict,
-        description=f"Environment for the scanner server, applied last. Scalars; strings at most "
-        f"{ENV_MAX_STRING_LENGTH} characters; keys at most {ENV_MAX_KEY_LENGTH}.",
+        description=f"Extra environment for the scanner server; Skyscan's own variables win. Scalars; strings "
+        f"at most {ENV_MAX_STRING_LENGTH} characters; keys at most {ENV_MAX_KEY_LENGTH}, not starting with "
+        f"{', '.join(RESERVED_ENV_PREFIXES)}.",
     )
     rescan_of: str | None = Field(default=None, description="The scan this one rescans.")
     deleted: bool = Field(default=False, description="Soft delete: abort the scan but keep its record.")
@@ -157,7 +191,9 @@ class ScanSpec(KubeModel):
 
     @field_validator("classifiers")
     @classmethod
-    def _no_reserved_classifiers(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
+    def _no_reserved_classifiers(cls, value: dict[str, Scalar], info: ValidationInfo) -> dict[str, Scalar]:
+        if not _checking_policy(info):
+            return value
         for key in RESERVED_CLASSIFIER_KEYS:
             if key in value:
                 raise ValueError(f"classifier cannot contain '{key}' sub-field")

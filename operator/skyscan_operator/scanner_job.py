@@ -150,9 +150,15 @@ def build_job(
             else {"name": "SKYSCAN_SKYDRIVER_AUTH", "value": ""}
         ),
     ]
-    # The user's env comes last and overrides any of the above (by name, keeping one entry each).
-    user = {k: env_value(v) for k, v in spec.scanner_server_env_from_user.items()}
-    env = [e for e in env if e["name"] not in user] + [{"name": k, "value": v} for k, v in user.items()]
+    # Skyscan's own variables win: the user's come first and never replace one of them (a Scan made
+    # with kubectl skips the REST validation that refuses reserved names, so drop those here too).
+    ours = {e["name"] for e in env}
+    user = [
+        {"name": k, "value": env_value(v)}
+        for k, v in spec.scanner_server_env_from_user.items()
+        if k not in ours and not model.is_reserved_env(k)
+    ]
+    env = user + env
     memory = str(spec.scanner_server_memory_bytes)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",

@@ -124,7 +124,7 @@ class OperatorSettings(BaseSettings):
         default=None, description="serviceAccountName of scanner pods."
     )
     scanner_env: dict[str, str] = Field(
-        default_factory=dict, description="Extra scanner env (JSON object), before the user's env."
+        default_factory=dict, description="Extra scanner env (JSON object); the user's env cannot replace it."
     )
     scanner_ephemeral_storage: str | None = Field(
         default="8G", description="Ephemeral-storage request of the scanner (reference: 8G); empty: none."

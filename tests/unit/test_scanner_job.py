@@ -28,6 +28,25 @@ def test_scanner_server_args_are_the_reference_string() -> None:
     assert "--simulated-event" in scanner_server_args(spec(realOrSimulatedEvent="sim"))
 
 
+def test_skyscans_own_scanner_env_wins_over_the_users() -> None:
+    # A Scan made with kubectl skips the REST validation; its spec is read as stored.
+    stored = minimal_spec(scannerServerEnvFromUser={
+        "SKYSCAN_SKYDRIVER_ADDRESS": "http://127.0.0.1:9999", "SKYSCAN_SKYDRIVER_AUTH": "mine",
+        "PYTHONSTARTUP": "/tmp/x.py", "SKYSCAN_PROGRESS_INTERVAL_SEC": 30,
+    })  # fmt: skip
+    with pytest.raises(ValueError, match="cannot set 'SKYSCAN_SKYDRIVER_ADDRESS'"):
+        model.ScanSpec.model_validate(stored)  # refused on the way in
+    as_stored = model.ScanSpec.model_validate(stored, context=model.STORED)
+    job = scanner_job.build_job("abc", "uid-1", "ns", as_stored, S)
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    by_name = {e["name"]: e for e in env}
+    assert len(by_name) == len(env)  # one entry each
+    assert by_name["SKYSCAN_SKYDRIVER_ADDRESS"]["value"] == "http://shim:8080"
+    assert by_name["SKYSCAN_SKYDRIVER_AUTH"].get("value") != "mine"
+    assert "PYTHONSTARTUP" not in by_name
+    assert by_name["SKYSCAN_PROGRESS_INTERVAL_SEC"]["value"] == "30"  # the scanner's tuning stays the user's
+
+
 def test_job_has_the_reference_shape() -> None:
     job = scanner_job.build_job("abc", "uid-1", "ns", spec(scannerServerMemoryBytes=2_000_000_000), S)
     assert job["metadata"]["name"] == "skyscan-abc"
@@ -52,18 +71,14 @@ def test_job_has_the_reference_shape() -> None:
     assert {"name": "ewms", "secret": {"secretName": "skyscan-abc-ewms"}} in pod["volumes"]
 
 
-def test_user_env_comes_last_and_overrides() -> None:
-    env_from_user = {"SKYSCAN_SKYDRIVER_ADDRESS": "http://elsewhere", "FLAG": True, "NOTHING": None, "N": 3}
+def test_user_env_comes_first_as_strings() -> None:
+    env_from_user = {"FLAG": True, "NOTHING": None, "N": 3}
     job = scanner_job.build_job("abc", "u", "ns", spec(scannerServerEnvFromUser=env_from_user), S)
     env = job["spec"]["template"]["spec"]["containers"][0]["env"]
     names = [e["name"] for e in env]
-    assert names[:3] == ["SKYSCAN_EWMS_JSON", "SKYSCAN_SKYDRIVER_SCAN_ID", "SKYSCAN_EWMS_PILOT_LOG"]
-    assert names[-4:] == ["SKYSCAN_SKYDRIVER_ADDRESS", "FLAG", "NOTHING", "N"]
-    assert names.count("SKYSCAN_SKYDRIVER_ADDRESS") == 1
+    assert names[:4] == ["FLAG", "NOTHING", "N", "SKYSCAN_EWMS_JSON"]
     values = {e["name"]: e.get("value") for e in env}
-    assert values["SKYSCAN_SKYDRIVER_ADDRESS"] == "http://elsewhere"
     assert (values["FLAG"], values["NOTHING"], values["N"]) == ("True", "None", "3")
-    assert values["SKYSCAN_SKYDRIVER_AUTH"] == ""
 
 
 def test_pod_annotations_and_scanner_auth_secret_are_settings() -> None:

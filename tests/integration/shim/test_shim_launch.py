@@ -106,6 +106,7 @@ async def test_projection_on_launch(shim: ShimUnderTest) -> None:
     assert "wms_task" in reply.body
 
 
+RESERVED = "(reserved prefixes: SKYSCAN_SKYDRIVER_, SKYSCAN_EWMS_, SKYSCAN_MQ_, SKYSCAN_STARTUP_, EWMS_, KUBERNETES_, PYTHON, LD_)"
 INVALID: list[tuple[dict[str, Any], str]] = [
     ({"scan_id": "x"}, "Additional properties are not allowed ('scan_id' was unexpected)"),
     ({"scan_id": "x", "rescan_ids": []}, "Additional properties are not allowed ('rescan_ids', 'scan_id' were unexpected)"),
@@ -123,6 +124,14 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"classifiers": {"a": ["x"]}}, "'classifiers.a': must match one of the accepted types"),
     ({"classifiers": {f"k{i}": i for i in range(26)}}, "'classifiers': must have no more than 25 entries"),
     ({"scanner_server_env_from_user": {"A": {"b": 1}}}, "'scanner_server_env_from_user.A': must match one of the accepted types"),
+    # The scanner's REST address, credential and WMS connection are Skyscan's: redirecting them would hand
+    # the scanner's token to the user's listener.
+    ({"scanner_server_env_from_user": {"SKYSCAN_SKYDRIVER_ADDRESS": "http://127.0.0.1:9999"}},
+     f"'scanner_server_env_from_user': cannot set 'SKYSCAN_SKYDRIVER_ADDRESS': Skyscan sets the scanner's own variables {RESERVED}"),
+    ({"scanner_server_env": {"skyscan_skydriver_auth": "x"}},
+     f"'scanner_server_env': cannot set 'skyscan_skydriver_auth': Skyscan sets the scanner's own variables {RESERVED}"),
+    ({"scanner_server_env_from_user": {"OK": 1, "EWMS_PILOT_TASK_TIMEOUT": 1}},
+     f"'scanner_server_env_from_user': cannot set 'EWMS_PILOT_TASK_TIMEOUT': Skyscan sets the scanner's own variables {RESERVED}"),
     ({"docker_tag": "foo"}, "argument docker_tag: image not found"),
     ({"docker_tag": "3.1"}, "argument docker_tag: Image tag is older than the minimum supported tag 'v4.0.0'. Contact admins for more info."),
     ({"event_live_json": None}, "Must provide either 'event_live_json' or 'sensor_event_id' (xor)"),
