@@ -176,9 +176,9 @@ class ScanSpec(KubeModel):
     )
     scanner_server_env_from_user: ScannerServerEnv = Field(
         default_factory=dict,
-        description=f"Extra environment for the scanner server; Skyscan's own variables win. Scalars; strings "
-        f"at most {ENV_MAX_STRING_LENGTH} characters; keys at most {ENV_MAX_KEY_LENGTH}, not starting with "
-        f"{', '.join(RESERVED_ENV_PREFIXES)}.",
+        description=f"Extra environment for the scanner server; Skyscan's own variables win. Scalars; "
+        f"strings at most {ENV_MAX_STRING_LENGTH} characters; keys at most {ENV_MAX_KEY_LENGTH}, not "
+        f"starting with {', '.join(RESERVED_ENV_PREFIXES)}.",
     )
     rescan_of: str | None = Field(default=None, description="The scan this one rescans.")
     deleted: bool = Field(default=False, description="Soft delete: abort the scan but keep its record.")
