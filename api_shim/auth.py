@@ -26,6 +26,7 @@ ROLES = (USER, SYSTEM)
 class Identity:
     name: str
     roles: frozenset[str]
+    scan_id: str | None = None  # set: the identity acts only on this scan (a scanner's credential)
 
 
 class Authenticator(Protocol):

@@ -16,6 +16,11 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "skyscan"}
 # --- annotations
 TIMESTAMP_ANNOTATION = "skyscan.io/timestamp"  # sub-second creation time (Unix seconds, as a string)
 
+# --- the scanner's identity
+SCANNER_SERVICE_ACCOUNT = "skyscan-scanner"  # scanner Pods run as it; it has no RBAC bindings at all
+SCANNER_TOKEN_AUDIENCE = "skyscan-scanner"  # the audience of per-scan scanner tokens (only the shim accepts it)
+SCANNER_TOKEN_KEY = "token"  # the key of the token in the per-scan Secret
+
 # --- the WMS
 WORKFLOW_MARKER_ENV = "SKYSCAN_REQUEST_ID"  # in a workflow's pilot environment: the Scan's uid, to find it by
 
@@ -34,6 +39,23 @@ def wms_secret_name(scan_id: str) -> str:
 
 def container_name(scan_id: str) -> str:
     return f"skyscan-server-{scan_id}"[:63].rstrip("-")
+
+
+def scanner_token_secret_name(scan_id: str) -> str:
+    """The per-scan Secret holding the scanner's token, which is bound to this Secret."""
+    return f"skyscan-{scan_id}-scanner"
+
+
+def scan_id_of_scanner_secret(name: str) -> str | None:
+    """The inverse of `scanner_token_secret_name` (None for any other name)."""
+    prefix, suffix = "skyscan-", "-scanner"
+    if name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix) + len(suffix):
+        return name[len(prefix) : -len(suffix)]
+    return None
+
+
+def startup_object_name(scan_id: str) -> str:
+    return f"skyscan-startup-{scan_id}"
 
 
 def event_object_name(sensor_event_id: str) -> str:
