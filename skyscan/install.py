@@ -1,12 +1,36 @@
-"""Install the Scan CRD into a cluster (`python -m skyscan.install --kubeconfig PATH`)."""
+"""Install the Scan CRD into a cluster (`python -m skyscan.install --kubeconfig PATH`), and the
+scanners' ServiceAccount into a namespace (the kustomize manifests carry the same account)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
+from typing import Any
 
-from skyscan import crd, kube
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from skyscan import crd, kube, names
+
+
+def scanner_account() -> dict[str, Any]:
+    """The scanners' ServiceAccount: no RBAC bindings, no API token mounted into its Pods. The operator
+    mints each scan's token for it (audience `skyscan-scanner`, bound to that scan's Secret)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": names.SCANNER_SERVICE_ACCOUNT, "labels": dict(names.MANAGED_BY)},
+        "automountServiceAccountToken": False,
+    }
+
+
+async def ensure_scanner_account(api: client.ApiClient, namespace: str) -> None:
+    try:
+        await client.CoreV1Api(api).create_namespaced_service_account(namespace, scanner_account())
+    except ApiException as e:
+        if e.status != 409:
+            raise
 
 
 async def install(kubeconfig: str | None) -> None:

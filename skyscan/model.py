@@ -295,6 +295,15 @@ class WorkerRequestOutcome(StatusPart):
     reason: str | None = None
 
 
+class ScannerCredential(StatusPart):
+    """The scanner's own credential: a service-account token (audience `skyscan-scanner`) bound to the
+    per-scan Secret that holds it, so deleting that Secret revokes it. The token itself is only in there."""
+
+    secret: str
+    expires_at: float | None = Field(default=None, description="Unix seconds, as the API server granted.")
+    revoked: bool = Field(default=False, description="The Secret was deleted: the token is void.")
+
+
 class ResultStatus(StatusPart):
     """Written by the shim next to the stored result payload, so the operator can finish the workflow."""
 
@@ -321,6 +330,7 @@ class ScanStatus(KubeModel):
         default=None,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
     )
+    scanner_credential: ScannerCredential | None = None
     # shim
     progress: FreeForm | None = None
     event_metadata: EventMetadataStatus | None = None

@@ -18,7 +18,7 @@ TIMESTAMP_ANNOTATION = "skyscan.io/timestamp"  # sub-second creation time (Unix 
 
 # --- the scanner's identity
 SCANNER_SERVICE_ACCOUNT = "skyscan-scanner"  # scanner Pods run as it; it has no RBAC bindings at all
-SCANNER_TOKEN_AUDIENCE = "skyscan-scanner"  # the audience of per-scan scanner tokens (only the shim accepts it)
+SCANNER_TOKEN_AUDIENCE = "skyscan-scanner"  # the audience of per-scan scanner tokens (the shim alone)
 SCANNER_TOKEN_KEY = "token"  # the key of the token in the per-scan Secret
 
 # --- the WMS

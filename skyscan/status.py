@@ -20,7 +20,7 @@ Obj = Mapping[str, Any]
 # The status keys each writer owns; the operator writes only its own, the shim only the others.
 OPERATOR_KEYS = (
     "observedGeneration", "conditions", "state", "backlog", "workflow", "job", "workforce", "taskforces",
-    "workerRequests",
+    "workerRequests", "scannerCredential",
 )  # fmt: skip
 ENDED_JOB_STATES = ("Succeeded", "Failed", "Deleted")
 
@@ -126,6 +126,22 @@ class ScanRecord:
     def worker_requests(self) -> list[model.WorkerRequestOutcome]:
         return [model.WorkerRequestOutcome.model_validate(o) for o in self._st.get("workerRequests") or []]
 
+    def scanner_credential(self) -> model.ScannerCredential | None:
+        raw = self._st.get("scannerCredential")
+        return model.ScannerCredential.model_validate(raw) if raw else None
+
+    @property
+    def holds_scanner_credential(self) -> bool:
+        """A scanner token was issued and its Secret not yet deleted."""
+        raw = self._st.get("scannerCredential") or {}
+        return bool(raw) and not raw.get("revoked")
+
+    @property
+    def scanner_may_act(self) -> bool:
+        """Whether this scan's scanner credential is honoured: issued, not revoked, the scan not deleted
+        and its Job not ended (a token outliving these is refused even before its Secret is gone)."""
+        return self.holds_scanner_credential and not self.deleted and self.job_state not in ENDED_JOB_STATES
+
     def operator_keys(self) -> dict[str, Any]:
         """The operator's part of the status as stored (for computing its next merge patch)."""
         return {k: self._st.get(k) for k in OPERATOR_KEYS}
@@ -177,7 +193,7 @@ class ScanRecord:
     @property
     def is_terminal(self) -> bool:
         """Nothing left to do: no live workflow, and the scan is deleted, failed or finished."""
-        if holds_workflow(self.workflow()):
+        if holds_workflow(self.workflow()) or self.holds_scanner_credential:
             return False
         if self.deleted:
             return self.job_state in (None, *ENDED_JOB_STATES)

@@ -58,6 +58,7 @@ async def namespace(api: client.ApiClient) -> AsyncIterator[str]:
     name = f"t-{secrets.token_hex(4)}"
     await core.create_namespace({"metadata": {"name": name, "labels": {"skyscan.io/test": "true"}}})
     await eventually(lambda: core.read_namespaced_service_account("default", name), timeout=30)
+    await install.ensure_scanner_account(api, name)
     yield name
     try:
         await core.delete_namespace(name)

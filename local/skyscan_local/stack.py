@@ -45,7 +45,6 @@ from skyscan_local.processes import tail as tail  # the e2e tests read logs thro
 
 REPO = Path(__file__).resolve().parents[2]
 STATE_FILE, ENV_FILE, TOKEN_FILE = "stack.json", "env", "tokens.json"
-SCANNER_TOKEN_SECRET = "skyscan-scanner-token"
 ENV_KEYS = (
     "SKYSCAN_URL", "SKYSCAN_USER_TOKEN", "SKYSCAN_SYSTEM_TOKEN", "SKYSCAN_WMS_URL", "KUBECONFIG",
     "SKYSCAN_NAMESPACE",
@@ -234,7 +233,6 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
         "SKYSCAN_LIVENESS_ENDPOINT": operator_health,
         "SKYSCAN_WMS_ADDRESS": wms_url,
         "SKYSCAN_REST_ADDRESS": shim_url,
-        "SKYSCAN_SCANNER_AUTH_SECRET": SCANNER_TOKEN_SECRET,
     }
     if s.simulate_scanner:
         operator_env["SKYSCAN_SCANNER_POD_ANNOTATIONS"] = json.dumps({localcluster.HOLD_ANNOTATION: "true"})
@@ -279,8 +277,8 @@ def ensure_cluster(s: LocalStackSettings, state: dict[str, Any]) -> str:
     return localcluster.ensure(s.cluster_dir, tie_to_parent=s.tie_to_parent).kubeconfig
 
 
-async def prepare_cluster(kubeconfig: str, namespace: str, scanner_token: str, timeout: float) -> None:
-    """The CRD, the namespace (ready for Pods) and the Secret holding the scanner's REST token."""
+async def prepare_cluster(kubeconfig: str, namespace: str, timeout: float) -> None:
+    """The CRD, the namespace (ready for Pods) and the scanners' ServiceAccount."""
     await install.install(kubeconfig)
     api = await kube.api_client(kubeconfig)
     async with api:
@@ -296,16 +294,7 @@ async def prepare_cluster(kubeconfig: str, namespace: str, scanner_token: str, t
                 if e.status != 404 or time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.2)
-        secret = {
-            "metadata": {"name": SCANNER_TOKEN_SECRET, "labels": {"app.kubernetes.io/name": "skyscan"}},
-            "stringData": {"token": scanner_token},
-        }
-        try:
-            await core.create_namespaced_secret(namespace, secret)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-            await core.patch_namespaced_secret(SCANNER_TOKEN_SECRET, namespace, secret)
+        await install.ensure_scanner_account(api, namespace)
 
 
 def ensure_tokens(s: LocalStackSettings, state: dict[str, Any]) -> dict[str, str]:
@@ -364,7 +353,7 @@ def up(s: LocalStackSettings) -> dict[str, str]:
     }
     state["tokens"] = ensure_tokens(s, state)
     save_state(s.dir, state)
-    asyncio.run(prepare_cluster(state["kubeconfig"], s.namespace, state["tokens"]["system"], s.ready_timeout))
+    asyncio.run(prepare_cluster(state["kubeconfig"], s.namespace, s.ready_timeout))
 
     wanted = components(s, state)
     for name in [n for n in reversed(list(records)) if n not in {c.name for c in wanted}]:

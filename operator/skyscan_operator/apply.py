@@ -28,11 +28,13 @@ from skyscan_operator.planner import (
     CreateJob,
     Deactivate,
     DeleteJob,
+    IssueScannerCredential,
     Plan,
     ProvisionQueues,
     RecoverWorkflow,
     Replace,
     RequestWorkflow,
+    RevokeScannerCredential,
     ScanView,
     SetFinalizer,
 )
@@ -156,6 +158,10 @@ class Run:
                 await self.add_workers(action)
             case Replace(new_id, body):
                 await self.replace(new_id, body)
+            case IssueScannerCredential(lifetime):
+                await self.issue_credential(lifetime)
+            case RevokeScannerCredential(secret):
+                await self.revoke_credential(secret)
         return 0.0 if isinstance(action, RequestWorkflow | RecoverWorkflow | CreateJob) else None
 
     async def need_wms(self) -> WMSClient:
@@ -316,6 +322,51 @@ class Run:
         self.condition(cond.ADMITTED, True, "Started", f"Job {name} created")
         await self.patch_status()
         self.event("JobCreated", f"created Job {name}")
+
+    async def issue_credential(self, lifetime_seconds: int) -> None:
+        """A token for the scanner ServiceAccount, bound to a new per-scan Secret and stored in it.
+        Idempotent: an existing Secret of this scan is reused (its token is replaced)."""
+        s = self.scan
+        body = scanner_job.credential_secret(s.name, s.uid, s.namespace)
+        name = body["metadata"]["name"]
+        try:
+            secret = await self.a.core.create_namespaced_secret(s.namespace, body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            secret = await self.a.core.read_namespaced_secret(name, s.namespace)
+            await self.check_owner(secret.metadata, "Secret")
+        request = scanner_job.token_request(name, secret.metadata.uid, lifetime_seconds)
+        try:
+            granted = await self.a.core.create_namespaced_service_account_token(
+                self.settings.scanner_service_account, s.namespace, request
+            )
+        except ApiException as e:
+            why = f"cannot issue a token for ServiceAccount {self.settings.scanner_service_account}"
+            self.fail_attempt("StartFailed", f"{why}: {e.reason}")
+            self.event("ScannerCredentialFailed", f"{why}: {e.reason}", warning=True)
+            await self.patch_status()
+            raise Stop() from e
+        await self.a.core.patch_namespaced_secret(
+            name, s.namespace, {"stringData": {names.SCANNER_TOKEN_KEY: granted.status.token}}
+        )
+        expires = granted.status.expiration_timestamp
+        self.draft.credential = model.ScannerCredential(
+            secret=name, expires_at=expires.timestamp() if expires else None
+        )
+        await self.patch_status()
+        self.event("ScannerCredentialIssued", f"the scanner's own token, bound to Secret {name}")
+
+    async def revoke_credential(self, secret: str) -> None:
+        try:
+            await self.a.core.delete_namespaced_secret(secret, self.scan.namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        if self.draft.credential:
+            self.draft.credential.revoked = True
+        await self.patch_status()
+        self.event("ScannerCredentialRevoked", f"deleted Secret {secret}: the scanner's token is void")
 
     async def delete_job(self, name: str) -> None:
         try:

@@ -151,6 +151,20 @@ class DeleteJob:
 
 
 @dataclass(frozen=True)
+class IssueScannerCredential:
+    """The scanner's own token, bound to a per-scan Secret: created before the Job that reads it."""
+
+    lifetime_seconds: int
+
+
+@dataclass(frozen=True)
+class RevokeScannerCredential:
+    """Delete the per-scan Secret: the token bound to it stops validating."""
+
+    secret: str
+
+
+@dataclass(frozen=True)
 class Deactivate:
     workflow_id: str
     how: Literal["abort", "finished"]
@@ -180,7 +194,7 @@ class Replace:
 
 Action = (
     RequestWorkflow | RecoverWorkflow | ProvisionQueues | CreateJob | DeleteJob | Deactivate | AddWorkers
-    | SetFinalizer | Replace
+    | SetFinalizer | Replace | IssueScannerCredential | RevokeScannerCredential
 )  # fmt: skip
 
 
@@ -218,6 +232,7 @@ class Draft:
     workforce: model.Workforce | None
     taskforces: list[dict[str, Any]] | None
     worker_requests: list[model.WorkerRequestOutcome] | None
+    credential: model.ScannerCredential | None
     now: float
     generation: int | None
 
@@ -231,6 +246,7 @@ class Draft:
             workforce=record.workforce(),
             taskforces=record.taskforces or None,
             worker_requests=record.worker_requests() or None,
+            credential=record.scanner_credential(),
             now=now,
             generation=generation,
         )
@@ -246,6 +262,7 @@ class Draft:
             "workforce": self.workforce.to_kube() if self.workforce else None,
             "taskforces": self.taskforces,
             "workerRequests": [o.to_kube() for o in self.worker_requests] if self.worker_requests else None,
+            "scannerCredential": self.credential.to_kube() if self.credential else None,
         }
 
     def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
@@ -276,6 +293,7 @@ def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) 
             _start(d, p, scan, obs, now, settings)
         _stop_if_ended(d, p, scan, obs)
         _worker_requests(d, p, scan)
+    _revoke_credential(d, p, scan)
     _finalizer(d, p, scan)
     p.status = {
         "observedGeneration": scan.generation,
@@ -494,6 +512,8 @@ def _start_steps(d: Draft, p: Plan, scan: ScanView, now: float, settings: Operat
         p.actions.append(ProvisionQueues(wf.id))
         return
     d.set(cond.WORKFLOW_READY, True, "QueuesActivated", f"workflow {wf.id} is ready")
+    if d.credential is None:
+        p.actions.append(IssueScannerCredential(scanner_job.credential_lifetime(settings)))
     p.actions.append(
         CreateJob(scanner_job.build_job(scan.name, scan.uid, scan.namespace, scan.spec, settings))
     )
@@ -543,6 +563,17 @@ def _worker_requests(d: Draft, p: Plan, scan: ScanView) -> None:
         else:
             outcomes.append(model.WorkerRequestOutcome(id=r.id, state="Failed", reason=refusal))
     d.worker_requests = outcomes or None
+
+
+def _revoke_credential(d: Draft, p: Plan, scan: ScanView) -> None:
+    """The scanner's token lives as long as its scanner may act: no longer once the scan is deleted
+    (soft or hard), failed, or its Job has ended."""
+    cred = d.credential
+    if cred is None or cred.revoked:
+        return
+    ended = d.job is not None and d.job.state in ENDED_JOB_STATES
+    if scan.deleting or scan.spec.deleted or d.true(cond.FAILED) or ended:
+        p.actions.append(RevokeScannerCredential(cred.secret))
 
 
 def _finalizer(d: Draft, p: Plan, scan: ScanView) -> None:

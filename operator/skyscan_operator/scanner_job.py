@@ -16,6 +16,41 @@ TO_CLIENT, FROM_CLIENT = "to-client-queue", "from-client-queue"
 CONDOR_REQUIREMENTS = "HAS_CVMFS_icecube_opensciencegrid_org && has_avx && has_avx2"
 
 
+def credential_lifetime(settings: OperatorSettings) -> int:
+    """Seconds the scanner's token is asked to live: its whole possible run, plus an hour. The API
+    server may grant less (`--service-account-max-token-expiration`); status records what it granted."""
+    return int(settings.start_timeout_seconds + settings.job_active_deadline_seconds + 3600)
+
+
+def credential_secret(scan_id: str, uid: str, namespace: str) -> dict[str, Any]:
+    """The per-scan Secret the scanner's token is bound to; the token is written into it afterwards."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": names.scanner_token_secret_name(scan_id),
+            "namespace": namespace,
+            "labels": child_labels(scan_id),
+            "ownerReferences": [names.owner_reference(scan_id, uid)],
+        },
+        "type": "Opaque",
+    }
+
+
+def token_request(secret_name: str, secret_uid: str, lifetime_seconds: int) -> dict[str, Any]:
+    """A TokenRequest for the scanner ServiceAccount, valid only for the shim and only while the
+    per-scan Secret exists."""
+    return {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "audiences": [names.SCANNER_TOKEN_AUDIENCE],
+            "expirationSeconds": lifetime_seconds,
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Secret", "name": secret_name, "uid": secret_uid},
+        },
+    }
+
+
 def child_labels(scan_id: str) -> dict[str, str]:
     """An explicit label set (the Scan's own labels are deliberately not copied)."""
     return {
@@ -119,6 +154,12 @@ def build_secret(scan_id: str, uid: str, namespace: str, connection: dict[str, A
     }
 
 
+def scanner_auth_env(scan_id: str) -> dict[str, Any]:
+    """The scanner's bearer token, read once at its start, from its own per-scan Secret."""
+    secret = {"name": names.scanner_token_secret_name(scan_id), "key": names.SCANNER_TOKEN_KEY}
+    return {"name": "SKYSCAN_SKYDRIVER_AUTH", "valueFrom": {"secretKeyRef": secret}}
+
+
 def env_value(value: model.Scalar) -> str:
     """Kubernetes env values are strings; like the reference, `str()` of the user's value."""
     return str(value)
@@ -141,14 +182,7 @@ def build_job(
         *({"name": k, "value": v} for k, v in settings.scanner_env.items()),
         {"name": "SKYSCAN_EWMS_PILOT_LOG", "value": "WARNING"},
         {"name": "SKYSCAN_MQ_CLIENT_LOG", "value": "WARNING"},
-        (
-            {
-                "name": "SKYSCAN_SKYDRIVER_AUTH",
-                "valueFrom": {"secretKeyRef": {"name": settings.scanner_auth_secret, "key": "token"}},
-            }
-            if settings.scanner_auth_secret
-            else {"name": "SKYSCAN_SKYDRIVER_AUTH", "value": ""}
-        ),
+        scanner_auth_env(scan_id),
     ]
     # Skyscan's own variables win: the user's come first and never replace one of them (a Scan made
     # with kubectl skips the REST validation that refuses reserved names, so drop those here too).
@@ -188,8 +222,9 @@ def build_job(
             }
         ],
     }
-    if settings.scanner_service_account:
-        pod_spec["serviceAccountName"] = settings.scanner_service_account
+    # The scanner reaches nothing in the API: an account with no bindings, and no API token mounted.
+    pod_spec["serviceAccountName"] = settings.scanner_service_account
+    pod_spec["automountServiceAccountToken"] = False
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

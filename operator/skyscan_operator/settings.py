@@ -10,6 +10,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from skyscan import names
+
 
 class OperatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SKYSCAN_", extra="ignore")
@@ -117,11 +119,9 @@ class OperatorSettings(BaseSettings):
     rest_address: str = Field(
         default="http://skyscan-shim:8080", description="The REST address handed to the scanner server."
     )
-    scanner_auth_secret: str | None = Field(
-        default=None, description="Secret (key `token`) holding the scanner's REST token; unset: empty token."
-    )
-    scanner_service_account: str | None = Field(
-        default=None, description="serviceAccountName of scanner pods."
+    scanner_service_account: str = Field(
+        default=names.SCANNER_SERVICE_ACCOUNT,
+        description="ServiceAccount of scanner pods and of their per-scan tokens; give it no RBAC bindings.",
     )
     scanner_env: dict[str, str] = Field(
         default_factory=dict, description="Extra scanner env (JSON object); the user's env cannot replace it."

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from skyscan import conditions as cond
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from skyscan.status import ScanRecord
@@ -13,6 +15,7 @@ from skyscan_operator.planner import (
     CreateJob,
     Deactivate,
     DeleteJob,
+    IssueScannerCredential,
     JobView,
     Observed,
     PodView,
@@ -20,6 +23,7 @@ from skyscan_operator.planner import (
     RecoverWorkflow,
     Replace,
     RequestWorkflow,
+    RevokeScannerCredential,
     ScanView,
     SetFinalizer,
     WorkflowView,
@@ -108,9 +112,39 @@ def test_queues_then_job() -> None:
     assert p.status["state"] == "PENDING__WAITING_ON_SCANNER_SERVER_STARTUP"
     status = admitted(id="WF-1", requestedAt=cond.iso(NOW - 3), queuesActivated=True)
     p = plan(scan(status, finalizers=[FINALIZER]), Observed(), NOW, S)
-    (action,) = p.actions
-    assert isinstance(action, CreateJob) and action.job["metadata"]["name"] == "skyscan-s1"
+    issue, create = p.actions  # the scanner's own credential first: the Job reads it
+    assert isinstance(issue, IssueScannerCredential)
+    assert issue.lifetime_seconds > S.job_active_deadline_seconds
+    assert isinstance(create, CreateJob) and create.job["metadata"]["name"] == "skyscan-s1"
     assert reason(p.status, cond.WORKFLOW_READY) == "QueuesActivated"
+    status["scannerCredential"] = {"secret": "skyscan-s1-scanner", "expiresAt": NOW + 3600}
+    (create,) = plan(scan(status, finalizers=[FINALIZER]), Observed(), NOW, S).actions  # a retry reuses it
+    assert isinstance(create, CreateJob)
+
+
+@pytest.mark.parametrize("why", ["soft-deleted", "hard-deleted", "job ended", "failed"])
+def test_the_scanner_credential_is_revoked_when_the_scanner_may_no_longer_act(why: str) -> None:
+    status = started()
+    status["scannerCredential"] = {"secret": "skyscan-s1-scanner", "expiresAt": NOW + 3600}
+    job = JobView("skyscan-s1", cond.iso(NOW - 4))
+    pods: tuple[PodView, ...] = (PodView("p", "Running", started_at=NOW - 3),)
+    changes: dict[str, Any] = {}
+    if why == "soft-deleted":
+        changes["deleted"] = True
+    elif why == "job ended":
+        job, pods = JobView("skyscan-s1", cond.iso(NOW - 4), complete=True), (PodView("p", "Succeeded"),)
+    elif why == "failed":
+        status["conditions"] = cond.put(status["conditions"], cond.FAILED, True, "ScannerFailed", "x", NOW, 1)
+    record = scan(status, finalizers=[FINALIZER], deleting=why == "hard-deleted", **changes)
+    p = plan(record, Observed(job=job, pods=pods), NOW, S)
+    assert RevokeScannerCredential("skyscan-s1-scanner") in p.actions
+    live = plan(scan(status, finalizers=[FINALIZER]), Observed(job=JobView("skyscan-s1", cond.iso(NOW - 4)),
+                pods=(PodView("p", "Running", started_at=NOW - 3),)), NOW, S)  # fmt: skip
+    assert why == "failed" or not any(isinstance(a, RevokeScannerCredential) for a in live.actions)
+    revoked = {**status, "scannerCredential": {"secret": "skyscan-s1-scanner", "revoked": True}}
+    again = plan(scan(revoked, finalizers=[FINALIZER], deleting=why == "hard-deleted", **changes),
+                 Observed(job=job, pods=pods), NOW, S)  # fmt: skip
+    assert not any(isinstance(a, RevokeScannerCredential) for a in again.actions)  # once
 
 
 def test_a_job_found_after_a_restart_is_adopted_not_created_again() -> None:

@@ -61,7 +61,9 @@ def test_job_has_the_reference_shape() -> None:
         600,
     )
     pod = js["template"]["spec"]
-    assert pod["restartPolicy"] == "Never" and "serviceAccountName" not in pod
+    assert pod["restartPolicy"] == "Never"
+    # Its own account with no bindings, no API token mounted.
+    assert pod["serviceAccountName"] == "skyscan-scanner" and pod["automountServiceAccountToken"] is False
     (container,) = pod["containers"]
     assert container["image"] == "icecube/skymap_scanner:4.1.2"
     assert container["resources"] == {
@@ -81,12 +83,27 @@ def test_user_env_comes_first_as_strings() -> None:
     assert (values["FLAG"], values["NOTHING"], values["N"]) == ("True", "None", "3")
 
 
-def test_pod_annotations_and_scanner_auth_secret_are_settings() -> None:
-    s = S.model_copy(update={"scanner_pod_annotations": {"a": "b"}, "scanner_auth_secret": "tok"})
+def test_each_scanner_reads_its_own_token() -> None:
+    s = S.model_copy(update={"scanner_pod_annotations": {"a": "b"}})
     job = scanner_job.build_job("abc", "u", "ns", spec(), s)
     assert job["spec"]["template"]["metadata"]["annotations"] == {"a": "b"}
     env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["SKYSCAN_SKYDRIVER_AUTH"]["valueFrom"] == {"secretKeyRef": {"name": "tok", "key": "token"}}
+    secret = {"name": "skyscan-abc-scanner", "key": "token"}
+    assert env["SKYSCAN_SKYDRIVER_AUTH"]["valueFrom"] == {"secretKeyRef": secret}
+    assert names.scan_id_of_scanner_secret(secret["name"]) == "abc"
+    assert names.scan_id_of_scanner_secret("skyscan-abc-ewms") is None
+
+
+def test_the_token_request_is_bound_to_the_scans_secret() -> None:
+    body = scanner_job.token_request("skyscan-abc-scanner", "uid-9", scanner_job.credential_lifetime(S))
+    assert body["spec"]["audiences"] == ["skyscan-scanner"]
+    assert body["spec"]["boundObjectRef"] == {
+        "apiVersion": "v1", "kind": "Secret", "name": "skyscan-abc-scanner", "uid": "uid-9"
+    }  # fmt: skip
+    assert body["spec"]["expirationSeconds"] > S.job_active_deadline_seconds
+    secret = scanner_job.credential_secret("abc", "uid-1", "ns")
+    assert secret["metadata"]["ownerReferences"] == [names.owner_reference("abc", "uid-1")]
+    assert "data" not in secret and "stringData" not in secret  # the token is added once issued
 
 
 def test_workflow_request_follows_the_reference_and_passes_wms_validation() -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -117,13 +119,27 @@ async def test_scan_runs_from_backlog_to_finished_workflow(
     assert container.args[:4] == ["python", "-m", "skymap_scanner.server", "--reco-algo"]
     env = {e.name: e.value for e in container.env}
     assert env["SKYSCAN_SKYDRIVER_SCAN_ID"] == name and env["SKYSCAN_LOG"] == "DEBUG"
-    assert [e.name for e in container.env][-1] == "SKYSCAN_LOG"  # the user's env comes last
+    assert container.env[0].name == "SKYSCAN_LOG"  # the user's env first: Skyscan's wins
+
+    # The scanner's own credential: a token bound to its Scan's Secret, read from there; no API token.
+    pod_spec = job.spec.template.spec
+    assert pod_spec.service_account_name == "skyscan-scanner"
+    assert pod_spec.automount_service_account_token is False
+    (auth_env,) = [e for e in container.env if e.name == "SKYSCAN_SKYDRIVER_AUTH"]
+    ref = auth_env.value_from.secret_key_ref
+    assert (ref.name, ref.key) == (f"skyscan-{name}-scanner", "token")
+    credential = await core.read_namespaced_secret(ref.name, namespace)
+    assert credential.metadata.owner_references[0].uid == scan["metadata"]["uid"]
+    token = base64.b64decode(credential.data["token"]).decode()
+    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    assert claims["aud"] == ["skyscan-scanner"]
+    assert claims["kubernetes.io"]["secret"] == {"name": ref.name, "uid": credential.metadata.uid}
+    assert claims["sub"] == f"system:serviceaccount:{namespace}:skyscan-scanner"
+    assert token not in json.dumps(scan)  # never in the Scan
     assert container.resources.limits["memory"] == "1024M"  # 1_024_000_000 bytes, as the API server writes it
 
     secret = await core.read_namespaced_secret(f"skyscan-{name}-ewms", namespace)
     assert secret.metadata.owner_references[0].uid == scan["metadata"]["uid"]
-    import base64
-
     ewms = json.loads(base64.b64decode(secret.data["ewms.json"]))
     queues = {mq["alias"]: mq["mqid"] for mq in workflow["mqprofiles"]}
     assert ewms["toclient"]["name"] == queues["to-client-queue"]
@@ -146,6 +162,11 @@ async def test_scan_runs_from_backlog_to_finished_workflow(
         api, namespace, name, lambda s: (st(s).get("job") or {}).get("state") == "Succeeded"
     )
     assert condition(scan, "ScannerRunning")["reason"] == "Completed"
+    # Its Job ended: the scanner's credential is revoked (its Secret, which the token is bound to, goes).
+    await wait_scan(api, namespace, name, lambda s: (st(s).get("scannerCredential") or {}).get("revoked"))
+    with pytest.raises(ApiException) as gone:
+        await core.read_namespaced_secret(ref.name, namespace)
+    assert gone.value.status == 404
 
     # The shim records the final result; after the teardown delay the WMS is told `finished`.
     await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
