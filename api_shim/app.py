@@ -25,6 +25,7 @@ from api_shim.store import ScanStore
 from api_shim.tags import TagCatalog
 from api_shim.writes import ScanWrites
 from skyscan import kube
+from skyscan.status import ScanRecord
 
 AUTHENTICATORS = web.AppKey("authenticators", list[auth.Authenticator])
 log = logging.getLogger(__name__)
@@ -51,13 +52,24 @@ def guard(route: Route) -> Handler:
                 raise ApiError(
                     403, "authorization failed", f"This route needs one of: {', '.join(sorted(route.roles))}."
                 )
+            if identity.scan_id is not None:
+                _confine(request, identity.scan_id)
             request[IDENTITY] = identity
-            if route.redirect and auth.USER in identity.roles:
+            if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
                 await _maybe_redirect(request, route)
         return await route.handler(request)
 
     guarded.__name__ = route.handler.__name__
     return guarded
+
+
+def _confine(request: web.Request, scan_id: str) -> None:
+    """A scanner's credential acts on its own scan only, and only while that scanner may act."""
+    if request.match_info.get("scan_id") != scan_id:
+        raise ApiError(403, "authorization failed", f"This credential is valid for scan {scan_id} only.")
+    scan = request.app[SHIM].cache.get(scan_id)
+    if scan is None or not ScanRecord(scan).scanner_may_act:
+        raise ApiError(403, "authorization failed", f"The scanner credential of scan {scan_id} is revoked.")
 
 
 async def _maybe_redirect(request: web.Request, route: Route) -> None:

@@ -7,6 +7,7 @@ the WMS returns it; a lost answer is recovered by looking the workflow up by its
 
 from __future__ import annotations
 
+import base64
 import copy
 import logging
 import time
@@ -45,6 +46,11 @@ from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable
 log = logging.getLogger(__name__)
 MERGE = kube.MERGE_PATCH
 SCAN = kube.SCAN_RESOURCE
+
+
+def secret_data(string_data: dict[str, str]) -> dict[str, str]:
+    """A Secret's `data` (base64) from `stringData`, for patches that cannot use stringData."""
+    return {k: base64.b64encode(v.encode()).decode() for k, v in string_data.items()}
 
 
 class Stop(Exception):
@@ -276,17 +282,32 @@ class Run:
         except ApiException as e:
             if e.status != 409:
                 raise
-            existing = await self.a.core.read_namespaced_secret(secret["metadata"]["name"], s.namespace)
-            await self.check_owner(existing.metadata, "Secret")
-            await self.a.core.patch_namespaced_secret(
-                secret["metadata"]["name"], s.namespace, {"stringData": secret["stringData"]}
-            )
+            await self.adopt_secret(secret["metadata"]["name"], {"data": secret_data(secret["stringData"])})
         self.workflow().queues_activated = True
         self.condition(cond.WORKFLOW_READY, True, "QueuesActivated", f"workflow {workflow_id} is ready")
         self.wms_ok()
         await self.patch_status()
         self.event("QueuesActivated", f"message queues of workflow {workflow_id} are activated")
         return 0.0
+
+    async def adopt_secret(self, name: str, replace: dict[str, Any] | None = None) -> Any:
+        """Take over a Secret a previous pass created, only if this scan owns it; optionally replace
+        some of its top-level fields. The operator may not read Secrets: the ownership check is a JSON
+        patch `test`, which fails unless the owner is this scan."""
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": self.scan.uid}
+        ]
+        ops += [{"op": "add", "path": f"/{k}", "value": v} for k, v in (replace or {}).items()]
+        try:
+            return await self.a.core.patch_namespaced_secret(
+                name, self.scan.namespace, ops, _content_type="application/json-patch+json"
+            )
+        except ApiException as e:
+            if e.status not in (404, 422):
+                raise
+            self.fail_attempt("StartFailed", f"Secret {name} exists and belongs to someone else")
+            await self.patch_status()
+            raise Stop() from e
 
     async def check_owner(self, meta: Any, kind: str) -> None:
         owners = [o.uid for o in meta.owner_references or [] if o.controller]
@@ -334,8 +355,7 @@ class Run:
         except ApiException as e:
             if e.status != 409:
                 raise
-            secret = await self.a.core.read_namespaced_secret(name, s.namespace)
-            await self.check_owner(secret.metadata, "Secret")
+            secret = await self.adopt_secret(name)
         request = scanner_job.token_request(name, secret.metadata.uid, lifetime_seconds)
         try:
             granted = await self.a.core.create_namespaced_service_account_token(

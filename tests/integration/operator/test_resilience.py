@@ -14,6 +14,7 @@ from tests.integration.operator.conftest import (
     Simulator,
     condition,
     create_scan,
+    fresh_id,
     get_scan,
     running_scan,
     scan_events,
@@ -164,3 +165,42 @@ async def test_a_wms_that_cannot_be_polled_shows_on_running_scans(
         api, namespace, name, lambda s: condition(s, "WMSAvailable").get("status") == "True"
     )
     assert condition(scan, "WMSAvailable")["reason"] == "Reachable"
+
+
+async def test_the_scanner_credential_secret_of_someone_else_is_neither_read_nor_taken(
+    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    core = client.CoreV1Api(api)
+    name = fresh_id()
+    secret_name = names.scanner_token_secret_name(name)
+    planted = {"metadata": {"name": secret_name}, "stringData": {"token": "planted"}}
+    await core.create_namespaced_secret(namespace, planted)
+    operator(SKYSCAN_MAX_START_ATTEMPTS="1")
+    await create_scan(api, namespace, name, priority=200)
+    scan = await wait_scan(api, namespace, name, lambda s: condition(s, "Failed").get("status") == "True")
+    assert "belongs to someone else" in condition(scan, "Failed")["message"]
+    secret = await core.read_namespaced_secret(planted["metadata"]["name"], namespace)
+    assert secret.data == {"token": "cGxhbnRlZA=="}  # untouched
+    jobs = await client.BatchV1Api(api).list_namespaced_job(namespace)
+    assert jobs.items == []
+
+
+async def test_a_restart_between_the_credential_secret_and_its_token_adopts_the_secret(
+    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    # As if an earlier pass created the scan's Secret and died before recording the credential.
+    name = await create_scan(api, namespace, priority=200)
+    scan = await get_scan(api, namespace, name)
+    core = client.CoreV1Api(api)
+    owned = {
+        "metadata": {
+            "name": names.scanner_token_secret_name(name),
+            "ownerReferences": [names.owner_reference(name, scan["metadata"]["uid"])],
+        }
+    }
+    created = await core.create_namespaced_secret(namespace, owned)
+    operator(**HOLD)
+    scan = await wait_scan(api, namespace, name, lambda s: (st(s).get("job") or {}).get("name"), timeout=60)
+    assert scan["status"]["scannerCredential"]["secret"] == created.metadata.name
+    secret = await core.read_namespaced_secret(created.metadata.name, namespace)
+    assert secret.metadata.uid == created.metadata.uid and secret.data["token"]  # adopted, token written
