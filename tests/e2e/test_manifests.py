@@ -108,10 +108,10 @@ async def test_each_component_gets_least_privilege(cluster: Cluster, namespace: 
         cluster.kubeconfig, into_namespace(await built(cluster.kubeconfig), namespace)
     )
 
-    async def can(who: str, verb: str, resource: str, where: str = namespace) -> bool:
+    async def can(who: str, verb: str, resource: str, where: str = namespace, *more: str) -> bool:
         sa = f"system:serviceaccount:{namespace}:skyscan-{who}"
         code, _ = await run_kubectl(
-            cluster.kubeconfig, "auth", "can-i", verb, resource, "-n", where, "--as", sa
+            cluster.kubeconfig, "auth", "can-i", verb, resource, "-n", where, "--as", sa, *more
         )
         return code == 0
 
@@ -136,6 +136,13 @@ async def test_each_component_gets_least_privilege(cluster: Cluster, namespace: 
         ("operator", "delete", "namespaces"): False,
         ("operator", "delete", "scans.skyscan.io"): False,
         ("operator", "list", "secrets"): False,
+        ("operator", "get", "secrets"): False,  # it writes per-scan Secrets, reads none
+        ("operator", "delete", "secrets"): True,
+        ("shim", "create", "serviceaccounts"): False,
+        ("scanner", "get", "scans.skyscan.io"): False,  # the scanner reaches nothing in the API
+        ("scanner", "get", "pods"): False,
+        ("scanner", "get", "secrets"): False,
+        ("scanner", "get", "configmaps"): False,
         ("operator", "create", "configmaps"): False,
         ("operator", "delete", "pods"): False,
     }
@@ -146,6 +153,15 @@ async def test_each_component_gets_least_privilege(cluster: Cluster, namespace: 
         assert not await can("operator", "list", "scans.skyscan.io", "default")
         assert not await can("operator", "list", "pods", "default")
         assert not await can("shim", "get", "configmaps", "default")
+        # Tokens for the scanner account only.
+        token = ("--subresource", "token")
+        assert await can("operator", "create", "serviceaccounts/skyscan-scanner", namespace, *token)
+        assert not await can("operator", "create", "serviceaccounts/skyscan-shim", namespace, *token)
+        assert not await can("shim", "create", "serviceaccounts/skyscan-scanner", namespace, *token)
+        docs = await built(cluster.kubeconfig)
+        assert find(docs, "ServiceAccount", "skyscan-scanner")["automountServiceAccountToken"] is False
+        bound = [s for d in docs for s in d.get("subjects") or [] if d["kind"].endswith("Binding")]
+        assert all(s["name"] != "skyscan-scanner" for s in bound)
     finally:
         await delete_cluster_rbac(cluster.kubeconfig, cluster_scoped)
 
