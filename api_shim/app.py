@@ -15,7 +15,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from api_shim import auth, openapi
+from api_shim import auth, oidc, openapi
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, error_middleware
 from api_shim.plumbing import IDENTITY, ROUTE_TABLE, SHIM, Handler, Route, Shim, body_flag, query_bool
@@ -89,13 +89,27 @@ async def _maybe_redirect(request: web.Request, route: Route) -> None:
 
 
 def authenticators(settings: ShimSettings) -> list[auth.Authenticator]:
+    """Static tokens (local use) first, a dictionary lookup; then people's OIDC JWTs."""
     if settings.auth_disabled:
         return [auth.AllowAll()]
-    if settings.token_file is None:
-        raise SystemExit(
-            "set SKYSCAN_TOKEN_FILE (see `skyscan-shim make-token`) or SKYSCAN_AUTH_DISABLED=true"
+    found: list[auth.Authenticator] = []
+    if settings.token_file is not None:
+        found.append(auth.StaticTokens.load(settings.token_file))
+    if settings.oidc_issuers:
+        verifier = oidc.OIDCVerifier(
+            settings.oidc_issuers,
+            leeway=settings.oidc_leeway_seconds,
+            refetch_interval=settings.oidc_jwks_refetch_seconds,
+            jwks_max_age=settings.oidc_jwks_max_age_seconds,
+            cache_size=settings.oidc_token_cache_size,
         )
-    return [auth.StaticTokens.load(settings.token_file)]
+        found.append(auth.OIDCPeople(verifier))
+    if not found:
+        raise SystemExit(
+            "set SKYSCAN_OIDC_ISSUERS, SKYSCAN_TOKEN_FILE (local use; see `skyscan-shim make-token`)"
+            " or SKYSCAN_AUTH_DISABLED=true"
+        )
+    return found
 
 
 async def create_app(

@@ -1,11 +1,16 @@
-"""Who is calling: pluggable authenticators, and the static token file used for now.
+"""Who is calling: pluggable authenticators (OIDC for people, a static token file for local use).
 
 An `Authenticator` turns a bearer token into an `Identity` (name + roles) or None. The roles are
 the reference service's: `user` (people, clients) and `system` (the scanner, the operator).
-OIDC JWTs or Kubernetes TokenReview can be added as further authenticators without touching routes.
+None means "not authenticated" (401); an Identity without roles is authenticated but may use no
+route (403).
 
-Token file format (JSON): `{"<sha256 hex of the token>": {"name": "alice", "roles": ["user"]}}`.
-Only hashes are stored; `skyscan-shim make-token` prints a new token once and records its hash.
+`OIDCPeople`: people's bearer JWTs, verified by `oidc.OIDCVerifier` against the configured issuers
+(Keycloak in production), roles from each issuer's claim mapping, name `preferred_username` else `sub`.
+
+`StaticTokens`, for the local stack only: token file format (JSON)
+`{"<sha256 hex of the token>": {"name": "alice", "roles": ["user"]}}`. Only hashes are stored;
+`skyscan-shim make-token` prints a new token once and records its hash.
 """
 
 from __future__ import annotations
@@ -13,9 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from api_shim import oidc
 
 USER = "user"
 SYSTEM = "system"
@@ -50,6 +59,40 @@ class StaticTokens:
 
     async def authenticate(self, token: str) -> Identity | None:
         return self._by_hash.get(token_hash(token))
+
+
+class OIDCPeople:
+    """People's OIDC bearer JWTs: verified claims mapped to roles by their issuer's configuration."""
+
+    def __init__(self, verifier: oidc.OIDCVerifier) -> None:
+        self.verifier = verifier
+        # The identity of each cached claims object (the verifier returns the same object while it
+        # caches the token), so the role mapping runs once per token too. Holding the claims keeps
+        # their id() unique while the entry lives.
+        self._identities: OrderedDict[int, tuple[Mapping[str, Any], Identity | None]] = OrderedDict()
+
+    async def authenticate(self, token: str) -> Identity | None:
+        if token.count(".") != 2:  # not a JWT (a static token, say): no work
+            return None
+        claims = await self.verifier.claims(token)
+        if claims is None:
+            return None
+        known = self._identities.get(id(claims))
+        if known is not None and known[0] is claims:
+            return known[1]
+        identity = self.identity(claims)
+        self._identities[id(claims)] = (claims, identity)
+        if len(self._identities) > self.verifier.cache_size:
+            self._identities.popitem(last=False)
+        return identity
+
+    def identity(self, claims: Mapping[str, Any]) -> Identity | None:
+        config = self.verifier.config(claims["iss"])
+        name = claims.get("preferred_username") or claims.get("sub")
+        if not isinstance(name, str) or not name:
+            return None
+        roles = config.roles_of(claims) if isinstance(config, oidc.PeopleIssuerConfig) else frozenset()
+        return Identity(name=name, roles=roles & set(ROLES))
 
 
 class AllowAll:

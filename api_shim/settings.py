@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from api_shim.oidc import PeopleIssuerConfig
 from skyscan import model
 
 
@@ -43,6 +44,22 @@ class ShimSettings(BaseSettings):
     )
     auth_disabled: bool = Field(
         default=False, description="Local development only: every caller has the user and system roles."
+    )
+    oidc_issuers: list[PeopleIssuerConfig] = Field(
+        default_factory=list,
+        description="People's OIDC issuers (JSON list); see README, Identity: people (OIDC).",
+    )
+    oidc_leeway_seconds: float = Field(
+        default=30.0, description="Clock skew allowed on a JWT's exp and nbf, either way."
+    )
+    oidc_jwks_refetch_seconds: float = Field(
+        default=30.0, description="At most one JWKS fetch per issuer per this interval (unknown kids)."
+    )
+    oidc_jwks_max_age_seconds: float = Field(
+        default=600.0, description="A JWKS older than this is fetched again (removed keys stop working)."
+    )
+    oidc_token_cache_size: int = Field(
+        default=10000, description="Verified JWTs kept (until their exp) so each is checked once."
     )
     logs_url_template: str | None = Field(
         default=None,

