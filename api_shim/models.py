@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from skyscan.model import (
@@ -270,6 +270,15 @@ class TaskforcesResponse(BaseModel):
 class AddWorkersResponse(BaseModel):
     taskforce_uuid: str
     n_workers: int
+
+
+class StartupJson(RootModel[FreeForm]):
+    """The scanner's startup.json (100-530 KB): a JSON object, stored and served byte for byte."""
+
+
+class StartupStored(BaseModel):
+    scan_id: str
+    size: int = Field(description="Bytes stored (uncompressed).")
 
 
 class Error(BaseModel):

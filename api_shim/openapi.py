@@ -21,7 +21,7 @@ REF = "#/components/schemas/{model}"
 _ERROR_TEXT = {
     400: "Argument validation failed or a request-level precondition was violated.",
     401: "No or invalid bearer token.",
-    403: "The token lacks a role this route needs.",
+    403: "The token lacks a role this route needs (presigned URL: bad, expired or another scan's signature).",
     404: "The scan (or its record) does not exist, or is deleted (see include_deleted).",
     413: "A payload does not fit even compressed.",
     422: "The request is well-formed but the scan's state disallows the action.",
@@ -62,7 +62,7 @@ def _document(routes: tuple[Route, ...]) -> dict[str, Any]:
                 {
                     "name": q.name,
                     "in": "query",
-                    "required": False,
+                    "required": q.required,
                     "description": q.description,
                     "schema": {"type": q.kind},
                 }

@@ -73,8 +73,9 @@ SHIM = web.AppKey("shim", Shim)
 @dataclass(frozen=True)
 class Query:
     name: str
-    kind: str  # "boolean" | "string"
+    kind: str  # "boolean" | "string" | "integer"
     description: str
+    required: bool = False
 
 
 @dataclass(frozen=True)

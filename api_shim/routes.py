@@ -11,12 +11,14 @@ from pydantic import BaseModel
 
 from api_shim import models
 from api_shim.auth import SYSTEM, USER
-from api_shim.handlers import find, manifest, results, scans, service, wms
+from api_shim.handlers import find, manifest, results, scans, service, startup, wms
 from api_shim.plumbing import Handler, Query, Route
 
 NO_REDIRECT = Query("no_redirect", "boolean", "Do not redirect a replaced scan to its replacement.")
 INCLUDE_DELETED = Query("include_deleted", "boolean", "Also return deleted scans.")
 PROJECTION = Query("projection", "string", "`*` or pipe-delimited Manifest field names.")
+EXPIRES = Query("expires", "integer", "Presigned URL: its expiry (Unix seconds).", required=True)
+SIGNATURE = Query("signature", "string", "Presigned URL: HMAC-SHA256 of scan id and expiry.", required=True)
 U, S, US = frozenset({USER}), frozenset({SYSTEM}), frozenset({USER, SYSTEM})
 SCAN_ID = "/scan/{scan_id}"
 
@@ -144,6 +146,26 @@ ROUTES: tuple[Route, ...] = (
         models.Result,
         body=models.PutResultBody,
         errors=(400, 413, 503),
+    ),
+    Route(
+        "PUT",
+        SCAN_ID + "/startup.json",
+        startup.put_startup,
+        "Store the scanner's startup.json (its sidecar uploads it).",
+        S,
+        models.StartupStored,
+        body=models.StartupJson,
+        errors=(400, 404, 413, 503),
+    ),
+    Route(
+        "GET",
+        SCAN_ID + "/startup.json",
+        startup.get_startup,
+        "The scanner's startup.json, for workers: a presigned URL, no bearer token (404: not uploaded yet).",
+        None,
+        models.StartupJson,
+        query=(EXPIRES, SIGNATURE),
+        errors=(403, 404, 503),
     ),
     scan_read("/status", scans.get_status, "Aggregated scan status.", US, models.StatusResponse),
     scan_read("/logs", scans.get_logs, "Log URLs.", U, models.LogsResponse),

@@ -7,12 +7,13 @@ values (`SKYSCAN_KNOWN_CLUSTERS`, `SKYSCAN_TAGS`) are JSON, as pydantic-settings
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api_shim.oidc import PeopleIssuerConfig
-from skyscan import model
+from skyscan import model, names, presign
 
 
 class ShimSettings(BaseSettings):
@@ -49,6 +50,10 @@ class ShimSettings(BaseSettings):
         default_factory=list,
         description="People's OIDC issuers (JSON list); see README, Identity: people (OIDC).",
     )
+    scanner_service_account: str = Field(
+        default=names.SCANNER_SERVICE_ACCOUNT,
+        description="The ServiceAccount whose per-scan tokens (audience skyscan-scanner) scanners present.",
+    )
     oidc_leeway_seconds: float = Field(
         default=30.0, description="Clock skew allowed on a JWT's exp and nbf, either way."
     )
@@ -71,3 +76,17 @@ class ShimSettings(BaseSettings):
     write_timeout: float = Field(default=10.0, description="Seconds per API-server write before 503.")
     watch_timeout: int = Field(default=300, description="Server-side timeout of one watch request.")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="Largest accepted request body.")
+    presign_key_file: Path | None = Field(
+        default=None,
+        description="Key file of the workers' presigned startup.json URLs (the operator's); unset: all 403.",
+    )
+    _presign_key: bytes | None = PrivateAttr(default=None)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """The key is read once, at start-up: a missing or short key file stops the shim right away."""
+        if self.presign_key_file is not None:
+            self._presign_key = presign.check_key(self.presign_key_file.read_bytes())
+
+    @property
+    def presign_key(self) -> bytes | None:
+        return self._presign_key

@@ -8,6 +8,8 @@ a rescan marks its original only once the new scan exists. Refusals raise `ApiEr
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 import uuid
 from typing import Any
@@ -186,6 +188,24 @@ class ScanWrites:
         # Recorded in status so the operator can finish the workflow once the result is final.
         record = model.ScanStatus(result=model.ResultStatus(is_final=is_final, updated_at=now())).to_patch()
         await self.store.update(view.scan_id(scan), lambda _: Change(status=record))
+
+    async def store_startup(self, scan: Obj, raw: bytes) -> None:
+        """Store the scanner's startup.json byte for byte (compressed): it must be a JSON object."""
+
+        def check() -> bytes:
+            try:
+                parsed = json.loads(raw)
+            except ValueError as e:
+                raise bad_request("startup.json is not valid JSON", str(e)) from None
+            if not isinstance(parsed, dict):
+                raise bad_request("startup.json must be a JSON object")
+            try:
+                return payloads.compress(raw, "startup.json")
+            except payloads.PayloadTooLarge as e:
+                raise ApiError(413, "startup.json too large", str(e)) from None
+
+        data = await asyncio.to_thread(check)
+        await payloads.write_startup(self.api, self.namespace, scan, data)
 
     async def set_workflow_id(self, name: str, workflow_id: str, wms_address: str) -> Obj:
         """Record the WMS workflow, once, and never on a deleted scan."""

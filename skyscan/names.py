@@ -10,7 +10,7 @@ from skyscan import model
 
 # --- labels
 SCAN_ID_LABEL = "skyscan.io/scan-id"  # on every object made for one scan (Job, Secret, Pods)
-PAYLOAD_LABEL = "skyscan.io/payload"  # on payload ConfigMaps: "event" or "result"
+PAYLOAD_LABEL = "skyscan.io/payload"  # on payload ConfigMaps: "event", "result" or "startup"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "skyscan"}
 
 # --- annotations

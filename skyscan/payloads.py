@@ -1,4 +1,4 @@
-"""Sensor events and scan results, each stored as its own gzip-compressed ConfigMap.
+"""Sensor events, scan results and startup files, each stored as its own gzip-compressed ConfigMap.
 
 Payloads never live in the Scan (events are 0.1-0.5 MB, final results up to ~0.7 MB, and every
 Scan update goes to every watcher). Format, for kubectl users and the operator:
@@ -8,6 +8,8 @@ Scan update goes to every watcher). Format, for kubectl users and the operator:
   such Scan is one of its ownerReferences, so it is garbage-collected with the last of them.
 - ConfigMap `skyscan-result-<scan_id>` (label `skyscan.io/payload=result`): the latest result,
   overwritten on each PUT, owned by its Scan. `is_final` lives in the Scan's `status.result`.
+- ConfigMap `skyscan-startup-<scan_id>` (label `skyscan.io/payload=startup`): the scanner's
+  `startup.json` as its sidecar uploaded it (byte for byte), owned by its Scan; workers fetch it.
 - Data: `binaryData["payload.json.gz"]` = gzip of the UTF-8 JSON payload.
   Read one with `kubectl get cm NAME -o jsonpath='{.binaryData.payload\\.json\\.gz}' | base64 -d | gunzip`.
 
@@ -39,7 +41,12 @@ class PayloadTooLarge(ValueError):
 
 
 def encode(payload: Any, what: str) -> bytes:
-    data = gzip.compress(json.dumps(payload, separators=(",", ":")).encode(), compresslevel=6, mtime=0)
+    return compress(json.dumps(payload, separators=(",", ":")).encode(), what)
+
+
+def compress(raw: bytes, what: str) -> bytes:
+    """Already-serialized JSON, as stored."""
+    data = gzip.compress(raw, compresslevel=6, mtime=0)
     if len(data) > MAX_COMPRESSED_BYTES:
         raise PayloadTooLarge(what, len(data))
     return data
@@ -74,6 +81,12 @@ async def encode_async(payload: Any, what: str) -> bytes:
 
 
 async def _read(api: client.ApiClient, namespace: str, name: str) -> Any | None:
+    raw = await _read_raw(api, namespace, name)
+    return None if raw is None else await asyncio.to_thread(json.loads, raw)
+
+
+async def _read_raw(api: client.ApiClient, namespace: str, name: str) -> bytes | None:
+    """The stored JSON bytes (uncompressed, not parsed), or None when there is no such object."""
     response = await client.CoreV1Api(api).read_namespaced_config_map(name, namespace, _preload_content=False)
     if response.status == 404:
         response.release()
@@ -82,7 +95,12 @@ async def _read(api: client.ApiClient, namespace: str, name: str) -> Any | None:
         response.release()
         raise ApiException(status=response.status, reason=response.reason)
     body = await response.read()
-    return await asyncio.to_thread(lambda: decode(json.loads(body)))
+
+    def unpack() -> bytes:
+        raw = (json.loads(body).get("binaryData") or {})[DATA_KEY]
+        return gzip.decompress(base64.b64decode(raw))
+
+    return await asyncio.to_thread(unpack)
 
 
 async def create_event(api: client.ApiClient, namespace: str, sensor_event_id: str, data: bytes) -> None:
@@ -126,9 +144,15 @@ async def read_event(api: client.ApiClient, namespace: str, sensor_event_id: str
 
 async def write_result(api: client.ApiClient, namespace: str, scan: dict[str, Any], data: bytes) -> None:
     """Create or overwrite the scan's result object."""
-    core = client.CoreV1Api(api)
     name = names.result_object_name(scan["metadata"]["name"])
-    body = configmap(name, "result", data, [owner_reference(scan)])
+    await _write_owned(api, namespace, scan, name, "result", data)
+
+
+async def _write_owned(
+    api: client.ApiClient, namespace: str, scan: dict[str, Any], name: str, kind: str, data: bytes
+) -> None:
+    core = client.CoreV1Api(api)
+    body = configmap(name, kind, data, [owner_reference(scan)])
     try:
         await core.create_namespaced_config_map(namespace, body)
     except ApiException as e:
@@ -139,3 +163,14 @@ async def write_result(api: client.ApiClient, namespace: str, scan: dict[str, An
 
 async def read_result(api: client.ApiClient, namespace: str, scan_id: str) -> Any | None:
     return await _read(api, namespace, names.result_object_name(scan_id))
+
+
+async def write_startup(api: client.ApiClient, namespace: str, scan: dict[str, Any], data: bytes) -> None:
+    """Create or overwrite the scan's startup.json object (`data` from `compress`)."""
+    name = names.startup_object_name(scan["metadata"]["name"])
+    await _write_owned(api, namespace, scan, name, "startup", data)
+
+
+async def read_startup(api: client.ApiClient, namespace: str, scan_id: str) -> bytes | None:
+    """The stored startup.json, byte for byte, or None before the sidecar uploaded it."""
+    return await _read_raw(api, namespace, names.startup_object_name(scan_id))

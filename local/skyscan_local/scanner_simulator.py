@@ -5,13 +5,20 @@ Pods with `skyscan.io/kwok-hold`, so kwok keeps them Running; this process watch
 for each, does what the real server does against the REST API (wms-and-scanner notes C and D):
 
 1. reads the server's env and args from the Pod (REST address, scan id, token - from the Secret
-   when the Job references one - and `--nsides`, `--real-event`);
-2. GET /scan/{id}/manifest as `system` for the event (retrying like the scanner's urgent client);
-3. PATCHes its start-up progress with event_metadata and scan_metadata;
-4. polls GET /scan/{id}/wms/workforce until workers run;
-5. per nside: a forced report (PATCH + PUT) per round of pixels sent, then pixels finishing every
+   when the Job references one, read with the simulator's own client as the kubelet would - and
+   `--nsides`, `--real-event`, `--client-startup-json`);
+2. starts the Pod's startup.json sidecar (its native-sidecar init container): the REAL program,
+   `python -m skyscan.sidecar`, as a subprocess with the Pod's env (the same token) and the Pod's
+   `/common-space` mapped to a temporary directory of its own; restarted when it fails, terminated
+   when the Pod ends, as the kubelet does;
+3. GET /scan/{id}/manifest as `system` for the event (retrying like the scanner's urgent client),
+   "extracts" it and writes a realistic startup.json (100-530 KB of GCD-like JSON) for the sidecar
+   to upload - the WMS simulator's workers fetch it through their presigned URL before they run;
+4. PATCHes its start-up progress with event_metadata and scan_metadata;
+5. polls GET /scan/{id}/wms/workforce until workers run;
+6. per nside: a forced report (PATCH + PUT) per round of pixels sent, then pixels finishing every
    `reco_seconds`, a forced report on each nside's first, otherwise PATCH/PUT on their intervals;
-6. PUTs the final result, PATCHes the final progress, and lifts the hold so kwok completes the Pod.
+7. PUTs the final result, PATCHes the final progress, and lifts the hold so kwok completes the Pod.
 
 A kill switch polls GET /scan/{id}/status; a deleted or WMS-deactivated scan makes the "server" exit
 130 (the Pod fails, as after SIGINT). `python -m skyscan_local.scanner_simulator`; settings
@@ -23,10 +30,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
+import os
+import random
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,6 +49,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from skyscan import kube
+from skyscan.scanner_args import COMMON_SPACE
 from skyscan_local import control_plane as localcluster
 from skyscan_local import scanner_report
 from skyscan_local.scanner_report import ScanTally
@@ -44,6 +58,9 @@ log = logging.getLogger("skyscan_local.scanner_simulator")
 SCANNER_SELECTOR = "app.kubernetes.io/name=skyscan,app.kubernetes.io/component=scanner"
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 READY_LINE = "scanner simulator watching scanner pods"
+BASELINE_GCD_DIR = "/cvmfs/icecube.opensciencegrid.org/users/RealTime/GCD/PoleBaseGCDs"
+# What the Skyscan image's own ENV gives the sidecar besides the Pod's env (see the Dockerfile).
+IMAGE_ENV = {"PATH": os.environ.get("PATH", ""), "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 class ScannerSimSettings(BaseSettings):
@@ -69,6 +86,14 @@ class ScannerSimSettings(BaseSettings):
     urgent_retry_seconds: float = Field(
         default=60.0, ge=0, description="How long urgent calls retry on 5xx/408/429/connection errors."
     )
+    sidecar_settle_seconds: float = Field(
+        default=0.3,
+        gt=0,
+        description="The sidecar's --settle-seconds (real: 1 s); it polls 5 times as often.",
+    )
+    sidecar_restart_seconds: float = Field(
+        default=1.0, gt=0, description="A failed sidecar is restarted after this long (the kubelet: 10 s+)."
+    )
 
 
 class ScannerExit(Exception):
@@ -77,6 +102,14 @@ class ScannerExit(Exception):
     def __init__(self, code: int, why: str) -> None:
         super().__init__(why)
         self.code = code
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """The Pod's startup.json sidecar, as the kubelet would run it (paths mapped, secrets resolved)."""
+
+    args: list[str]
+    env: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -89,6 +122,8 @@ class ServerPod:
     scan_id: str
     token: str
     args: scanner_report.ServerArgs
+    startup_json: Path  # where it writes startup.json (its `--client-startup-json`, mapped)
+    sidecar: Sidecar | None  # None: the Pod has no sidecar (a Job made before the hand-off existed)
 
 
 def is_playable(pod: dict[str, Any]) -> bool:
@@ -97,25 +132,101 @@ def is_playable(pod: dict[str, Any]) -> bool:
     return held and status.get("phase") == "Running" and not meta.get("deletionTimestamp")
 
 
-async def read_server_pod(
-    api: client.ApiClient, namespace: str, pod: dict[str, Any], settings: ScannerSimSettings
-) -> ServerPod:
-    container = pod["spec"]["containers"][0]
+async def container_env(
+    api: client.ApiClient, namespace: str, container: dict[str, Any], secrets: dict[str, dict[str, str]]
+) -> dict[str, str]:
+    """A container's env as its process sees it: plain values, and `secretKeyRef`s resolved by reading
+    the Secret with the simulator's own (admin) client, as the kubelet does."""
     env: dict[str, str] = {}
     for e in container.get("env") or []:
         if "value" in e:
             env[e["name"]] = e["value"] or ""
         elif ref := (e.get("valueFrom") or {}).get("secretKeyRef"):
-            secret = await client.CoreV1Api(api).read_namespaced_secret(ref["name"], namespace)
-            env[e["name"]] = base64.b64decode((secret.data or {}).get(ref["key"], "")).decode()
+            if ref["name"] not in secrets:
+                secret = await client.CoreV1Api(api).read_namespaced_secret(ref["name"], namespace)
+                secrets[ref["name"]] = secret.data or {}
+            env[e["name"]] = base64.b64decode(secrets[ref["name"]].get(ref["key"], "")).decode()
+    return env
+
+
+def local_path(path: str, workdir: Path) -> Path:
+    """A path in the Pod's shared volume, inside this Pod's own directory on this machine."""
+    inside = Path(path)
+    return workdir / inside.relative_to(COMMON_SPACE) if inside.is_relative_to(COMMON_SPACE) else inside
+
+
+def option(args: list[str], name: str, default: str) -> str:
+    return args[args.index(name) + 1] if name in args[:-1] else default
+
+
+async def read_server_pod(
+    api: client.ApiClient, namespace: str, pod: dict[str, Any], settings: ScannerSimSettings, workdir: Path
+) -> ServerPod:
+    container = pod["spec"]["containers"][0]
+    secrets: dict[str, dict[str, str]] = {}
+    env = await container_env(api, namespace, container, secrets)
+    address = (settings.rest_address or env["SKYSCAN_SKYDRIVER_ADDRESS"]).rstrip("/")
+    token = env.get("SKYSCAN_SKYDRIVER_AUTH") or settings.token or ""
+    args = list(container.get("args") or [])
+    sidecar = None
+    native = [c for c in pod["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    if native:
+        sidecar_env = await container_env(api, namespace, native[0], secrets)
+        sidecar_env["SKYSCAN_SKYDRIVER_ADDRESS"] = address
+        sidecar_env["SKYSCAN_SKYDRIVER_AUTH"] = sidecar_env.get("SKYSCAN_SKYDRIVER_AUTH") or token
+        mapped = [str(local_path(a, workdir)) if a.startswith(COMMON_SPACE) else a for a in native[0]["args"]]
+        sidecar = Sidecar(args=mapped, env=sidecar_env)
     return ServerPod(
         pod_name=pod["metadata"]["name"],
         uid=pod["metadata"]["uid"],
-        address=(settings.rest_address or env["SKYSCAN_SKYDRIVER_ADDRESS"]).rstrip("/"),
+        address=address,
         scan_id=env["SKYSCAN_SKYDRIVER_SCAN_ID"],
-        token=env.get("SKYSCAN_SKYDRIVER_AUTH") or settings.token or "",
-        args=scanner_report.parse_server_args(list(container.get("args") or [])),
+        token=token,
+        args=scanner_report.parse_server_args(args),
+        startup_json=local_path(
+            option(args, "--client-startup-json", f"{COMMON_SPACE}/startup.json"), workdir
+        ),
+        sidecar=sidecar,
     )
+
+
+def startup_json(scan_id: str, event_metadata: dict[str, Any]) -> dict[str, Any]:
+    """A startup.json shaped and sized like the real scanner's (100-530 KB): the baseline GCD file and
+    the event's GCDQp frame packet, here a geometry of 5160 DOMs and a few thousand pulses."""
+    rng = random.Random(scan_id)
+    geometry = [
+        [
+            string,
+            om,
+            round(rng.uniform(-600, 600), 2),
+            round(rng.uniform(-600, 600), 2),
+            round(500 - 17 * om, 2),
+        ]
+        for string in range(1, 87)
+        for om in range(1, 61)
+    ]
+    pulses = [
+        [
+            rng.randint(1, 86),
+            rng.randint(1, 60),
+            round(rng.uniform(9000, 20000), 1),
+            round(rng.expovariate(1), 3),
+        ]
+        for _ in range(rng.randint(300, 7000))
+    ]
+    return {
+        "baseline_GCD_file": f"{BASELINE_GCD_DIR}/baseline_gcd.i3",
+        "GCDQp_packet": [
+            {"frame_type": "G", "I3Geometry": geometry},
+            {"frame_type": "C", "I3Calibration": {"start_time": 0, "dom_count": len(geometry)}},
+            {"frame_type": "D", "BadDomsList": sorted(rng.sample(range(5160), 40))},
+            {
+                "frame_type": "Q",
+                "I3EventHeader": {k: event_metadata.get(k) for k in ("run_id", "event_id", "mjd")},
+            },
+            {"frame_type": "P", "SplitUncleanedInIcePulses": pulses},
+        ],
+    }
 
 
 class Rest:
@@ -158,6 +269,31 @@ class Rest:
         return r.json()
 
 
+async def run_sidecar(pod: ServerPod, settings: ScannerSimSettings) -> None:
+    """The native sidecar for the Pod's lifetime: the real program, restarted when it fails (the
+    kubelet's restartPolicy Always), terminated with SIGTERM when cancelled (the Pod ended)."""
+    assert pod.sidecar is not None
+    settle = settings.sidecar_settle_seconds
+    argv = [sys.executable, "-m", "skyscan.sidecar", *pod.sidecar.args,
+            "--settle-seconds", str(settle), "--poll-seconds", str(settle / 5)]  # fmt: skip
+    while True:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env={**IMAGE_ENV, **pod.sidecar.env}, stdin=asyncio.subprocess.DEVNULL
+        )
+        try:
+            code = await proc.wait()
+        except asyncio.CancelledError:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 10)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+            raise
+        log.warning("pod %s: sidecar exited %d; restarting it", pod.pod_name, code)
+        await asyncio.sleep(settings.sidecar_restart_seconds)
+
+
 class ScannerServer:
     """One simulated scanner server run, for one Pod."""
 
@@ -183,6 +319,11 @@ class ScannerServer:
             "scan %s: event fetched (run %s); extracting", self.pod.scan_id, self.event_metadata["run_id"]
         )
         await asyncio.sleep(self.settings.startup_seconds)
+        # The workers' startup.json: the sidecar uploads it; the scanner itself goes on at once.
+        data = json.dumps(startup_json(self.pod.scan_id, self.event_metadata)).encode()
+        self.pod.startup_json.parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self.pod.startup_json.write_bytes, data)
+        log.info("scan %s: wrote %s (%d bytes)", self.pod.scan_id, self.pod.startup_json, len(data))
         # The kill switch runs beside the scan and ends it (the real server SIGINTs itself).
         scan = asyncio.create_task(self.play())
         kill_switch = asyncio.create_task(self.kill_switch())
@@ -336,8 +477,14 @@ class PodPlayer:
     async def play(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
         code = 0
+        workdir = Path(tempfile.mkdtemp(prefix=f"skyscan-sim-{name}-"))  # the Pod's /common-space
+        sidecar: asyncio.Task[None] | None = None
         try:
-            server_pod = await read_server_pod(self.api, self.settings.namespace, pod, self.settings)
+            server_pod = await read_server_pod(self.api, self.settings.namespace, pod, self.settings, workdir)
+            if server_pod.sidecar is not None:  # native sidecars start before the Pod's containers
+                sidecar = asyncio.create_task(run_sidecar(server_pod, self.settings))
+            else:
+                log.warning("pod %s has no startup.json sidecar: workers cannot get startup.json", name)
             headers = {"Content-Type": "application/json"}
             if server_pod.token:
                 headers["Authorization"] = f"Bearer {server_pod.token}"
@@ -357,6 +504,10 @@ class PodPlayer:
             code = 1
         finally:
             self.running.pop(pod["metadata"]["uid"], None)
+            if sidecar is not None:
+                sidecar.cancel()
+                await asyncio.gather(sidecar, return_exceptions=True)
+            shutil.rmtree(workdir, ignore_errors=True)
         self.finished.add(pod["metadata"]["uid"])
         await self.end_pod(name, code)
 

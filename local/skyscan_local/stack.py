@@ -7,6 +7,8 @@ Each component is a background process (new session, log in `.skyscan/logs/`); `
 records its pid, command line and configuration. A component already running with the same
 configuration is left alone; one whose configuration changed is restarted. Each must pass its
 readiness check before the next starts. `up` ends by writing `.skyscan/env` (mode 0600).
+The shim and the operator share a generated presign key (`.skyscan/presign.key`, mode 0600) for the
+workers' presigned startup.json URLs; the WMS simulator's workers fetch through them.
 
 `down` stops exactly the recorded processes (a pid counts only while its command line is still the
 recorded one), then the local control plane if `up` started it.
@@ -23,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import shlex
 import sys
 import time
@@ -44,7 +47,7 @@ from skyscan_local import scanner_simulator as scanner_sim
 from skyscan_local.processes import tail as tail  # the e2e tests read logs through it
 
 REPO = Path(__file__).resolve().parents[2]
-STATE_FILE, ENV_FILE, TOKEN_FILE = "stack.json", "env", "tokens.json"
+STATE_FILE, ENV_FILE, TOKEN_FILE, PRESIGN_KEY_FILE = "stack.json", "env", "tokens.json", "presign.key"
 ENV_KEYS = (
     "SKYSCAN_URL", "SKYSCAN_USER_TOKEN", "SKYSCAN_SYSTEM_TOKEN", "SKYSCAN_WMS_URL", "KUBECONFIG",
     "SKYSCAN_NAMESPACE",
@@ -57,6 +60,7 @@ LOCAL_DEFAULTS: dict[str, dict[str, str]] = {
         "SKYSCAN_WMS_SIM_ACTIVATION_DELAY": "1",
         "SKYSCAN_WMS_SIM_STEP_DELAY": "1",
         "SKYSCAN_WMS_SIM_CLUSTERS": json.dumps(["osg", "sub-2", "local"]),
+        "SKYSCAN_WMS_SIM_RUN_INIT_COMMAND": "true",  # workers fetch startup.json before they start
     },
     "shim": {
         "SKYSCAN_KNOWN_CLUSTERS": json.dumps({"osg": 100, "sub-2": 100, "local": 5}),
@@ -209,6 +213,7 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
     shim_url = f"http://127.0.0.1:{ports['shim']}"
     wms_url = f"http://127.0.0.1:{ports['wms']}"
     where = {"SKYSCAN_KUBECONFIG": kubeconfig, "SKYSCAN_NAMESPACE": s.namespace}
+    presign_key = {"SKYSCAN_PRESIGN_KEY_FILE": str(s.dir / PRESIGN_KEY_FILE)}  # the shim's and the operator's
     stack = [
         Component(
             "wms-simulator",
@@ -221,7 +226,12 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
             [py, "-m", "api_shim.app", "serve"],
             merged(
                 LOCAL_DEFAULTS["shim"],
-                {**where, "SKYSCAN_PORT": str(ports["shim"]), "SKYSCAN_TOKEN_FILE": str(s.dir / TOKEN_FILE)},
+                {
+                    **where,
+                    **presign_key,
+                    "SKYSCAN_PORT": str(ports["shim"]),
+                    "SKYSCAN_TOKEN_FILE": str(s.dir / TOKEN_FILE),
+                },
                 s.overrides_for("shim"),
             ),
             http_ok(f"{shim_url}/healthz"),
@@ -230,6 +240,7 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
     operator_health = f"http://127.0.0.1:{ports['operator']}/healthz"
     operator_env = {
         **where,
+        **presign_key,
         "SKYSCAN_LIVENESS_ENDPOINT": operator_health,
         "SKYSCAN_WMS_ADDRESS": wms_url,
         "SKYSCAN_REST_ADDRESS": shim_url,
@@ -310,6 +321,17 @@ def ensure_tokens(s: LocalStackSettings, state: dict[str, Any]) -> dict[str, str
     }
 
 
+def ensure_presign_key(s: LocalStackSettings) -> Path:
+    """The key signing the workers' startup.json URLs; kept across `up`s (so nothing restarts)."""
+    key_file = s.dir / PRESIGN_KEY_FILE
+    if not key_file.exists():
+        tmp = s.dir / f"{PRESIGN_KEY_FILE}.tmp"
+        tmp.write_text(secrets.token_hex(32) + "\n")
+        tmp.chmod(0o600)
+        tmp.replace(key_file)
+    return key_file
+
+
 def env_lines(state: dict[str, Any], namespace: str) -> dict[str, str]:
     return {
         "SKYSCAN_URL": f"http://127.0.0.1:{state['ports']['shim']}",
@@ -352,6 +374,7 @@ def up(s: LocalStackSettings) -> dict[str, str]:
         "operator": port("operator", "operator", 0),  # kopf's liveness endpoint
     }
     state["tokens"] = ensure_tokens(s, state)
+    ensure_presign_key(s)
     save_state(s.dir, state)
     asyncio.run(prepare_cluster(state["kubeconfig"], s.namespace, s.ready_timeout))
 
@@ -391,7 +414,7 @@ def down(s: LocalStackSettings) -> list[str]:
         if localcluster.load(s.cluster_dir):
             stopped.append("control plane")
         localcluster.stop(s.cluster_dir)
-    for name in (STATE_FILE, ENV_FILE, TOKEN_FILE):
+    for name in (STATE_FILE, ENV_FILE, TOKEN_FILE, PRESIGN_KEY_FILE):
         (s.dir / name).unlink(missing_ok=True)
     return stopped
 

@@ -5,7 +5,17 @@ follows the real service with short, configurable delays: message queues activat
 `activation_delay` after the request; each taskforce then steps pre-launch -> pending-starter ->
 condor-submit (workers IDLE) -> workers RUNNING, one `step_delay` apart; abort/finished move
 taskforces to pending-stopper -> condor-rm -> condor-complete. A second deactivation is a 404.
-Time is evaluated lazily on every request, so there is no background loop.
+Time is evaluated lazily on every request.
+
+Workers run their task's init command before they work (`run_init_command`, which the local stack
+turns on): each taskforce's workers fetch `startup.json` from the URL in `init_args` (the presigned
+URL the operator put there) once their condor jobs start. Until one fetch succeeds they stay IDLE,
+so a scan completes only when the scanner's sidecar uploaded the file and the URL verifies: a 404
+(not uploaded yet) or an unreachable shim is retried every `init_retry_seconds`; any other answer
+(a 403: bad or expired signature) fails the workers visibly at once (`COMPLETED: FatalError`, and
+`top_task_errors`; a real worker's curl retries until the pilot's init timeout, then fails alike).
+Each fetch is logged (`worker fetched startup.json for <workflow> via presigned URL: 200 (N bytes)`)
+and listed by `GET /_sim/fetches`. This is the simulator's one background task.
 
 Test hooks live under `/_sim/` (faults, delays, pinned statuses, configuration, inspection); an OIDC
 stub (`/.well-known/openid-configuration`, `/oidc/token`) exercises client-credentials auth.
@@ -17,13 +27,16 @@ import argparse
 import asyncio
 import base64
 import json
+import logging
+import re
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 from aiohttp import web
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -44,6 +57,8 @@ WORKER_CONFIG_KEYS = {
     "worker_memory", "condor_requirements",
 }  # fmt: skip
 PILOT_CONFIG_KEYS = {"tag", "image_source", "environment", "input_files"}
+INIT_URL = re.compile(r"'(https?://[^'\s]+)'")  # what the init command curls (see startup_url_of)
+log = logging.getLogger("skyscan_local.wms_simulator")
 
 
 class SimulatorSettings(BaseSettings):
@@ -58,6 +73,12 @@ class SimulatorSettings(BaseSettings):
     page_size: int = Field(default=1000, ge=1, description="Objects per query page (next_after beyond).")
     clusters: list[str] = Field(default=["osg", "sub-2", "local"], description="Known cluster locations.")
     require_auth: bool = Field(default=False, description="Require a bearer token minted by /oidc/token.")
+    run_init_command: bool = Field(
+        default=False, description="Workers fetch startup.json from the init command's URL before working."
+    )
+    init_retry_seconds: float = Field(
+        default=1.0, gt=0, description="A fetch answered 404 (or unreachable) is retried after this long."
+    )
 
 
 class SimError(Exception):
@@ -120,6 +141,10 @@ class Taskforce:
     doc: dict[str, Any]
     created: float
     pinned: bool = False  # statuses set through the hook are not overwritten by the lifecycle
+    init_url: str | None = None  # the workers fetch this before they work (None: no init command run)
+    init: str = "pending"  # "pending" | "done" | "failed"
+    init_error: str = ""
+    next_fetch: float = 0.0
 
 
 @dataclass
@@ -144,6 +169,8 @@ class WMS:
         self.requests: list[tuple[str, str]] = []
         self.queries: list[tuple[str, dict[str, Any]]] = []  # (kind, query) of every query route call
         self.tokens: set[str] = set()
+        self.fetches: list[dict[str, Any]] = []  # every startup.json fetch by workers, in order
+        self.due: dict[str, tuple[Workflow, Taskforce]] = {}  # taskforce uuid -> workers waiting on init
 
     # --- lifecycle ---
     def activation_time(self, wf: Workflow) -> float:
@@ -165,21 +192,79 @@ class WMS:
             for tf in wf.taskforces:
                 start = max(activated_at, tf.created)
                 if deactivated_at is None:
-                    self._launch(tf, now, start, step)
+                    self._launch(wf, tf, now, start, step)
                 else:
+                    self.due.pop(tf.doc["taskforce_uuid"], None)
                     self._stop(tf, now, deactivated_at, step, wf.doc["deactivated"])
 
-    def _launch(self, tf: Taskforce, now: float, start: float, step: float) -> None:
+    def _launch(self, wf: Workflow, tf: Taskforce, now: float, start: float, step: float) -> None:
         plan = [("pre-launch", start), ("pending-starter", start + step), ("condor-submit", start + 2 * step)]
         for phase, at in plan:
             self._enter(tf, phase, now, at, "WMS")
         doc, n = tf.doc, tf.doc["n_workers"]
         if doc["phase"] == "condor-submit" and not tf.pinned:
             doc["cluster_id"] = doc["cluster_id"] or secrets.randbelow(10**6)
-            if now >= start + 3 * step:
+            started = now >= start + 3 * step  # the condor jobs run: first the init command
+            if started and tf.init_url is not None and tf.init == "pending":
+                self.due.setdefault(doc["taskforce_uuid"], (wf, tf))
+            if started and tf.init == "failed":
+                doc["compound_statuses"] = {"COMPLETED": {"FatalError": n}}
+                doc["top_task_errors"] = {tf.init_error: n}
+            elif started and (tf.init_url is None or tf.init == "done"):
                 doc["compound_statuses"] = {"RUNNING": {"Tasking": n}}
             else:
                 doc["compound_statuses"] = {"IDLE": {"null": n}}
+
+    async def run_init(self, http: httpx.AsyncClient, wf: Workflow, tf: Taskforce) -> None:
+        """The workers' init command: fetch startup.json through the presigned URL (one fetch stands
+        for the taskforce's workers)."""
+        assert tf.init_url is not None
+        wf_id, n = wf.doc["workflow_id"], tf.doc["n_workers"]
+        try:
+            r = await http.get(tf.init_url)
+            status, size, text = r.status_code, len(r.content), r.text[:200]
+        except httpx.HTTPError as e:
+            status, size, text = 0, 0, repr(e)
+        self.fetches.append(
+            {"workflow_id": wf_id, "taskforce_uuid": tf.doc["taskforce_uuid"], "status": status,
+             "bytes": size, "timestamp": time.time()}
+        )  # fmt: skip
+        if status == 200:
+            tf.init = "done"
+            log.info(
+                "worker fetched startup.json for %s via presigned URL: 200 (%d bytes; %d workers start)",
+                wf_id, size, n,
+            )  # fmt: skip
+        elif status in (0, 404, 502, 503, 504):  # not uploaded yet, or the shim is unreachable: retry
+            tf.next_fetch = time.time() + self.settings.init_retry_seconds
+            why = "not uploaded yet" if status == 404 else text
+            log.info(
+                "worker could not fetch startup.json for %s via presigned URL yet: %s (%s); retrying in %gs",
+                wf_id, status or "unreachable", why, self.settings.init_retry_seconds,
+            )  # fmt: skip
+        else:
+            tf.init, tf.init_error = "failed", f"init command failed: curl: HTTP {status}: {text}"
+            log.error(
+                "worker FAILED to fetch startup.json for %s via presigned URL: %d %s", wf_id, status, text
+            )
+        self.advance(time.time())
+
+    async def run_workers(self, poll_seconds: float = 0.1) -> None:
+        """Start the init command of every taskforce whose workers are due (one fetch at a time each)."""
+        running: dict[str, asyncio.Task[None]] = {}
+        async with httpx.AsyncClient(timeout=30) as http:
+            while True:
+                now = time.time()
+                self.advance(now)
+                for key, (wf, tf) in list(self.due.items()):
+                    if tf.init != "pending":
+                        self.due.pop(key)
+                    elif key not in running and now >= tf.next_fetch:
+                        running[key] = asyncio.create_task(self.run_init(http, wf, tf))
+                for key in [k for k, task in running.items() if task.done()]:
+                    if error := running.pop(key).exception():
+                        log.error("init command of taskforce %s crashed: %r", key, error)
+                await asyncio.sleep(poll_seconds)
 
     def _stop(self, tf: Taskforce, now: float, at: float, step: float, how: str) -> None:
         doc = tf.doc
@@ -246,6 +331,7 @@ class WMS:
         self, wf: Workflow, location: str, n_workers: int, priority: int, who: str, now: float, why: str
     ) -> Taskforce:
         task = wf.request["tasks"][0]
+        init_url = startup_url_of(wf.directive["init_args"]) if self.settings.run_init_command else None
         doc = {
             "taskforce_uuid": new_id("TF"), "task_id": wf.directive["task_id"],
             "workflow_id": wf.doc["workflow_id"],
@@ -259,7 +345,7 @@ class WMS:
             ],
             "compound_statuses": {}, "top_task_errors": {},
         }  # fmt: skip
-        return Taskforce(doc=doc, created=now)
+        return Taskforce(doc=doc, created=now, init_url=init_url)
 
     def workflow(self, wf_id: str) -> Workflow:
         if wf_id not in self.workflows:
@@ -333,6 +419,12 @@ class WMS:
                 by_uuid[tf_uuid].pinned = True
                 changed += 1
         return changed
+
+
+def startup_url_of(init_args: str) -> str | None:
+    """The URL the init command curls (`bash -c "curl ... -o ... '<url>'"`), if it has one."""
+    match = INIT_URL.search(init_args or "")
+    return match.group(1) if match else None
 
 
 def validate_workflow_request(body: Any, clusters: set[str]) -> None:
@@ -534,6 +626,10 @@ def routes() -> web.RouteTableDef:
     async def queries(request: web.Request) -> web.Response:
         return web.json_response({"queries": request.app[WMS_KEY].queries})
 
+    @r.get("/_sim/fetches")
+    async def fetches(request: web.Request) -> web.Response:
+        return web.json_response({"fetches": request.app[WMS_KEY].fetches})
+
     @r.get("/_sim/requests")
     async def requests(request: web.Request) -> web.Response:
         return web.json_response({"requests": request.app[WMS_KEY].requests})
@@ -545,6 +641,14 @@ def make_app(settings: SimulatorSettings | None = None) -> web.Application:
     app = web.Application(middlewares=[simulate])
     app[WMS_KEY] = WMS(settings or SimulatorSettings())
     app.add_routes(routes())
+
+    async def workers(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(app[WMS_KEY].run_workers())
+        yield
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    app.cleanup_ctx.append(workers)
     return app
 
 
@@ -570,7 +674,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--step-delay", type=float, default=defaults.step_delay)
     parser.add_argument("--page-size", type=int, default=defaults.page_size)
     parser.add_argument("--require-auth", action="store_true", default=defaults.require_auth)
+    parser.add_argument("--run-init-command", action="store_true", default=defaults.run_init_command)
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = defaults.model_copy(update={k: v for k, v in vars(args).items()})
     try:
         asyncio.run(serve(settings))

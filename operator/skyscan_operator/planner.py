@@ -490,7 +490,7 @@ def _start(d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, setting
 def _start_steps(d: Draft, p: Plan, scan: ScanView, now: float, settings: OperatorSettings) -> None:
     wf = d.workflow
     if not wf.id:
-        body = scanner_job.workflow_request(scan.name, scan.uid, scan.spec, settings)
+        body = scanner_job.workflow_request(scan.name, scan.uid, scan.spec, settings, now)
         requested_at = cond.epoch(wf.requested_at)
         if requested_at is None:
             wf.requested_at, wf.address = cond.iso(now), settings.wms_base_url

@@ -4,9 +4,10 @@ WMS-connection Secret and the scanner-server Job (reference notes §9, wms-and-s
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
-from skyscan import model, names
+from skyscan import model, names, presign
 from skyscan.scanner_args import COMMON_SPACE, scanner_server_args
 from skyscan_operator.settings import OperatorSettings
 
@@ -14,6 +15,8 @@ EWMS_MOUNT = "/etc/skyscan-ewms"
 EWMS_FILE = "ewms.json"
 TO_CLIENT, FROM_CLIENT = "to-client-queue", "from-client-queue"
 CONDOR_REQUIREMENTS = "HAS_CVMFS_icecube_opensciencegrid_org && has_avx && has_avx2"
+SIDECAR_CONTAINER = "startup-sidecar"
+STARTUP_JSON = f"{COMMON_SPACE}/startup.json"  # where the scanner writes it (`--client-startup-json`)
 
 
 def credential_lifetime(settings: OperatorSettings) -> int:
@@ -60,20 +63,38 @@ def child_labels(scan_id: str) -> dict[str, str]:
     }
 
 
+def startup_url_lifetime(settings: OperatorSettings) -> int:
+    """Seconds a worker's startup.json URL stays valid from the workflow request: the scanner's whole
+    possible life (its Job is created within the start timeout and runs at most activeDeadlineSeconds)."""
+    return int(settings.start_timeout_seconds + settings.job_active_deadline_seconds)
+
+
+def startup_url(scan_id: str, settings: OperatorSettings, now: float | None) -> str:
+    """Where the workers' init command fetches startup.json: presigned when a key is configured
+    (expiring `startup_url_lifetime` after `now`), else the plain URL, which the shim refuses."""
+    rest_address = settings.rest_address.rstrip("/")
+    location = settings.startup_json_url.format(rest_address=rest_address, scan_id=scan_id)
+    if settings.presign_key is None:
+        return location
+    if now is None:
+        raise ValueError("a presigned startup.json URL needs the current time")
+    expires = math.ceil(now) + startup_url_lifetime(settings)
+    return presign.signed(location, settings.presign_key, scan_id, expires)
+
+
 def workflow_request(
-    scan_id: str, uid: str, spec: model.ScanSpec, settings: OperatorSettings
+    scan_id: str, uid: str, spec: model.ScanSpec, settings: OperatorSettings, now: float | None = None
 ) -> dict[str, Any]:
     """The POST /v1/workflows body (A.3). EWMS makes one taskforce per location, each with the first
-    cluster's count, as the reference does. `uid` is the marker a restart looks the workflow up by."""
+    cluster's count, as the reference does. `uid` is the marker a restart looks the workflow up by.
+    The workers' init command fetches startup.json through `startup_url` (signed at `now`)."""
     locations: list[str] = []
     for cluster in spec.request_clusters:
         name = settings.wms_clusters_alias.get(cluster.location, cluster.location)
         if name not in locations:  # the WMS rejects duplicates
             locations.append(name)
     image = f"{settings.task_image_prefix}{spec.docker_tag}"
-    startup = settings.startup_json_url.format(
-        rest_address=settings.rest_address.rstrip("/"), scan_id=scan_id
-    )
+    startup = startup_url(scan_id, settings, now)
     environment: dict[str, Any] = {
         "EWMS_PILOT_TASK_TIMEOUT": spec.max_pixel_reco_time,
         "EWMS_PILOT_QUARANTINE_TIME": spec.max_pixel_reco_time,
@@ -100,8 +121,11 @@ def workflow_request(
                     "--client-startup-json {{DATA_HUB}}/startup.json"
                 ),
                 "init_image": image,
+                # The reference's command, plus retries: the workers may start before the scanner's
+                # sidecar uploaded startup.json (404 until then); the pilot's init timeout bounds it.
                 "init_args": (
-                    'bash -c "curl --fail-with-body --max-time 1800 -o {{DATA_HUB}}/startup.json '
+                    'bash -c "curl --fail-with-body --max-time 1800 --retry 170 --retry-delay 10 '
+                    "--retry-all-errors -o {{DATA_HUB}}/startup.json "
                     f"'{startup}'\""
                 ),
                 "n_workers": spec.request_clusters[0].n_workers,
@@ -160,6 +184,34 @@ def scanner_auth_env(scan_id: str) -> dict[str, Any]:
     return {"name": "SKYSCAN_SKYDRIVER_AUTH", "valueFrom": {"secretKeyRef": secret}}
 
 
+def sidecar_container(scan_id: str, settings: OperatorSettings, auth_env: dict[str, Any]) -> dict[str, Any]:
+    """The native sidecar (Kubernetes >= 1.29: an init container that keeps running) uploading the
+    scanner's startup.json with the scanner's own credential (`auth_env`), for the workers to fetch."""
+    return {
+        "name": SIDECAR_CONTAINER,
+        "image": settings.sidecar_image,
+        "restartPolicy": "Always",
+        "command": ["skyscan-sidecar"],
+        "args": [STARTUP_JSON],
+        "env": [
+            {"name": "SKYSCAN_SKYDRIVER_ADDRESS", "value": settings.rest_address},
+            {"name": "SKYSCAN_SKYDRIVER_SCAN_ID", "value": scan_id},
+            auth_env,
+        ],
+        "resources": {
+            "limits": {"memory": "128Mi", "cpu": "0.1"},
+            "requests": {"memory": "64Mi", "cpu": "0.05"},
+        },
+        "volumeMounts": [{"name": "common-space-volume", "mountPath": COMMON_SPACE, "readOnly": True}],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
 def env_value(value: model.Scalar) -> str:
     """Kubernetes env values are strings; like the reference, `str()` of the user's value."""
     return str(value)
@@ -200,6 +252,7 @@ def build_job(
             {"name": "common-space-volume", "emptyDir": {}},
             {"name": "ewms", "secret": {"secretName": names.wms_secret_name(scan_id)}},
         ],
+        "initContainers": [sidecar_container(scan_id, settings, scanner_auth_env(scan_id))],
         "containers": [
             {
                 "name": names.container_name(scan_id),

@@ -7,10 +7,13 @@ as pydantic-settings reads them (`SKYSCAN_SCANNER_POD_ANNOTATIONS='{"a": "b"}'`)
 
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, PrivateAttr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from skyscan import names
+from skyscan import names, presign
 
 
 class OperatorSettings(BaseSettings):
@@ -105,6 +108,10 @@ class OperatorSettings(BaseSettings):
         default="{rest_address}/scan/{scan_id}/startup.json",
         description="Where workers fetch the scanner's startup.json; {rest_address}/{scan_id} are filled in.",
     )
+    presign_key_file: Path | None = Field(
+        default=None,
+        description="Key file (a mounted Secret, the shim's too) signing that URL; unset: unsigned (403).",
+    )
     max_worker_runtime_seconds: int = Field(
         default=86400, gt=0, description="WMS worker_config.max_worker_runtime."
     )
@@ -115,6 +122,10 @@ class OperatorSettings(BaseSettings):
     # --- scanner Job ---
     scanner_image: str = Field(
         default="icecube/skymap_scanner", description="Image repository; the tag is the scan's."
+    )
+    sidecar_image: str = Field(
+        default="ghcr.io/skyscan/skyscan:0.1.0",
+        description="Skyscan's own image, run as the scanner Pod's startup.json sidecar (`skyscan-sidecar`).",
     )
     rest_address: str = Field(
         default="http://skyscan-shim:8080", description="The REST address handed to the scanner server."
@@ -137,6 +148,17 @@ class OperatorSettings(BaseSettings):
     argocd_app_name: str | None = Field(
         default=None, description="When set, Jobs get the Argo CD tracking-id annotation of this app."
     )
+
+    _presign_key: bytes | None = PrivateAttr(default=None)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """The presign key is read once, here: a missing or short key file stops the operator at start."""
+        if self.presign_key_file is not None:
+            self._presign_key = presign.check_key(self.presign_key_file.read_bytes())
+
+    @property
+    def presign_key(self) -> bytes | None:
+        return self._presign_key
 
     @property
     def namespaces(self) -> list[str]:
