@@ -20,6 +20,7 @@ from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, error_middleware
 from api_shim.plumbing import IDENTITY, ROUTE_TABLE, SHIM, Handler, Route, Shim, body_flag, query_bool
 from api_shim.routes import ROUTES
+from api_shim.scanner_auth import ScannerTokens
 from api_shim.settings import ShimSettings
 from api_shim.store import ScanStore
 from api_shim.tags import TagCatalog
@@ -123,6 +124,19 @@ async def create_app(
 
     async def kubernetes(app: web.Application) -> AsyncIterator[None]:
         api = await kube.api_client(settings.kubeconfig)
+        if not any(isinstance(a, auth.AllowAll) for a in app[AUTHENTICATORS]):
+            # Scanners' own tokens, verified against the cluster's service-account issuer.
+            app[AUTHENTICATORS].append(
+                ScannerTokens(
+                    api,
+                    settings.namespace,
+                    settings.scanner_service_account,
+                    leeway=settings.oidc_leeway_seconds,
+                    refetch_interval=settings.oidc_jwks_refetch_seconds,
+                    jwks_max_age=settings.oidc_jwks_max_age_seconds,
+                    cache_size=settings.oidc_token_cache_size,
+                )
+            )
         cache = ScanCache(api, settings.namespace, settings.watch_timeout)
         await cache.start()
         await asyncio.wait_for(cache.synced.wait(), timeout=60)

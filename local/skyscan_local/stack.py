@@ -162,8 +162,10 @@ class Component:
 
 
 def code_version() -> str:
-    """Changes whenever a source file of the two packages changes (so `make up` picks up edits)."""
-    files = sorted([*(REPO / "operator" / "skyscan").rglob("*.py"), *(REPO / "api_shim").rglob("*.py")])
+    """Changes whenever a source file of the product or the harness changes (so `make up` picks up
+    edits)."""
+    roots = ("skyscan", "operator", "api_shim", "local")
+    files = sorted(f for root in roots for f in (REPO / root).rglob("*.py"))
     stamps = [(str(f.relative_to(REPO)), f.stat().st_mtime_ns, f.stat().st_size) for f in files]
     return hashlib.sha256(json.dumps(stamps).encode()).hexdigest()[:16]
 

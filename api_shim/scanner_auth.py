@@ -1,0 +1,95 @@
+"""The scanners' credentials: each scan's own service-account token, verified as an OIDC token of the
+cluster's service-account issuer and confined to that scan.
+
+The operator mints the token with the TokenRequest API for the `skyscan-scanner` ServiceAccount,
+audience `skyscan-scanner`, bound to the per-scan Secret `skyscan-<scan_id>-scanner`. Its claims
+name that Secret, so the scan is read from a verified claim, never from the request. Verification is
+local (the issuer's JWKS, fetched through the API server the shim already talks to, with its TLS and
+credentials, whatever URL the issuer names) and cached until the token expires, so a request costs no
+API call. Revocation does not wait for expiry: `app.guard` honours a scanner identity only while its
+scan is not deleted, its credential not revoked and its Job not ended (`ScanRecord.scanner_may_act`),
+which the watch cache tells at once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from kubernetes_asyncio import client
+
+from api_shim import auth, oidc
+from skyscan import names
+
+DISCOVERY_PATH = "/.well-known/openid-configuration"
+
+
+class ClusterIssuer(oidc.Issuer):
+    """The cluster's service-account issuer, reached through the Kubernetes API client."""
+
+    def __init__(self, api: client.ApiClient, issuer: str, **kwargs: Any) -> None:
+        config = oidc.IssuerConfig(issuer=issuer, audience=names.SCANNER_TOKEN_AUDIENCE)
+        super().__init__(config, **kwargs)
+        self._api = api
+
+    async def _get_json(self, url: str) -> Any:
+        self.fetches += 1
+        return await get_json(self._api, urlsplit(url).path)
+
+
+async def get_json(api: client.ApiClient, path: str) -> Any:
+    """GET a non-resource path of the API server (discovery, JWKS) with the client's credentials."""
+    response = await api.call_api(
+        path, "GET", header_params={"Accept": "application/json, application/jwk-set+json"},
+        auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+    )  # fmt: skip
+    try:
+        if response.status != 200:
+            raise ValueError(f"{path}: HTTP {response.status}")
+        body = await response.read()
+    finally:
+        response.release()
+    if len(body) > oidc.MAX_DOCUMENT_BYTES:
+        raise ValueError(f"{path}: larger than {oidc.MAX_DOCUMENT_BYTES} bytes")
+    return json.loads(body)
+
+
+def scanner_identity(claims: Mapping[str, Any], namespace: str, account: str) -> auth.Identity | None:
+    """The scan a verified scanner token speaks for, from the claims Kubernetes wrote into it."""
+    k8s = claims.get("kubernetes.io")
+    if not isinstance(k8s, Mapping) or k8s.get("namespace") != namespace:
+        return None
+    if (k8s.get("serviceaccount") or {}).get("name") != account:
+        return None
+    scan_id = names.scan_id_of_scanner_secret(str((k8s.get("secret") or {}).get("name") or ""))
+    if scan_id is None:
+        return None
+    return auth.Identity(name=f"scanner:{scan_id}", roles=frozenset(auth.ROLES), scan_id=scan_id)
+
+
+class ScannerTokens:
+    """An `auth.Authenticator` for scanner tokens; the issuer is learnt from the API server's own
+    discovery document on first use."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, account: str, **verifier: Any) -> None:
+        self._api, self._namespace, self._account = api, namespace, account
+        self._options = verifier
+        self._verifier: oidc.OIDCVerifier | None = None
+
+    async def verifier(self) -> oidc.OIDCVerifier:
+        if self._verifier is None:
+            issuer = (await get_json(self._api, DISCOVERY_PATH))["issuer"]
+            cluster = ClusterIssuer(self._api, issuer)
+            self._verifier = oidc.OIDCVerifier([cluster], **self._options)
+        return self._verifier
+
+    async def authenticate(self, token: str) -> auth.Identity | None:
+        try:
+            verifier = await self.verifier()
+        except (ValueError, KeyError, OSError) as e:  # the API server away: no scanner can be vouched for
+            oidc.log.warning("the cluster's service-account issuer is not reachable: %s", e)
+            return None
+        claims = await verifier.claims(token)
+        return scanner_identity(claims, self._namespace, self._account) if claims else None
