@@ -34,8 +34,11 @@ class Credential:
 
 
 def kubectl(kubeconfig: str | None, *args: str) -> Any:
+    """`kubectl ... -o json`; None for an object that does not exist."""
     cmd = ["kubectl", *(["--kubeconfig", kubeconfig] if kubeconfig else []), *args, "-o", "json"]
-    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60).stdout)
+    cmd.append("--ignore-not-found")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60).stdout
+    return json.loads(out) if out.strip() else None
 
 
 def pod_specs(obj: dict[str, Any]) -> dict[str, Any]:
@@ -54,9 +57,9 @@ def credentials(kubeconfig: str | None, namespace: str) -> Iterator[Credential]:
                     yield Credential(where, owner, env["value"])
                 ref = (env.get("valueFrom") or {}).get("secretKeyRef")
                 if ref:
-                    if ref["name"] not in secrets:
-                        data = kubectl(kubeconfig, "-n", namespace, "get", "secret", ref["name"]).get("data")
-                        secrets[ref["name"]] = data or {}
+                    if ref["name"] not in secrets:  # a deleted Secret (a revoked credential) holds none
+                        secret = kubectl(kubeconfig, "-n", namespace, "get", "secret", ref["name"]) or {}
+                        secrets[ref["name"]] = secret.get("data") or {}
                     raw = secrets[ref["name"]].get(ref["key"])
                     if raw:
                         token = base64.b64decode(raw).decode()
