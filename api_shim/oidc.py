@@ -334,6 +334,9 @@ class OIDCVerifier:
                 raise ValueError(f"issuer {issuer.config.issuer} is configured twice")
             self.issuers[issuer.config.issuer] = issuer
         self._cache: OrderedDict[bytes, tuple[Mapping[str, Any], float]] = OrderedDict()
+        # Tokens naming an issuer not configured here (another authenticator's, e.g. a scanner's):
+        # remembered, so each costs one parse, not one per request.
+        self._foreign: OrderedDict[bytes, None] = OrderedDict()
         self.verifications = 0
 
     def config(self, iss: str) -> IssuerConfig:
@@ -343,13 +346,15 @@ class OIDCVerifier:
     async def claims(self, token: str) -> Mapping[str, Any] | None:
         """The token's verified claims (read-only), or None if no configured issuer vouches for it."""
         digest = hashlib.sha256(token.encode()).digest()
+        if digest in self._foreign:
+            return None
         hit = self._cache.get(digest)
         if hit is not None:
             if self._now() < hit[1]:
                 self._cache.move_to_end(digest)
                 return hit[0]
             del self._cache[digest]
-        claims = await self._verify(token)
+        claims = await self._verify(token, digest)
         if claims is not None:
             expires = float(claims["exp"])
             if self._now() < expires and self.cache_size > 0:
@@ -358,7 +363,7 @@ class OIDCVerifier:
                     self._cache.popitem(last=False)
         return claims
 
-    async def _verify(self, token: str) -> Mapping[str, Any] | None:
+    async def _verify(self, token: str, digest: bytes) -> Mapping[str, Any] | None:
         try:
             unverified = jwt.decode_complete(token, options={"verify_signature": False})
         except jwt.PyJWTError:
@@ -366,7 +371,12 @@ class OIDCVerifier:
         header, payload = unverified["header"], unverified["payload"]
         iss, alg, kid = payload.get("iss"), header.get("alg"), header.get("kid")
         issuer = self.issuers.get(iss) if isinstance(iss, str) else None
-        if issuer is None or alg not in ALLOWED_ALGORITHMS or not isinstance(kid, str | None):
+        if issuer is None:
+            self._foreign[digest] = None
+            if len(self._foreign) > self.cache_size:
+                self._foreign.popitem(last=False)
+            return None
+        if alg not in ALLOWED_ALGORITHMS or not isinstance(kid, str | None):
             return None
         key = await issuer.key(kid, alg)
         if key is None:
