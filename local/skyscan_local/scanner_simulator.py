@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -460,7 +461,8 @@ class PodPlayer:
                     version = ""
                 log.warning("pod watch: %s; re-listing", e.reason)
                 await asyncio.sleep(1)
-            except (TimeoutError, OSError) as e:
+            except (TimeoutError, OSError, aiohttp.ClientError) as e:
+                # The API server restarting cuts the stream mid-chunk (a ClientPayloadError): watch again.
                 log.warning("pod watch interrupted: %r", e)
                 await asyncio.sleep(1)
 
