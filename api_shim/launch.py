@@ -15,10 +15,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from api_shim.errors import ApiError, bad_request
-from api_shim.models import ScanRequestBody, validation_reason
-from api_shim.sizes import InvalidSize, parse_size
+from api_shim.models import ScanRequestBody, finite, validation_reason
+from api_shim.sizes import InvalidSize, SizeTooLarge, parse_size
 from api_shim.tags import TagError, resolve_tag
-from skyscan.model import RESERVED_CLASSIFIER_KEYS, DebugMode, ScanSpec
+from skyscan.model import INTEGER_MAX, RESERVED_CLASSIFIER_KEYS, DebugMode, ScanSpec
+
+# The largest normalised scan request a Scan holds, as JSON: the largest valid one (25 environment
+# variables of 4096 characters) is about 110 KB; etcd caps the whole object near 1.5 MiB.
+SPEC_MAX_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -37,12 +41,24 @@ class Launch:
     sensor_event_id: str | None  # an existing event to reuse
 
 
-def _size(value: str | int | None, fallback: str | int) -> int:
-    raw = fallback if value is None else value
+def _size(body: ScanRequestBody, name: str, alias: str, fallback: str | int) -> int:
+    """The size the request gives (the canonical name wins over its alias), else the default; in bytes."""
+    given = getattr(body, name)
+    if given is None and getattr(body, alias) is not None:
+        name, given = alias, getattr(body, alias)
+    raw = fallback if given is None else given
     try:
-        return parse_size(raw)
+        size = parse_size(raw)
+        if size > INTEGER_MAX:  # the bound of every integer of a Scan
+            raise SizeTooLarge(raw)
+    except SizeTooLarge:
+        raise bad_request(f"'{name}': must be no more than {INTEGER_MAX} bytes") from None
     except InvalidSize:
-        raise bad_request(f"invalid size: {raw}") from None
+        raise bad_request(
+            f"invalid size: {raw}",
+            f"'{name}' is not a size: give bytes, or a number with a unit such as 8GB or 512MiB.",
+        ) from None
+    return size
 
 
 def _first(*values: Any) -> Any:
@@ -69,6 +85,10 @@ def _event(body: ScanRequestBody) -> dict[str, Any] | None:
             raise bad_request(f"event_live_json is not valid JSON: {e}") from None
         if not isinstance(event, dict):
             raise bad_request("event_live_json is not valid JSON: not an object")
+        try:
+            finite(event)  # Python's parser takes NaN, Infinity and 1e400; JSON has none of them
+        except ValueError as e:
+            raise bad_request(f"event_live_json is not valid JSON: {e}") from None
     if bool(event) == bool(body.sensor_event_id):
         raise bad_request("Must provide either 'event_live_json' or 'sensor_event_id' (xor)")
     return event or None
@@ -82,14 +102,14 @@ def normalise(body: ScanRequestBody, tags: Iterable[str], defaults: Defaults) ->
     except TagError as e:
         raise bad_request(str(e)) from None
     scanner_memory = _size(
-        _first(body.scanner_server_memory_bytes, body.scanner_server_memory), defaults.scanner_server_memory
+        body, "scanner_server_memory_bytes", "scanner_server_memory", defaults.scanner_server_memory
     )
     for key in RESERVED_CLASSIFIER_KEYS:
         if key in body.classifiers:
             raise bad_request(f"classifier cannot contain '{key}' sub-field")
     clusters = _clusters(body, defaults.known_clusters)
-    worker_memory = _size(_first(body.worker_memory_bytes, body.worker_memory), defaults.worker_memory)
-    worker_disk = _size(_first(body.worker_disk_bytes, body.worker_disk), defaults.worker_disk)
+    worker_memory = _size(body, "worker_memory_bytes", "worker_memory", defaults.worker_memory)
+    worker_disk = _size(body, "worker_disk_bytes", "worker_disk", defaults.worker_disk)
     debug_mode = (
         [body.debug_mode] if isinstance(body.debug_mode, DebugMode) else list(dict.fromkeys(body.debug_mode))
     )
@@ -123,4 +143,21 @@ def normalise(body: ScanRequestBody, tags: Iterable[str], defaults: Defaults) ->
         )
     except ValidationError as e:  # the request model mirrors ScanSpec; this guards drift
         raise ApiError(400, validation_reason(e) or "unspecified validation error") from None
+    _check_size(spec)
     return Launch(spec=spec, event=event, sensor_event_id=body.sensor_event_id)
+
+
+def _check_size(spec: ScanSpec) -> None:
+    """The Scan holds its request: one too large for it (a megabyte of `reco_algo`) is a 413 naming the
+    largest field, not an object etcd refuses."""
+    sizes = {
+        k: len(json.dumps(v, ensure_ascii=False).encode()) for k, v in spec.model_dump(mode="json").items()
+    }
+    if sum(sizes.values()) > SPEC_MAX_BYTES:
+        largest = max(sizes, key=lambda k: sizes[k])
+        raise ApiError(
+            413,
+            f"'{largest}' too large",
+            f"The scan request is {sum(sizes.values())} bytes as JSON, '{largest}' {sizes[largest]} of them; "
+            f"at most {SPEC_MAX_BYTES} bytes are stored (see the README).",
+        )

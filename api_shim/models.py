@@ -1,12 +1,16 @@
 """REST request and response models (interface names, snake_case on the wire).
 
 Requests are validated with these models (strict JSON types, unknown fields refused) and the
-OpenAPI document is generated from them, so the two cannot disagree. `validation_reason` renders
-pydantic's errors in the reference service's wording (`'docker_tag' is a required property`, ...).
+OpenAPI document is generated from them, so the two cannot disagree. As in JSON Schema, an integral
+number (`91.0`) is an integer; integers are int64s (the Scan CRD's bounds); numbers are finite.
+`validation_reason` renders pydantic's errors in the reference service's wording
+(`'docker_tag' is a required property`, ...).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -17,17 +21,25 @@ from skyscan.model import (
     Classifiers,
     DebugMode,
     EventMetadata,
+    Integer,
     NonBlank,
+    NonNegativeInteger,
+    PositiveInteger,
     RealOrSimulatedEvent,
     ScannerServerEnv,
 )
 
-PositiveInt = Annotated[int, Field(ge=1)]
-DataSize = Annotated[str, Field(min_length=1)] | Annotated[int, Field(ge=0)]
+# A size: bytes, or a number with a unit (`8GB`); a blank string is refused here, naming the field.
+DataSize = NonBlank | NonNegativeInteger
 RequestClusters = (
-    Annotated[dict[NonBlank, PositiveInt], Field(min_length=1)]
-    | Annotated[list[tuple[NonBlank, PositiveInt]], Field(min_length=1)]
+    Annotated[dict[NonBlank, PositiveInteger], Field(min_length=1)]
+    | Annotated[list[tuple[NonBlank, PositiveInteger]], Field(min_length=1)]
 )
+Threshold = Annotated[float, Field(ge=0, le=1)]
+# The largest progress, event_metadata or scan_metadata a PATCH may store, as compact JSON: the Scan
+# holds them (and their field ownership), and etcd caps the whole object near 1.5 MiB; the scanner's
+# reports are a few KB.
+MANIFEST_FIELD_MAX_BYTES = 64 * 1024
 
 
 def _unique(names: list[str]) -> list[str]:
@@ -40,18 +52,34 @@ ManifestProjection = (
     Literal["*"]
     | Annotated[list[NonBlank], AfterValidator(_unique), Field(json_schema_extra={"uniqueItems": True})]
 )
-FreeForm = dict[str, Any]
+
+
+def finite(value: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no NaN or Infinity (nor a number beyond a double), so neither may a stored object."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ValueError("must not contain NaN or an infinite number (JSON has neither)")
+    return value
+
+
+FreeForm = Annotated[dict[str, Any], AfterValidator(finite)]
 ClassifiersOut = dict[str, str | bool | int | float | list[str | bool | int | float | None] | None]
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
 
 class Lenient(BaseModel):
     """Nested scanner-written objects: unknown keys are dropped, as the reference does."""
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------------------------------- requests
@@ -75,13 +103,13 @@ class ScanRequestBody(Body):
     sensor_event_id: (
         Annotated[str, Field(max_length=48, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")] | None
     ) = None
-    nsides: Annotated[dict[str, Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    nsides: Annotated[dict[str, NonNegativeInteger], Field(min_length=1)]
     real_or_simulated_event: RealOrSimulatedEvent
-    predictive_scanning_threshold: Annotated[float, Field(ge=0, le=1)] = 1.0
-    max_pixel_reco_time: PositiveInt
+    predictive_scanning_threshold: Threshold = 1.0
+    max_pixel_reco_time: PositiveInteger
     debug_mode: DebugMode | list[DebugMode] = Field(default_factory=list)
     classifiers: Classifiers = Field(default_factory=dict)
-    priority: int = 0
+    priority: Integer = 0
     scanner_server_env_from_user: ScannerServerEnv | None = None
     scanner_server_env: ScannerServerEnv | None = Field(default=None, json_schema_extra={"deprecated": True})
     manifest_projection: ManifestProjection = "*"
@@ -102,7 +130,7 @@ class RescanBody(Body):
 
 class AddWorkersBody(Body):
     no_redirect: bool = False
-    n_workers: PositiveInt
+    n_workers: PositiveInteger
     cluster_location: NonBlank
 
 
@@ -126,16 +154,30 @@ class Progress(Lenient):
     epilogue: str
     tallies: FreeForm
     processing_stats: ProcessingStats
-    predictive_scanning_threshold: float
+    predictive_scanning_threshold: Threshold
     last_updated: str
-    start: int | None = None
-    end: int | None = None
+    start: Integer | None = None
+    end: Integer | None = None
 
 
 class PatchManifestBody(Body):
+    """Each of the three is at most `MANIFEST_FIELD_MAX_BYTES` as compact JSON (else 413)."""
+
     progress: Progress | None = None
     event_metadata: EventMetadata | None = None
     scan_metadata: FreeForm | None = None
+
+    def oversized(self) -> tuple[str, int] | None:
+        """The first field larger than the limit, and its size."""
+        for name in ("progress", "event_metadata", "scan_metadata"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+            size = len(json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode())
+            if size > MANIFEST_FIELD_MAX_BYTES:
+                return name, size
+        return None
 
 
 class PutResultBody(Body):
@@ -330,6 +372,8 @@ def _wording(error: ErrorDetails) -> str:
         return str(ctx.get("error", "invalid value"))
     if kind == "int_from_float":
         return "must be type 'integer' (int)"
+    if kind == "finite_number":
+        return "must be a finite number"
     return f"failed '{kind}' constraint"
 
 

@@ -23,7 +23,7 @@ _ERROR_TEXT = {
     401: "No or invalid bearer token.",
     403: "The token lacks a role this route needs (presigned URL: bad, expired or another scan's signature).",
     404: "The scan (or its record) does not exist, or is deleted (see include_deleted).",
-    413: "A payload does not fit even compressed.",
+    413: "A payload does not fit even compressed, or a request, progress or metadata is over its limit.",
     422: "The request is well-formed but the scan's state disallows the action.",
     500: "Internal or upstream (WMS) failure.",
     503: "The Kubernetes API server is unavailable; nothing was written.",

@@ -131,7 +131,7 @@ ROUTES: tuple[Route, ...] = (
         S,
         models.Manifest,
         body=models.PatchManifestBody,
-        errors=(400, 404, 503),
+        errors=(400, 404, 413, 503),
     ),
     scan_read(
         "/sensor-event", results.get_sensor_event, "The scan's sensor event.", US, models.SensorEventResponse
@@ -145,7 +145,7 @@ ROUTES: tuple[Route, ...] = (
         S,
         models.Result,
         body=models.PutResultBody,
-        errors=(400, 413, 503),
+        errors=(400, 404, 413, 503),
     ),
     Route(
         "PUT",

@@ -1,12 +1,19 @@
-"""Writes to Scans: create, and read-modify-write patches guarded by resourceVersion.
+"""Writes to Scans: create; unconditional writes of keys only the shim writes; and read-modify-write
+updates guarded by resourceVersion, for the checks that must not race.
 
 Every write lands in the cache right away (`ScanCache.observe`), so the same client reads it back.
-A conflict (someone else wrote in between: the operator, another shim replica) re-reads the Scan
-from the API server and recomputes the change, so checks such as set-once never race.
+A write whose new value does not depend on the stored one (a soft-delete flag, `lastUpdated`, the
+progress, the result record) carries no resourceVersion: the API server applies it to the current
+object, so concurrent writers never conflict. A check-then-write (set-once fields, appending a worker
+request) is guarded: on a conflict (someone else wrote in between: the operator, another request,
+another shim replica) it re-reads the Scan from the API server and decides again, with jittered
+backoff, until its deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +28,7 @@ from skyscan import kube, model, names
 
 Obj = dict[str, Any]
 MERGE = kube.MERGE_PATCH
+JSON_PATCH = "application/json-patch+json"
 
 
 @dataclass(frozen=True)
@@ -68,46 +76,93 @@ class ScanStore:
         self.cache.observe(obj)
         return obj
 
-    async def _patch(self, name: str, patch: Obj, rv: str, status: bool) -> Obj:
+    async def _patch(self, name: str, body: Any, *, status: bool, content_type: str = MERGE) -> Obj:
         call = (
             self._objs.patch_namespaced_custom_object_status
             if status
             else self._objs.patch_namespaced_custom_object
         )
-        body = {**patch, "metadata": {"resourceVersion": rv}}
-        obj: Obj = await call(
-            **SCAN,
-            namespace=self.namespace,
-            name=name,
-            body=body,
-            _content_type=MERGE,
-            _request_timeout=self._timeout,
-        )
+        try:
+            obj: Obj = await call(
+                **SCAN,
+                namespace=self.namespace,
+                name=name,
+                body=body,
+                _content_type=content_type,
+                _request_timeout=self._timeout,
+            )
+        except ApiException as e:
+            if e.status == 404:
+                raise not_found() from None
+            raise
         self.cache.observe(obj)
         return obj
 
-    async def update(self, name: str, decide: Callable[[Obj], Change], attempts: int = 5) -> Obj:
-        """Apply `decide(current)`; `decide` may raise ApiError to refuse. Retries on conflicts."""
+    async def merge(self, name: str, change: Change) -> Obj:
+        """Merge `change` into the Scan as it is now, with no precondition: for keys only the shim
+        writes, whose new value does not depend on the stored one."""
+        current: Obj | None = None
+        if change.spec:
+            current = await self._patch(name, {"spec": change.spec}, status=False)
+        if change.status:
+            current = await self._patch(name, {"status": change.status}, status=True)
+        return current if current is not None else self.cache.get(name) or await self.read(name)
+
+    async def replace_status(self, name: str, values: Obj) -> Obj:
+        """Set these status keys to exactly these values, with no precondition: an object replaces
+        the stored one whole (JSON Patch `add`), where a merge patch would keep keys it does not name."""
+        ops = [{"op": "add", "path": f"/status/{key}", "value": value} for key, value in values.items()]
+        cached = self.cache.get(name)
+        if cached is not None and "status" not in cached:  # `add` needs the parent: make it first
+            await self._patch(name, {"status": {"lastUpdated": now()}}, status=True)
+        try:
+            return await self._patch(name, ops, status=True, content_type=JSON_PATCH)
+        except ApiException as e:
+            if e.status != 422:  # a status the cache did not know was missing
+                raise
+        await self._patch(name, {"status": {"lastUpdated": now()}}, status=True)
+        return await self._patch(name, ops, status=True, content_type=JSON_PATCH)
+
+    async def _guarded(self, name: str, change: Change, rv: str) -> Obj:
+        current: Obj | None = None
+        if change.spec:
+            current = await self._patch(
+                name, {"spec": change.spec, "metadata": {"resourceVersion": rv}}, status=False
+            )
+            rv = current["metadata"]["resourceVersion"]
+        if change.status:
+            current = await self._patch(
+                name, {"status": change.status, "metadata": {"resourceVersion": rv}}, status=True
+            )
+        assert current is not None
+        return current
+
+    async def update(self, name: str, decide: Callable[[Obj], Change], budget: float | None = None) -> Obj:
+        """Apply `decide(current)` only to the version it saw; `decide` may raise ApiError to refuse.
+        On a conflict, decide again on a fresh read, until `budget` seconds (default: the write
+        timeout, at least 10 s) have passed."""
         current = self.cache.get(name) or await self.read(name)
-        for _ in range(attempts):
+        deadline = time.monotonic() + (budget if budget is not None else max(self._timeout, 10.0))
+        pause = 0.01
+        while True:
             change = decide(current)
-            try:
-                if change.spec:
-                    current = await self._patch(
-                        name, {"spec": change.spec}, current["metadata"]["resourceVersion"], False
-                    )
-                if change.status:
-                    current = await self._patch(
-                        name, {"status": change.status}, current["metadata"]["resourceVersion"], True
-                    )
+            if not (change.spec or change.status):
                 return current
+            try:
+                return await self._guarded(name, change, current["metadata"]["resourceVersion"])
             except ApiException as e:
-                if e.status == 404:
-                    raise not_found() from None
                 if e.status != 409:
                     raise
-                current = await self.read(name)
-        raise ApiError(503, "too many concurrent updates", f"Scan {name} kept changing; try again.")
+            if time.monotonic() >= deadline:
+                raise ApiError(
+                    503,
+                    "too many concurrent updates",
+                    f"Scan {name} kept changing; try again.",
+                    headers={"Retry-After": "1"},
+                )
+            await asyncio.sleep(random.uniform(0, pause))  # jitter: the contenders spread out
+            pause = min(pause * 2, 0.5)
+            current = await self.read(name)
 
 
 def now() -> float:

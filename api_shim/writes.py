@@ -22,7 +22,6 @@ from api_shim.errors import ApiError, bad_request
 from api_shim.launch import Launch
 from api_shim.store import Change, Obj, ScanStore, now
 from skyscan import model, payloads
-from skyscan.patch import merge_patch
 from skyscan.state import NOT_YET_REQUESTED
 from skyscan.status import ScanRecord
 
@@ -90,7 +89,7 @@ class ScanWrites:
                 marks["deleted"] = True
             if replace_scan:
                 marks["replacedBy"] = view.scan_id(new)
-            await self.store.update(origin_id, lambda _: Change(spec=marks, status=_touched()))
+            await self.store.merge(origin_id, Change(spec=marks, status=_touched()))
         return new
 
     async def _attach_event(self, scan: Obj) -> None:
@@ -105,16 +104,17 @@ class ScanWrites:
             raise bad_request("sensor event not found", "The sensor event was deleted meanwhile.") from None
 
     async def delete(self, name: str, *, delete_completed_scan: bool) -> Obj:
-        """Mark the scan deleted (the operator aborts it); a completed scan only when told to."""
+        """Mark the scan deleted (the operator aborts it); a completed scan only when told to.
 
-        def decide(scan: Obj) -> Change:
-            if view.has_final_result(scan) and not delete_completed_scan:
-                raise bad_request(
-                    "Attempted to delete a completed scan (must use `delete_completed_scan=True`)"
-                )
-            return Change(spec=None if view.is_deleted(scan) else {"deleted": True}, status=_touched())
-
-        return await self.store.update(name, decide)
+        The flag and lastUpdated are set with no precondition (no one else writes them, and their value
+        does not depend on the stored one), so concurrent deletes never conflict. As with the reference,
+        the completed-scan check reads the scan as it is now (the cache), not atomically with the write.
+        """
+        scan = self.cache.get(name) or await self.store.read(name)
+        if view.has_final_result(scan) and not delete_completed_scan:
+            raise bad_request("Attempted to delete a completed scan (must use `delete_completed_scan=True`)")
+        change = Change(spec=None if view.is_deleted(scan) else {"deleted": True}, status=_touched())
+        return await self.store.merge(name, change)
 
     async def add_workers(self, name: str, location: str, n_workers: int) -> model.WorkerRequestOutcome:
         """Ask the operator for workers through `spec.workerRequests`; wait for its recorded outcome."""
@@ -154,14 +154,17 @@ class ScanWrites:
         return outcome
 
     async def update_manifest(self, name: str, body: models.PatchManifestBody) -> Obj:
-        """Replace the progress; set event and scan metadata once (the same value again is fine)."""
+        """Set event and scan metadata once (the same value again is fine), then replace the progress.
+
+        Setting once is a check-then-write, so it is guarded by resourceVersion (and skipped when the
+        stored value is already equal, as with every report after the first). The progress is the
+        scanner's alone and replaces the stored one whole: it needs no precondition, so concurrent
+        reports never conflict.
+        """
 
         def decide(scan: Obj) -> Change:
             record = ScanRecord(scan)
             change: dict[str, Any] = {}
-            if body.progress:
-                # Always written (even unchanged), so lastUpdated moves with every progress report.
-                change["progress"] = merge_patch(record.progress or {}, body.progress.model_dump(mode="json"))
             if body.event_metadata:
                 stored = view.event_metadata(scan)
                 if stored is None:
@@ -179,7 +182,12 @@ class ScanWrites:
             status = model.ScanStatus.model_validate({**change, "last_updated": now()})
             return Change(status=status.to_patch())
 
-        return await self.store.update(name, decide)
+        scan = await self.store.update(name, decide)
+        if not body.progress:
+            return scan
+        # Always written (even unchanged), so lastUpdated moves with every progress report.
+        progress = model.ScanStatus(progress=body.progress.model_dump(mode="json"), last_updated=now())
+        return await self.store.replace_status(name, progress.to_patch())
 
     async def store_result(self, scan: Obj, scan_result: dict[str, Any], is_final: bool) -> None:
         """Write the result payload, then record it in status."""
@@ -187,7 +195,7 @@ class ScanWrites:
         await payloads.write_result(self.api, self.namespace, scan, data)
         # Recorded in status so the operator can finish the workflow once the result is final.
         record = model.ScanStatus(result=model.ResultStatus(is_final=is_final, updated_at=now())).to_patch()
-        await self.store.update(view.scan_id(scan), lambda _: Change(status=record))
+        await self.store.merge(view.scan_id(scan), Change(status=record))
 
     async def store_startup(self, scan: Obj, raw: bytes) -> None:
         """Store the scanner's startup.json byte for byte (compressed): it must be a JSON object."""

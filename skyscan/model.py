@@ -11,7 +11,15 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
 
 GROUP = "skyscan.io"
@@ -34,6 +42,23 @@ RESERVED_CLASSIFIER_KEYS = ("rescan", "origin_scan_id")
 ENV_MAX_ENTRIES = 25
 ENV_MAX_KEY_LENGTH = 128
 ENV_MAX_STRING_LENGTH = 4096
+
+# A CRD's integers are int64s, and its bounds float64s: the largest int64 a bound states exactly is
+# 2**63 - 1024. These bounds are in the CRD too, so a REST request and a kubectl apply are refused alike,
+# naming the field, instead of the API server failing on a number it cannot hold.
+INTEGER_MIN = -(2**63)
+INTEGER_MAX = 2**63 - 1024
+
+
+def _integral(value: Any) -> Any:
+    """JSON Schema counts an integral number (`91.0`) as an integer, so the strict REST models take it
+    as one; `91.5`, booleans and strings stay refused."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Integer = Annotated[int, Field(ge=INTEGER_MIN, le=INTEGER_MAX), BeforeValidator(_integral)]
+NonNegativeInteger = Annotated[int, Field(ge=0, le=INTEGER_MAX), BeforeValidator(_integral)]
+PositiveInteger = Annotated[int, Field(ge=1, le=INTEGER_MAX), BeforeValidator(_integral)]
 
 
 def new_scan_id(now: float, random_hex: str) -> str:
@@ -138,7 +163,7 @@ class ClusterRequest(KubeModel):
     """Workers requested at one WMS cluster location; a location may appear more than once."""
 
     location: NonBlank
-    n_workers: int = Field(ge=1)
+    n_workers: PositiveInteger
 
 
 class WorkerRequest(KubeModel):
@@ -146,7 +171,7 @@ class WorkerRequest(KubeModel):
 
     id: NonBlank
     location: NonBlank
-    n_workers: int = Field(ge=1)
+    n_workers: PositiveInteger
 
 
 class ScanSpec(KubeModel):
@@ -155,17 +180,17 @@ class ScanSpec(KubeModel):
     docker_tag: NonBlank = Field(description="Resolved skymap-scanner image tag, without a leading 'v'.")
     reco_algo: NonBlank
     sensor_event_id: NonBlank = Field(description="Name of the stored sensor event this scan reads.")
-    nsides: dict[str, Annotated[int, Field(ge=0)]] = Field(
+    nsides: dict[str, NonNegativeInteger] = Field(
         min_length=1, description="nside -> pixel extension, as the scanner's --nsides takes them."
     )
     real_or_simulated_event: RealOrSimulatedEvent
-    max_pixel_reco_time: int = Field(ge=1, description="Seconds.")
+    max_pixel_reco_time: PositiveInteger = Field(description="Seconds.")
     request_clusters: list[ClusterRequest] = Field(min_length=1)
-    scanner_server_memory_bytes: int = Field(default=DEFAULT_SCANNER_SERVER_MEMORY_BYTES, ge=0)
-    worker_memory_bytes: int = Field(default=DEFAULT_WORKER_MEMORY_BYTES, ge=0)
-    worker_disk_bytes: int = Field(default=DEFAULT_WORKER_DISK_BYTES, ge=0)
+    scanner_server_memory_bytes: NonNegativeInteger = DEFAULT_SCANNER_SERVER_MEMORY_BYTES
+    worker_memory_bytes: NonNegativeInteger = DEFAULT_WORKER_MEMORY_BYTES
+    worker_disk_bytes: NonNegativeInteger = DEFAULT_WORKER_DISK_BYTES
     predictive_scanning_threshold: float = Field(default=1.0, ge=0, le=1)
-    priority: int = 0
+    priority: Integer = 0
     debug_mode: list[DebugMode] = Field(
         default_factory=list, json_schema_extra={"x-kubernetes-list-type": "set"}
     )
@@ -224,10 +249,10 @@ class EventMetadata(BaseModel):
     """The sensor event's metadata as the scanner reports it (REST form, snake_case); unknown keys
     are dropped, as the reference does."""
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
-    run_id: int
-    event_id: int
+    run_id: Integer
+    event_id: Integer
     event_type: str
     mjd: float
     is_real_event: bool

@@ -6,7 +6,7 @@ from aiohttp import web
 
 from api_shim import models, view
 from api_shim.auth import SYSTEM
-from api_shim.errors import not_found
+from api_shim.errors import ApiError, not_found
 from api_shim.plumbing import IDENTITY, SHIM, ok, parse_body, query_bool, scan_for
 
 
@@ -26,4 +26,12 @@ async def get_manifest(request: web.Request) -> web.Response:
 async def patch_manifest(request: web.Request) -> web.Response:
     body = await parse_body(request, models.PatchManifestBody)
     name = view.scan_id(scan_for(request))
+    if oversized := body.oversized():
+        field, size = oversized
+        raise ApiError(
+            413,
+            f"'{field}' too large",
+            f"'{field}' is {size} bytes as JSON; at most {models.MANIFEST_FIELD_MAX_BYTES} bytes are stored "
+            "(see the README).",
+        )
     return ok(view.manifest(await request.app[SHIM].writes.update_manifest(name, body)))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from api_shim.sizes import InvalidSize, parse_size
+from api_shim.sizes import InvalidSize, SizeTooLarge, parse_size
 from api_shim.tags import TagError, read_catalog_dir, resolve_tag, strip_v
 
 
@@ -25,6 +25,19 @@ def test_parse_size(given: str | int, expected: int) -> None:
 @pytest.mark.parametrize("given", ["", "lots", "-5GB", "12XB", "GB", -1, True])
 def test_invalid_sizes(given: str | int) -> None:
     with pytest.raises(InvalidSize):
+        parse_size(given)
+
+
+def test_whole_numbers_are_exact_and_unbounded_here() -> None:
+    """As humanfriendly: whole numbers are ints (exact), decimals floats; callers check the bound."""
+    assert parse_size("9223372036854775807") == 2**63 - 1
+    assert parse_size("999999999999PB") == 999_999_999_999 * 10**15
+    assert parse_size("3 EiB") == 3 * 1024**6
+
+
+@pytest.mark.parametrize("given", ["1" * 400 + ".5GB", "9" * 5000])
+def test_sizes_too_large_to_compute(given: str) -> None:
+    with pytest.raises(SizeTooLarge):
         parse_size(given)
 
 

@@ -42,6 +42,38 @@ def test_missing_and_unexpected_fields() -> None:
     assert reason(models.RescanBody, {"no_redirect": "yes"}) == "'no_redirect': must be type 'boolean' (bool)"
 
 
+def test_integral_numbers_are_integers_and_integers_are_bounded() -> None:
+    """JSON Schema's integers: 91.0 is one (taken as 91); 91.5, booleans and strings are not."""
+    body = models.AddWorkersBody.model_validate_json('{"n_workers": 91.0, "cluster_location": "osg"}')
+    assert body.n_workers == 91 and type(body.n_workers) is int
+    for value in ("91.5", "true", '"91"', "1e400"):
+        assert reason(models.AddWorkersBody, {"cluster_location": "osg", "n_workers": json.loads(value)}) == (
+            "'n_workers': must be type 'integer' (int)"
+        ), value
+    for value in (2**70, 1e300, 2**63 - 1):  # the CRD's bound: the largest int64 a float64 states exactly
+        assert reason(models.AddWorkersBody, {"n_workers": value, "cluster_location": "osg"}) == (
+            "'n_workers': must be no more than 9223372036854774784"
+        )
+
+
+def test_numbers_are_finite() -> None:
+    result = {"scan_result": {"a": {"b": [1, float("nan")]}}, "is_final": True}
+    assert reason(models.PutResultBody, result) == (
+        "'scan_result': must not contain NaN or an infinite number (JSON has neither)"
+    )
+    assert reason(models.FindBody, {"filter": {"x": float("-inf")}}) == (
+        "'filter': must not contain NaN or an infinite number (JSON has neither)"
+    )
+
+
+def test_manifest_fields_have_a_size_limit() -> None:
+    limit = models.MANIFEST_FIELD_MAX_BYTES
+    fits = models.PatchManifestBody.model_validate({"scan_metadata": {"k": "x" * (limit - 20)}})
+    assert fits.oversized() is None
+    over = models.PatchManifestBody.model_validate({"scan_metadata": {"k": "é" * (limit // 2)}})
+    assert over.oversized() == ("scan_metadata", len('{"k":""}') + limit)  # UTF-8 bytes, not characters
+
+
 @pytest.mark.parametrize(("text", "value"), [("true", True), ("TRUE", True), ("1", True), ("Yes", True),
                                              ("false", False), ("0", False), ("NO", False)])  # fmt: skip
 def test_query_booleans(text: str, value: bool) -> None:

@@ -106,6 +106,7 @@ async def test_projection_on_launch(shim: ShimUnderTest) -> None:
     assert "wms_task" in reply.body
 
 
+MAX = 2**63 - 1024
 RESERVED = "(reserved prefixes: SKYSCAN_SKYDRIVER_, SKYSCAN_EWMS_, SKYSCAN_MQ_, SKYSCAN_STARTUP_, EWMS_, KUBERNETES_, PYTHON, LD_)"
 INVALID: list[tuple[dict[str, Any], str]] = [
     ({"scan_id": "x"}, "Additional properties are not allowed ('scan_id' was unexpected)"),
@@ -113,7 +114,15 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"docker_tag": None}, "'docker_tag' is a required property"),
     ({"docker_tag": " "}, "'docker_tag': must match the pattern '\\\\S'"),
     ({"worker_memory_bytes": "lots"}, "invalid size: lots"),
-    ({"worker_memory_bytes": 1.5e9}, "'worker_memory_bytes': must match one of the accepted types"),
+    ({"worker_memory_bytes": 1.5}, "'worker_memory_bytes': must match one of the accepted types"),
+    # Blank sizes, and sizes an int64 cannot hold (the CRD's bound: the largest int64 a float64 states).
+    ({"worker_disk_bytes": "   "}, "'worker_disk_bytes': must match the pattern '\\\\S'"),
+    ({"worker_memory": " "}, "'worker_memory': must match the pattern '\\\\S'"),
+    ({"scanner_server_memory_bytes": ""}, "'scanner_server_memory_bytes': must be at least 1 characters long"),
+    ({"worker_memory_bytes": 10**40}, f"'worker_memory_bytes': must be no more than {MAX}"),
+    ({"worker_memory_bytes": "999999999999PB"}, f"'worker_memory_bytes': must be no more than {MAX} bytes"),
+    ({"worker_disk": "1" * 400 + ".5GB"}, f"'worker_disk': must be no more than {MAX} bytes"),
+    ({"scanner_server_memory_bytes": "9" * 5000}, f"'scanner_server_memory_bytes': must be no more than {MAX} bytes"),
     ({"request_clusters": {"mars": 1}}, "requested unknown cluster: mars (available: osg, sub-2, local)"),
     ({"request_clusters": None}, "'request_clusters' is a required property"),
     ({"request_clusters": None, "cluster": [["osg"]]}, "'cluster': must match one of the accepted types"),
@@ -146,6 +155,20 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"predictive_scanning_threshold": 1.5}, "'predictive_scanning_threshold': must be no more than 1.0"),
     ({"max_pixel_reco_time": 0}, "'max_pixel_reco_time': must be at least 1"),
     ({"priority": "high"}, "'priority': must be type 'integer' (int)"),
+    ({"priority": 2**70}, f"'priority': must be no more than {MAX}"),
+    ({"priority": -(2**70)}, "'priority': must be at least -9223372036854775808"),
+    ({"priority": 1.5}, "'priority': must be type 'integer' (int)"),
+    ({"priority": True}, "'priority': must be type 'integer' (int)"),
+    ({"max_pixel_reco_time": 2**70}, f"'max_pixel_reco_time': must be no more than {MAX}"),
+    ({"max_pixel_reco_time": 91.5}, "'max_pixel_reco_time': must be type 'integer' (int)"),
+    ({"max_pixel_reco_time": "91"}, "'max_pixel_reco_time': must be type 'integer' (int)"),
+    ({"nsides": {"1": 2**64}}, f"'nsides.1': must be no more than {MAX}"),
+    ({"request_clusters": {"osg": 2**70}}, "'request_clusters': must match one of the accepted types"),
+    # JSON has no NaN or Infinity (Python's encoder writes them anyway).
+    ({"predictive_scanning_threshold": float("nan")}, "'predictive_scanning_threshold': must be a finite number"),
+    ({"classifiers": {"a": float("inf")}}, "'classifiers.a': must be a finite number"),
+    ({"event_live_json": {"a": [float("nan")]}}, "'event_live_json': must not contain NaN or an infinite number (JSON has neither)"),
+    ({"event_live_json": '{"a": 1e400}'}, "event_live_json is not valid JSON: must not contain NaN or an infinite number (JSON has neither)"),
     ({"nsides": {}}, "'nsides': must have at least 1 entries"),
     ({"manifest_projection": ["scan_id", "scan_id"]}, "'manifest_projection': items must be unique"),
 ]  # fmt: skip
@@ -167,6 +190,21 @@ async def test_invalid_requests_are_refused_and_nothing_is_written(
         shim.namespace, label_selector=names.PAYLOAD_LABEL
     )
     assert configmaps.items == []
+
+
+async def test_integral_numbers_are_integers(shim: ShimUnderTest) -> None:
+    """As in JSON Schema, 91.0 is an integer: taken as 91 wherever an integer is expected."""
+    manifest = await shim.launch(
+        max_pixel_reco_time=600.0, priority=7.0, nsides={"1": 2.0}, request_clusters={"osg": 3.0},
+        worker_memory_bytes=1.5e9, worker_disk_bytes=float(2**63 - 1024),
+    )  # fmt: skip
+    request = (await shim.call("GET", f"/scan-request/{manifest['scan_id']}")).body
+    got = {k: request[k] for k in ("max_pixel_reco_time", "priority", "nsides", "request_clusters")}
+    assert got == {"max_pixel_reco_time": 600, "priority": 7, "nsides": {"1": 2}, "request_clusters": [["osg", 3]]}
+    assert (request["worker_memory_bytes"], request["worker_disk_bytes"]) == (1_500_000_000, 2**63 - 1024)
+    assert all(type(v) is int for v in (request["priority"], request["max_pixel_reco_time"], request["worker_memory_bytes"]))
+    spec = (await shim.kube_scan(manifest["scan_id"]))["spec"]
+    assert (spec["priority"], spec["maxPixelRecoTime"], spec["workerDiskBytes"]) == (7, 600, 2**63 - 1024)
 
 
 async def test_body_must_be_a_json_object(shim: ShimUnderTest) -> None:
@@ -235,3 +273,21 @@ async def test_an_event_too_large_even_compressed_is_413(shim: ShimUnderTest) ->
         **SCAN, namespace=shim.namespace
     )
     assert listed["items"] == []
+
+
+async def test_a_request_too_large_for_its_scan_is_413(shim: ShimUnderTest) -> None:
+    """The Scan holds the request: a megabyte of text is a 413 naming the field, not a refusal by etcd
+    that came back as a retryable 503."""
+    for changes, field in [
+        ({"reco_algo": "x" * 2_000_000}, "reco_algo"),
+        ({"nsides": {str(i): 1 for i in range(40_000)}}, "nsides"),
+    ]:
+        reply = await shim.call("POST", "/scan", json_body=scan_body(**changes))
+        assert (reply.status, reply.body["reason"]) == (413, f"'{field}' too large"), reply.body
+    listed = await client.CustomObjectsApi(shim.api).list_namespaced_custom_object(
+        **SCAN, namespace=shim.namespace
+    )
+    assert listed["items"] == []
+    # The largest valid request fits: 25 environment variables of 4096 characters.
+    env = {f"VAR_{i}": "v" * 4096 for i in range(25)}
+    assert (await shim.call("POST", "/scan", json_body=scan_body(scanner_server_env_from_user=env))).status == 200

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from kubernetes_asyncio import client
 
 from skyscan import names
@@ -180,3 +181,63 @@ async def test_a_missing_event_object_is_404(shim: ShimUnderTest) -> None:
     )
     reply = await shim.call("GET", f"/scan/{manifest['scan_id']}/sensor-event")
     assert reply.status == 404 and reply.body["reason"] == "sensor event not found"
+
+
+MAX = 2**63 - 1024
+STATS = PROGRESS["processing_stats"]
+INVALID_PATCHES: list[tuple[dict[str, Any], str]] = [
+    # The reference's Progress schema: a threshold in [0, 1], start/end integers, typed processing stats.
+    ({"progress": {**PROGRESS, "predictive_scanning_threshold": 1.5}}, "'progress.predictive_scanning_threshold': must be no more than 1.0"),
+    ({"progress": {**PROGRESS, "predictive_scanning_threshold": -0.1}}, "'progress.predictive_scanning_threshold': must be at least 0.0"),
+    ({"progress": {**PROGRESS, "predictive_scanning_threshold": float("nan")}}, "'progress.predictive_scanning_threshold': must be a finite number"),
+    ({"progress": {**PROGRESS, "start": 2**70}}, f"'progress.start': must be no more than {MAX}"),
+    ({"progress": {**PROGRESS, "end": 1.5}}, "'progress.end': must be type 'integer' (int)"),
+    ({"progress": {**PROGRESS, "processing_stats": {**STATS, "finished": "yes"}}}, "'progress.processing_stats.finished': must be type 'boolean' (bool)"),
+    ({"progress": {**PROGRESS, "processing_stats": {**STATS, "end": 3}}}, "'progress.processing_stats.end': must be type 'string' (str)"),
+    ({"progress": {**PROGRESS, "processing_stats": {"start": {}}}}, "'progress.processing_stats': 'runtime' is a required property"),
+    ({"progress": {**PROGRESS, "tallies": {"x": float("inf")}}}, "'progress.tallies': must not contain NaN or an infinite number (JSON has neither)"),
+    ({"event_metadata": {**EVENT_METADATA, "run_id": 2**70}}, f"'event_metadata.run_id': must be no more than {MAX}"),
+    ({"event_metadata": {**EVENT_METADATA, "event_id": -(2**70)}}, "'event_metadata.event_id': must be at least -9223372036854775808"),
+    ({"event_metadata": {**EVENT_METADATA, "mjd": float("inf")}}, "'event_metadata.mjd': must be a finite number"),
+    ({"scan_metadata": {"a": [float("nan")]}}, "'scan_metadata': must not contain NaN or an infinite number (JSON has neither)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "reason"), INVALID_PATCHES)
+async def test_invalid_manifest_patches_are_refused(shim: ShimUnderTest, body: dict[str, Any], reason: str) -> None:
+    scan_id = (await shim.launch())["scan_id"]
+    reply = await shim.call("PATCH", f"/scan/{scan_id}/manifest", as_="system", json_body=body)
+    assert (reply.status, reply.body["error"], reply.body["reason"]) == (400, "Bad Request", reason), reply.body
+    assert "status" not in await shim.kube_scan(scan_id)  # nothing written
+
+
+async def test_manifest_patch_integers_and_size_limits(shim: ShimUnderTest) -> None:
+    scan_id = (await shim.launch())["scan_id"]
+    path = f"/scan/{scan_id}/manifest"
+    # Integral numbers are integers (as in JSON Schema), stored as such.
+    body = {"progress": {**PROGRESS, "start": 5.0}, "event_metadata": {**EVENT_METADATA, "run_id": 1.0}}
+    reply = await shim.call("PATCH", path, as_="system", json_body=body)
+    assert reply.status == 200, reply.body
+    assert reply.body["progress"]["start"] == 5 and reply.body["event_metadata"] == EVENT_METADATA
+    status = (await shim.kube_scan(scan_id))["status"]
+    assert type(status["progress"]["start"]) is int and type(status["eventMetadata"]["runId"]) is int
+
+    # Each of progress, event_metadata, scan_metadata is at most 64 KiB as JSON: 413, nothing written,
+    # and not a retryable 5xx (a 1.6 MB progress used to reach etcd and come back as 503).
+    before = (await shim.call("GET", path)).body
+    limit = 64 * 1024
+    for field, value in [
+        ("progress", {**PROGRESS, "summary": "x" * 1_600_000}),
+        ("progress", {**PROGRESS, "tallies": {"t": "x" * limit}}),
+        ("scan_metadata", {"blob": "y" * limit}),
+        ("event_metadata", {**EVENT_METADATA, "event_type": "z" * limit}),
+    ]:
+        reply = await shim.call("PATCH", path, as_="system", json_body={field: value})
+        assert (reply.status, reply.body["error"], reply.body["reason"]) == (
+            413, "Request Entity Too Large", f"'{field}' too large",
+        ), reply.body  # fmt: skip
+        assert str(limit) in reply.body["message"]
+    assert (await shim.call("GET", path)).body == before
+    # Just under the limit is stored.
+    fits = {**PROGRESS, "tallies": {"t": "x" * (limit - 1000)}}
+    assert (await shim.call("PATCH", path, as_="system", json_body={"progress": fits})).status == 200

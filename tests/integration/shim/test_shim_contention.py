@@ -1,0 +1,117 @@
+"""Contention alone never yields a 5xx: concurrent soft deletes and progress reports on one scan, over
+real HTTP, all succeed and leave the right state; set-once fields stay set once however many race."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from tests.helpers import SCAN
+from tests.integration.shim.conftest import ShimUnderTest
+from tests.integration.shim.test_shim_writes import EVENT_METADATA, PROGRESS
+
+N = 50
+
+
+def report(i: int) -> dict[str, Any]:
+    """A progress report whose keys are its own, so a report merged into another would show."""
+    progress = copy.deepcopy(PROGRESS)
+    progress["summary"] = f"report {i}"
+    progress["tallies"] = {f"tally-{i}": i}
+    progress["processing_stats"]["rate"] = {f"rate-{i}": float(i)}
+    if i % 2:
+        progress["start"] = i
+    return progress
+
+
+def stored_form(progress: dict[str, Any]) -> dict[str, Any]:
+    """A report as the manifest shows it: the reference's defaults filled in."""
+    stats = {"rate": {}, "end": "", "finished": False, "predictions": {}, **progress["processing_stats"]}
+    return {"start": None, "end": None, **progress, "processing_stats": stats}
+
+
+def failures(replies: list[Any]) -> list[tuple[int, Any]]:
+    return [(r.status, r.body) for r in replies if r.status != 200]
+
+
+async def test_concurrent_deletes_and_progress_reports_all_succeed(shim: ShimUnderTest) -> None:
+    scan_id = (await shim.launch())["scan_id"]
+    reports = [report(i) for i in range(N)]
+    # The scanner sends its metadata with every report: set once by the first, equal in the others.
+    metadata = {"event_metadata": EVENT_METADATA, "scan_metadata": {"scanner": "4.2.10"}}
+    deletes = [shim.call("DELETE", f"/scan/{scan_id}") for _ in range(N)]
+    patches = [
+        shim.call("PATCH", f"/scan/{scan_id}/manifest", as_="system", json_body={"progress": p, **metadata})
+        for p in reports
+    ]
+    replies = await asyncio.gather(*deletes, *patches)
+    assert failures(replies) == []
+    assert all(r.body["manifest"]["is_deleted"] is True for r in replies[:N])
+
+    scan = await shim.kube_scan(scan_id)
+    assert scan["spec"]["deleted"] is True
+    # The stored progress is one report, whole: replaced, never merged with another.
+    assert scan["status"]["progress"] in [stored_form(p) for p in reports]
+    manifest = (await shim.call("GET", f"/scan/{scan_id}/manifest", params={"include_deleted": "true"})).body
+    assert manifest["is_deleted"] is True
+    assert manifest["progress"] in [stored_form(p) for p in reports]
+    assert manifest["event_metadata"] == EVENT_METADATA
+    assert manifest["scan_metadata"] == {"scanner": "4.2.10"}
+
+
+async def test_set_once_metadata_under_contention(shim: ShimUnderTest) -> None:
+    """Racing first reports with different metadata: exactly one value is stored, every other report
+    is refused with 400 (never a 5xx), and reports carrying the stored value succeed."""
+    scan_id = (await shim.launch())["scan_id"]
+    path = f"/scan/{scan_id}/manifest"
+    bodies = [
+        {"progress": report(i), "event_metadata": {**EVENT_METADATA, "run_id": i % 3}} for i in range(N)
+    ]
+    replies = await asyncio.gather(*(shim.call("PATCH", path, as_="system", json_body=b) for b in bodies))
+    assert {r.status for r in replies} <= {200, 400}
+    stored = (await shim.call("GET", path)).body["event_metadata"]
+    for body, reply in zip(bodies, replies, strict=True):
+        if body["event_metadata"] == stored:
+            assert reply.status == 200, reply.body
+        else:
+            assert (reply.status, reply.body["reason"]) == (400, "Cannot change an existing event_metadata")
+
+
+async def test_concurrent_workflow_ids_and_worker_requests(shim: ShimUnderTest) -> None:
+    """The guarded writes (set-once workflow id, the worker-requests list) under contention: one
+    workflow id wins and the others are 404, every worker request is kept."""
+    scan_id = (await shim.launch())["scan_id"]
+    path = f"/scan/{scan_id}/wms/workflow-id"
+    replies = await asyncio.gather(
+        *(
+            shim.call("POST", path, as_="system", json_body={"workflow_id": f"wf-{i}", "wms_address": "a"})
+            for i in range(20)
+        )
+    )
+    assert sorted(r.status for r in replies) == [200] + [404] * 19
+    asks = [shim.state.writes.add_workers(scan_id, "osg", i + 1) for i in range(20)]
+    results = await asyncio.gather(*asks, return_exceptions=True)  # nobody answers: each times out
+    assert all(getattr(r, "status", None) == 504 for r in results), results
+    scan = await shim.kube_scan(scan_id)
+    assert sorted(r["nWorkers"] for r in scan["spec"]["workerRequests"]) == list(range(1, 21))
+
+
+async def test_progress_on_a_scan_whose_status_the_cache_has_not_seen(shim: ShimUnderTest) -> None:
+    """A progress report needs the status to exist (JSON Patch `add`); a cache that believes it does
+    while it does not (a Scan made elsewhere, not yet watched) still gets the report stored."""
+    scan_id = (await shim.launch())["scan_id"]
+    objs = client.CustomObjectsApi(shim.api)
+    scan = await objs.get_namespaced_custom_object(**SCAN, namespace=shim.namespace, name=scan_id)
+    assert "status" not in scan
+    believed = {**scan, "status": {"lastUpdated": 1.0}}
+    store = shim.state.store
+    real_get = store.cache.get
+    store.cache.get = lambda name: believed if name == scan_id else real_get(name)  # type: ignore[method-assign]
+    try:
+        written = await store.replace_status(scan_id, {"progress": {"summary": "s"}})
+    finally:
+        store.cache.get = real_get  # type: ignore[method-assign]
+    assert written["status"]["progress"] == {"summary": "s"}
