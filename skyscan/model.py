@@ -286,7 +286,12 @@ class BacklogStatus(StatusPart):
 
     entered_at: float
     pending_since: float = 0.0
-    attempts: int = 0
+    attempts: int = Field(default=0, description="Start attempts made; interrupted ones are not counted.")
+    interruptions: int = Field(
+        default=0,
+        description="Start attempts in a row interrupted by a WMS or API-server outage or a quota refusal "
+        "(not counted as attempts; they set the backoff).",
+    )
 
 
 class JobStatus(StatusPart):

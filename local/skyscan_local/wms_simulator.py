@@ -28,12 +28,14 @@ import asyncio
 import base64
 import json
 import logging
+import os
 import re
 import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -78,6 +80,11 @@ class SimulatorSettings(BaseSettings):
     )
     init_retry_seconds: float = Field(
         default=1.0, gt=0, description="A fetch answered 404 (or unreachable) is retried after this long."
+    )
+    state_file: Path | None = Field(
+        default=None,
+        description="Keep the workflows in this JSON file (written on every change, read on start), so a "
+        "restarted simulator remembers them as the real WMS does; unset: in memory only.",
     )
 
 
@@ -171,6 +178,28 @@ class WMS:
         self.tokens: set[str] = set()
         self.fetches: list[dict[str, Any]] = []  # every startup.json fetch by workers, in order
         self.due: dict[str, tuple[Workflow, Taskforce]] = {}  # taskforce uuid -> workers waiting on init
+        self.load()
+
+    # --- persistence (`state_file`) ---
+    def load(self) -> None:
+        path = self.settings.state_file
+        if path is None or not path.exists():
+            return
+        state = json.loads(path.read_text())
+        for raw in state["workflows"]:
+            taskforces = [Taskforce(**tf) for tf in raw.pop("taskforces")]
+            wf = Workflow(**raw, taskforces=taskforces)
+            self.workflows[wf.doc["workflow_id"]] = wf
+        self.tasks = dict(state["tasks"])
+
+    def save(self) -> None:
+        path = self.settings.state_file
+        if path is None:
+            return
+        state = {"workflows": [asdict(wf) for wf in self.workflows.values()], "tasks": self.tasks}
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps(state))
+        os.replace(partial, path)  # a kill leaves the old state or the new one, never half of one
 
     # --- lifecycle ---
     def activation_time(self, wf: Workflow) -> float:
@@ -248,6 +277,7 @@ class WMS:
                 "worker FAILED to fetch startup.json for %s via presigned URL: %d %s", wf_id, status, text
             )
         self.advance(time.time())
+        self.save()
 
     async def run_workers(self, poll_seconds: float = 0.1) -> None:
         """Start the init command of every taskforce whose workers are due (one fetch at a time each)."""
@@ -508,6 +538,8 @@ async def simulate(request: web.Request, handler: Handler) -> web.StreamResponse
         response = await handler(request)
     except SimError as e:
         response = error(e.status, str(e))
+    if request.method != "GET":
+        wms.save()
     if delay and delay.when == "after":
         await asyncio.sleep(delay.seconds)
     return response
@@ -600,7 +632,9 @@ def routes() -> web.RouteTableDef:
     @r.post("/_sim/statuses")
     async def statuses(request: web.Request) -> web.Response:
         try:
-            return web.json_response({"changed": request.app[WMS_KEY].pin_statuses(await request.json())})
+            changed = request.app[WMS_KEY].pin_statuses(await request.json())
+            request.app[WMS_KEY].save()
+            return web.json_response({"changed": changed})
         except SimError as e:
             return error(e.status, str(e))
 
@@ -675,6 +709,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--page-size", type=int, default=defaults.page_size)
     parser.add_argument("--require-auth", action="store_true", default=defaults.require_auth)
     parser.add_argument("--run-init-command", action="store_true", default=defaults.run_init_command)
+    parser.add_argument("--state-file", type=Path, default=defaults.state_file)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -7,13 +7,16 @@ the WMS returns it; a lost answer is recovered by looking the workflow up by its
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
+import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
+import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -22,6 +25,7 @@ from skyscan import kube, model, names, payloads
 from skyscan.patch import merge_patch
 from skyscan.status import ScanRecord
 from skyscan_operator import scanner_job
+from skyscan_operator.backlog import retry_delay
 from skyscan_operator.events import EventPoster
 from skyscan_operator.planner import (
     Action,
@@ -51,6 +55,44 @@ SCAN = kube.SCAN_RESOURCE
 def secret_data(string_data: dict[str, str]) -> dict[str, str]:
     """A Secret's `data` (base64) from `stringData`, for patches that cannot use stringData."""
     return {k: base64.b64encode(v.encode()).decode() for k, v in string_data.items()}
+
+
+# What a Kubernetes API call raises: an answer (ApiException), or none (connection, timeout).
+KUBE_ERRORS = (ApiException, aiohttp.ClientError, asyncio.TimeoutError)
+
+
+def is_api_outage(e: BaseException) -> bool:
+    """The API server did not answer, or answered that it cannot now (408, 429, 5xx)."""
+    if isinstance(e, ApiException):
+        return not e.status or e.status in (408, 429) or e.status >= 500
+    return isinstance(e, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError)
+
+
+def api_refusal(e: BaseException) -> str:
+    """Why the API server did not take an object a start needs, as a condition reason. Only
+    `StartFailed` (the object itself was refused: invalid, or its name is taken) counts as a failed
+    attempt; an outage (`APIUnavailable`), a quota refusal (`QuotaExceeded`, which the reference
+    retries forever too) and missing permissions of the operator (`APIForbidden`) do not."""
+    if is_api_outage(e) or not isinstance(e, ApiException):
+        return "APIUnavailable"
+    if e.status == 403 and "quota" in describe(e).lower():
+        return "QuotaExceeded"
+    if e.status in (401, 403):
+        return "APIForbidden"
+    return "StartFailed"
+
+
+def describe(e: BaseException) -> str:
+    """An API error in one line: the status and the API server's message, or the exception."""
+    if not isinstance(e, ApiException):
+        return f"{type(e).__name__}: {e}"
+    body = e.body or ""
+    message = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+    try:
+        message = str(json.loads(message).get("message") or message)
+    except (ValueError, AttributeError):
+        pass
+    return f"HTTP {e.status} {e.reason}: {message[:300]}"
 
 
 class Stop(Exception):
@@ -178,12 +220,16 @@ class Run:
         return self.a.wms
 
     async def wms_failed(self, e: WMSError, *, attempt: bool) -> None:
-        """Record a WMS failure; `attempt`: it ends the current start attempt (back to the backlog)."""
+        """Record a WMS failure; `attempt`: it ends the current start attempt (back to the backlog),
+        counted if the WMS refused the request, not counted if the WMS could not be reached."""
         unavailable = isinstance(e, WMSUnavailable)
         if unavailable:
+            self.a.store.outage_at = self.now()
             self.condition(cond.WMS_AVAILABLE, False, "WMSUnavailable", str(e))
-        if attempt:
-            self.fail_attempt("WMSUnavailable" if unavailable else "WMSRejected", str(e))
+        if attempt and unavailable:
+            self.interrupt_attempt("WMSUnavailable", f"the WMS is unavailable: {e}")
+        elif attempt:
+            self.fail_attempt("WMSRejected", str(e))
         self.event("WMSError", str(e), warning=True)
         await self.patch_status()
 
@@ -192,10 +238,45 @@ class Run:
             self.condition(cond.WMS_AVAILABLE, True, "Reachable", "the last WMS call succeeded")
 
     def fail_attempt(self, reason: str, message: str) -> None:
+        """The scan's own failure ends its start attempt, which counts against `max_start_attempts`."""
         backlog = self.draft.backlog or model.BacklogStatus(entered_at=self.scan.created_at or self.now())
         backlog.pending_since = self.now()
+        backlog.interruptions = 0
         self.draft.backlog = backlog
         self.condition(cond.ADMITTED, False, reason, f"start attempt {backlog.attempts} failed: {message}")
+
+    def interrupt_attempt(self, reason: str, message: str) -> None:
+        """An outage or a quota refusal ends the start attempt without counting it: the attempt is
+        given back, and the scan waits in the backlog for a backoff that grows with each interruption
+        in a row (`backlog.retry_delay`). The reason stays visible on the Admitted condition."""
+        backlog = self.draft.backlog or model.BacklogStatus(entered_at=self.scan.created_at or self.now())
+        if self.draft.true(cond.ADMITTED):
+            backlog.attempts = max(0, backlog.attempts - 1)
+        backlog.interruptions += 1
+        backlog.pending_since = self.now()
+        self.draft.backlog = backlog
+        delay = retry_delay(backlog.interruptions, self.settings)
+        self.condition(
+            cond.ADMITTED,
+            False,
+            reason,
+            f"{message}; not counted as a start attempt ({backlog.attempts} of "
+            f"{self.settings.max_start_attempts} used), retrying in {delay:g}s",
+        )
+
+    async def kube_refused(self, e: Exception, what: str) -> NoReturn:
+        """The API server did not take an object of the start (or did not answer): interrupt the
+        attempt, or fail it if the object itself was refused (`api_refusal`); then stop the plan."""
+        reason, detail = api_refusal(e), f"{what}: {describe(e)}"
+        if reason == "StartFailed":
+            self.fail_attempt(reason, detail)
+        else:
+            if reason == "APIUnavailable":
+                self.a.store.outage_at = self.now()
+            self.interrupt_attempt(reason, detail)
+        self.event(reason, detail, warning=True)
+        await self.patch_status()
+        raise Stop() from e
 
     def workflow(self) -> model.WorkflowStatus:
         return self.draft.workflow
@@ -270,8 +351,8 @@ class Run:
         wms = await self.need_wms()
         try:
             connection = scanner_job.ewms_connection(await wms.public_mq_profiles(workflow_id))
-        except WMSError as e:
-            await self.wms_failed(e, attempt=False)
+        except WMSError as e:  # unreachable: back to the backlog; refused: poll again (until the timeout)
+            await self.wms_failed(e, attempt=isinstance(e, WMSUnavailable))
             raise Stop(self.settings.queue_poll_seconds) from e
         if connection is None:
             return self.settings.queue_poll_seconds
@@ -279,9 +360,9 @@ class Run:
         secret = scanner_job.build_secret(s.name, s.uid, s.namespace, connection)
         try:
             await self.a.core.create_namespaced_secret(s.namespace, secret)
-        except ApiException as e:
-            if e.status != 409:
-                raise
+        except KUBE_ERRORS as e:
+            if not (isinstance(e, ApiException) and e.status == 409):
+                await self.kube_refused(e, f"creating Secret {secret['metadata']['name']}")
             await self.adopt_secret(secret["metadata"]["name"], {"data": secret_data(secret["stringData"])})
         self.workflow().queues_activated = True
         self.condition(cond.WORKFLOW_READY, True, "QueuesActivated", f"workflow {workflow_id} is ready")
@@ -302,9 +383,9 @@ class Run:
             return await self.a.core.patch_namespaced_secret(
                 name, self.scan.namespace, ops, _content_type="application/json-patch+json"
             )
-        except ApiException as e:
-            if e.status not in (404, 422):
-                raise
+        except KUBE_ERRORS as e:
+            if not (isinstance(e, ApiException) and e.status in (404, 422)):
+                await self.kube_refused(e, f"adopting Secret {name}")
             self.fail_attempt("StartFailed", f"Secret {name} exists and belongs to someone else")
             await self.patch_status()
             raise Stop() from e
@@ -322,14 +403,9 @@ class Run:
         try:
             created = await self.a.batch.create_namespaced_job(s.namespace, job)
             created_at = created.metadata.creation_timestamp
-        except ApiException as e:
-            if e.status != 409:
-                self.fail_attempt(
-                    "StartFailed", f"creating Job {name}: {e.reason}: {str(e.body or '')[:300]}"
-                )
-                self.event("JobCreateFailed", f"Job {name}: {e.reason}", warning=True)
-                await self.patch_status()
-                raise Stop() from e
+        except KUBE_ERRORS as e:
+            if not (isinstance(e, ApiException) and e.status == 409):
+                await self.kube_refused(e, f"creating Job {name}")
             existing = await self.a.batch.read_namespaced_job(name, s.namespace)
             await self.check_owner(existing.metadata, "Job")
             created_at = existing.metadata.creation_timestamp
@@ -352,24 +428,19 @@ class Run:
         name = body["metadata"]["name"]
         try:
             secret = await self.a.core.create_namespaced_secret(s.namespace, body)
-        except ApiException as e:
-            if e.status != 409:
-                raise
+        except KUBE_ERRORS as e:
+            if not (isinstance(e, ApiException) and e.status == 409):
+                await self.kube_refused(e, f"creating Secret {name}")
             secret = await self.adopt_secret(name)
         request = scanner_job.token_request(name, secret.metadata.uid, lifetime_seconds)
+        account = self.settings.scanner_service_account
         try:
-            granted = await self.a.core.create_namespaced_service_account_token(
-                self.settings.scanner_service_account, s.namespace, request
+            granted = await self.a.core.create_namespaced_service_account_token(account, s.namespace, request)
+            await self.a.core.patch_namespaced_secret(
+                name, s.namespace, {"stringData": {names.SCANNER_TOKEN_KEY: granted.status.token}}
             )
-        except ApiException as e:
-            why = f"cannot issue a token for ServiceAccount {self.settings.scanner_service_account}"
-            self.fail_attempt("StartFailed", f"{why}: {e.reason}")
-            self.event("ScannerCredentialFailed", f"{why}: {e.reason}", warning=True)
-            await self.patch_status()
-            raise Stop() from e
-        await self.a.core.patch_namespaced_secret(
-            name, s.namespace, {"stringData": {names.SCANNER_TOKEN_KEY: granted.status.token}}
-        )
+        except KUBE_ERRORS as e:
+            await self.kube_refused(e, f"issuing a token for ServiceAccount {account}")
         expires = granted.status.expiration_timestamp
         self.draft.credential = model.ScannerCredential(
             secret=name, expires_at=expires.timestamp() if expires else None

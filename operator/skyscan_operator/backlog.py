@@ -5,6 +5,10 @@ Order is priority (high first) then age, as in the reference. Scans with priorit
 one per `low_priority_interval_seconds`. The reference's "fast-forward" falls out naturally: the
 interval is measured from the last low-priority admission, so after an idle period the next
 low-priority scan starts on the next tick. A concurrency cap holds everything back when reached.
+
+A scan whose last start attempt failed waits before it is tried again: `start_retry_delay_seconds`
+after a failure of the scan itself (which counted as an attempt), or a bounded exponential backoff
+after attempts interrupted by an outage or a quota refusal (which did not count): see `retry_delay`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ class Candidate:
     entered_at: float
     pending_since: float  # when the last start attempt began or failed; 0: never tried
     attempts: int
+    interruptions: int = 0  # attempts in a row interrupted by an outage or a quota refusal
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,16 @@ class Decision:
     admit: list[Key] = field(default_factory=list)
     hold: dict[Key, Hold] = field(default_factory=dict)
     low_priority_admitted_at: float | None = None
+
+
+def retry_delay(interruptions: int, settings: OperatorSettings) -> float:
+    """How long a scan waits after its last failed attempt (`interruptions` 0), or after its last
+    `interruptions` attempts in a row were interrupted: from `outage_retry_delay_seconds`, doubling,
+    up to `outage_retry_max_delay_seconds`."""
+    if interruptions:
+        first, most = settings.outage_retry_delay_seconds, settings.outage_retry_max_delay_seconds
+        return float(min(most, first * 2 ** min(interruptions - 1, 30)))
+    return settings.start_retry_delay_seconds
 
 
 def order(candidates: list[Candidate]) -> list[Candidate]:
@@ -61,7 +76,7 @@ def decide(
         or now - last_low_priority_admission >= settings.low_priority_interval_seconds
     )
     for c in order(candidates):
-        if c.pending_since and now - c.pending_since < settings.start_retry_delay_seconds:
+        if c.pending_since and now - c.pending_since < retry_delay(c.interruptions, settings):
             decision.hold[c.key] = Hold("RetryDelay", f"attempt {c.attempts} failed; retrying after a delay")
             continue
         if capacity <= 0:

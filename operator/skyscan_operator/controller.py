@@ -27,12 +27,12 @@ from skyscan import conditions as cond
 from skyscan import kube, model
 from skyscan.status import ScanRecord
 from skyscan_operator import backlog, planner
-from skyscan_operator.apply import Applier
+from skyscan_operator.apply import Applier, is_api_outage
 from skyscan_operator.events import EventPoster
 from skyscan_operator.planner import Admission, Observed, ScanView, WorkflowView
 from skyscan_operator.settings import OperatorSettings
 from skyscan_operator.store import Key, Store, key_of
-from skyscan_operator.wms import WMSClient, WMSError
+from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable
 from skyscan_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -51,9 +51,11 @@ class Controller:
         self.applier: Applier | None = None
         self._invalid: set[tuple[Key, str]] = set()
         self.wms_poll_error: str | None = None  # why the last batched WMS poll failed, if it did
+        self.started_at = 0.0
 
     async def start(self) -> None:
         s = self.settings
+        self.started_at = self.clock()
         self._api = await kube.api_client(s.kubeconfig)
         if s.wms_base_url:
             self.wms = WMSClient(
@@ -117,8 +119,10 @@ class Controller:
                 wake = await self.reconcile(key)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as e:
                 log.exception("reconciling %s/%s failed; retrying", *key)
+                if is_api_outage(e):  # start attempts do not time out meanwhile
+                    self.store.outage_at = self.clock()
                 wake = 5.0
             finally:
                 self.queue.done(key)
@@ -137,6 +141,7 @@ class Controller:
             pods=pods,
             workflow=store.workflows.get(workflow_id) if workflow_id else None,
             wms_poll_error=self.wms_poll_error if workflow_id else None,
+            healthy_since=max(self.started_at, store.outage_at),
             admission=store.admissions.pop(key, None),
             lineage_recent=(
                 store.lineage_recent(key, now - self.settings.replacement_window_seconds) if transient else 0
@@ -186,8 +191,12 @@ class Controller:
         now = self.clock()
         candidates = []
         for key, body in self.store.waiting_scans():
-            entry = ScanRecord(body).backlog()
-            if entry is None or entry.attempts >= self.settings.max_start_attempts:
+            record = ScanRecord(body)
+            entry = record.backlog()
+            if entry is None:
+                continue
+            exhausted = entry.attempts >= self.settings.max_start_attempts
+            if exhausted and cond.reason(record.conditions, cond.ADMITTED) in planner.ATTEMPT_FAILURES:
                 continue  # its last attempt failed; the planner marks it Failed
             candidates.append(
                 backlog.Candidate(
@@ -196,6 +205,7 @@ class Controller:
                     entered_at=entry.entered_at,
                     pending_since=entry.pending_since,
                     attempts=entry.attempts,
+                    interruptions=entry.interruptions,
                 )
             )
         granted = sum(1 for a in self.store.admissions.values() if a.granted)
@@ -239,6 +249,8 @@ class Controller:
             taskforces = await self.wms.query_taskforces(ids)
         except WMSError as e:
             log.warning("WMS poll failed: %s", e)
+            if isinstance(e, WMSUnavailable):
+                self.store.outage_at = self.clock()
             self._set_poll_error(str(e))
             return
         self._set_poll_error(None)

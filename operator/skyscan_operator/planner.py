@@ -27,7 +27,12 @@ from skyscan_operator.settings import OperatorSettings
 
 TRANSIENT_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "StartError", "CrashLoopBackOff"})
 TRANSIENT_EXIT_CODES = frozenset({137, 143})
-ATTEMPT_FAILURES = frozenset({"WMSUnavailable", "WMSRejected", "StartFailed", "StartTimedOut"})
+# Why a start attempt ended. Only failures of the scan itself count against `max_start_attempts`:
+# a definite WMS refusal of its request, its Job or Secret refused by the API server (invalid, or a
+# name someone else holds), a start that timed out while the WMS and the API server answered.
+ATTEMPT_FAILURES = frozenset({"WMSRejected", "StartFailed", "StartTimedOut"})
+# Outages and quota refusals interrupt an attempt without counting it; the scan backs off and retries.
+INTERRUPTIONS = frozenset({"WMSUnavailable", "APIUnavailable", "APIForbidden", "QuotaExceeded"})
 
 
 # --- what the handlers observe ---
@@ -81,6 +86,10 @@ class Observed:
     fresh_id: str = ""  # an unused scan id, in case a replacement must be chosen
     replacement_exists: bool = False
     wms_poll_error: str | None = None  # the last batched WMS poll failed (for scans with a workflow)
+    # Since when the operator has run and seen no WMS or API-server outage: a start attempt's timeout
+    # runs from here at the earliest (time lost to an outage, or to the operator's absence, is not the
+    # scan's failure).
+    healthy_since: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -476,11 +485,11 @@ def _start(d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, setting
         d.set(cond.ADMITTED, True, "Admitted", f"start attempt {attempts} of {settings.max_start_attempts}")
         p.event("Admitted", f"start attempt {attempts} of {settings.max_start_attempts}")
 
-    pending_since = d.backlog.pending_since or now
+    pending_since = max(d.backlog.pending_since or now, obs.healthy_since)
     if now - pending_since > settings.start_timeout_seconds:
         waiting_on = "message queues" if d.workflow.id else "the WMS workflow"
         d.set(cond.ADMITTED, False, "StartTimedOut", f"attempt {attempts}: still waiting on {waiting_on}")
-        d.backlog.pending_since = now
+        d.backlog.pending_since, d.backlog.interruptions = now, 0
         p.event("StartTimedOut", f"attempt {attempts} timed out waiting on {waiting_on}", warning=True)
         return
     p.wake(pending_since + settings.start_timeout_seconds - now + 0.01)

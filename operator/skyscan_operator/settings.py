@@ -56,7 +56,19 @@ class OperatorSettings(BaseSettings):
     start_timeout_seconds: float = Field(
         default=300.0,
         gt=0,
-        description="An admitted scan without a Job after this long counts as a failed attempt.",
+        description="An admitted scan without a Job after this long (while the WMS and the API server "
+        "answer) counts as a failed attempt.",
+    )
+    outage_retry_delay_seconds: float = Field(
+        default=15.0,
+        ge=0,
+        description="A start attempt interrupted by a WMS or API-server outage or a quota refusal is not "
+        "counted; the scan waits this long, doubling with each interruption in a row, ...",
+    )
+    outage_retry_max_delay_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="... up to this long (the reference retries a quota refusal every 300 s).",
     )
     max_running_scanners: int = Field(
         default=0, ge=0, description="Cap on concurrently started, unfinished scans; 0 = no cap."

@@ -73,6 +73,7 @@ class Store:
     waiting: set[Key] = field(default_factory=set)  # in the backlog, not in a start attempt
     running: set[Key] = field(default_factory=set)  # started and unfinished (concurrency cap)
     live_workflows: dict[str, Key] = field(default_factory=dict)  # workflow id -> scan
+    outage_at: float = 0.0  # when the operator last failed to reach the WMS or the API server
 
     # --- scans ---
     def put_scan(self, body: dict[str, Any]) -> bool:

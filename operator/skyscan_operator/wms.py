@@ -1,7 +1,8 @@
 """Async EWMS client: the calls the operator makes, with timeouts, retries and optional OIDC auth.
 
 Idempotent calls (reads, queries, deactivations) are retried with exponential backoff on connection
-errors and 5xx. `POST /v1/workflows` is not: a lost answer could mean a created workflow, so the
+errors, 5xx, 408 and 429 (what `WMSUnavailable` means once the retries are spent; any other 4xx is a
+refusal, `WMSError`). `POST /v1/workflows` is not: a lost answer could mean a created workflow, so the
 caller recovers by looking the workflow up by its request marker (see `find_workflows_by_marker`).
 """
 
@@ -25,7 +26,7 @@ V1 = "/v1"
 
 
 class WMSError(Exception):
-    """The WMS answered with an error (4xx), or could not be reached (`status` None)."""
+    """The WMS refused a request (4xx other than 408 and 429), or could not serve it (`WMSUnavailable`)."""
 
     def __init__(self, method: str, path: str, status: int | None, detail: str) -> None:
         self.method, self.path, self.status, self.detail = method, path, status, detail
@@ -34,7 +35,7 @@ class WMSError(Exception):
 
 
 class WMSUnavailable(WMSError):
-    """Connection errors or 5xx that outlasted the retries."""
+    """No answer, 5xx, 408 or 429 (or a 401 a fresh token did not cure), past the retries."""
 
 
 class TokenSource:
@@ -132,7 +133,7 @@ class WMSClient:
                 self._tokens.invalidate()  # expired early or revoked: mint a new one and try again
                 last = WMSUnavailable(method, path, 401, r.text[:300])
                 continue
-            if r.status_code >= 500:
+            if r.status_code >= 500 or r.status_code in (408, 429):  # cannot now, not a refusal
                 last = WMSUnavailable(method, path, r.status_code, r.text[:300])
                 log.warning("WMS %s %s: HTTP %s (try %d)", method, path, r.status_code, attempt + 1)
                 if idempotent:

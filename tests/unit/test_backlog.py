@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from skyscan_operator.backlog import Candidate, decide, order
+from skyscan_operator.backlog import Candidate, decide, order, retry_delay
 from skyscan_operator.settings import OperatorSettings
 
 S = OperatorSettings(low_priority_interval_seconds=300, start_retry_delay_seconds=60, admissions_per_tick=1)
 
 
-def c(name: str, priority: int, entered: float, pending: float = 0.0, attempts: int = 0) -> Candidate:
-    return Candidate(("ns", name), priority, entered, pending, attempts)
+def c(
+    name: str, priority: int, entered: float, pending: float = 0.0, attempts: int = 0, interruptions: int = 0
+) -> Candidate:
+    return Candidate(("ns", name), priority, entered, pending, attempts, interruptions)
 
 
 def test_order_is_priority_then_age() -> None:
@@ -74,4 +76,15 @@ def test_a_failed_attempt_waits_out_the_retry_delay() -> None:
     d = decide(retrying, running=0, now=1000, last_low_priority_admission=None, settings=S)
     assert d.admit == [] and d.hold[("ns", "a")].reason == "RetryDelay"
     d = decide(retrying, running=0, now=1060, last_low_priority_admission=None, settings=S)
+    assert d.admit == [("ns", "a")]
+
+
+def test_interrupted_attempts_back_off_exponentially_up_to_a_bound() -> None:
+    s = S.model_copy(update={"outage_retry_delay_seconds": 15, "outage_retry_max_delay_seconds": 100})
+    assert [retry_delay(n, s) for n in range(7)] == [60, 15, 30, 60, 100, 100, 100]
+    assert retry_delay(10**6, s) == 100  # no overflow however long the outage
+    interrupted = [c("a", 200, 1, pending=990, attempts=0, interruptions=3)]
+    d = decide(interrupted, running=0, now=1040, last_low_priority_admission=None, settings=s)
+    assert d.admit == [] and d.hold[("ns", "a")].reason == "RetryDelay"  # its reason stays visible
+    d = decide(interrupted, running=0, now=1050, last_low_priority_admission=None, settings=s)
     assert d.admit == [("ns", "a")]

@@ -10,6 +10,7 @@ from skyscan import conditions as cond
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from skyscan.status import ScanRecord
 from skyscan_operator.planner import (
+    INTERRUPTIONS,
     AddWorkers,
     Admission,
     CreateJob,
@@ -71,7 +72,12 @@ def reason(status: dict[str, Any], type_: str) -> str | None:
 
 def test_a_new_scan_enters_the_backlog() -> None:
     p = plan(scan(priority=7), Observed(), NOW, S)
-    assert p.status["backlog"] == {"enteredAt": NOW - 100, "pendingSince": 0.0, "attempts": 0}
+    assert p.status["backlog"] == {
+        "enteredAt": NOW - 100,
+        "pendingSince": 0.0,
+        "attempts": 0,
+        "interruptions": 0,
+    }
     assert reason(p.status, cond.ADMITTED) == "Queued"
     assert p.status["state"] == "PENDING__PRESTARTUP" and p.status["observedGeneration"] == 1
     assert p.actions == [] and [e.reason for e in p.events] == ["Queued"]
@@ -157,13 +163,36 @@ def test_a_job_found_after_a_restart_is_adopted_not_created_again() -> None:
 
 def test_failed_attempts_are_bounded() -> None:
     status = admitted()
-    status["conditions"] = cond.put([], cond.ADMITTED, False, "WMSUnavailable", "HTTP 503", NOW, 1)
+    status["conditions"] = cond.put([], cond.ADMITTED, False, "WMSRejected", "HTTP 400", NOW, 1)
     status["backlog"]["attempts"] = 3
     p = plan(scan(status), Observed(), NOW, S)
     assert reason(p.status, cond.FAILED) == "StartAttemptsExhausted"
-    assert "HTTP 503" in cond.find(p.status["conditions"], cond.FAILED)["message"]  # type: ignore[index]
+    assert "HTTP 400" in cond.find(p.status["conditions"], cond.FAILED)["message"]  # type: ignore[index]
     assert p.status["backlog"] is None and p.actions == []
     assert ScanRecord({"spec": {}, "status": p.status}).is_terminal
+
+
+@pytest.mark.parametrize("why", sorted(INTERRUPTIONS))
+def test_an_interrupted_attempt_never_fails_the_scan(why: str) -> None:
+    status = admitted()
+    status["conditions"] = cond.put([], cond.ADMITTED, False, why, "outage", NOW, 1)
+    status["backlog"].update(attempts=3, interruptions=40)
+    p = plan(scan(status), Observed(), NOW, S)
+    assert cond.find(p.status["conditions"], cond.FAILED) is None
+    assert p.status["backlog"]["attempts"] == 3 and reason(p.status, cond.ADMITTED) == why  # still waits
+    p = plan(scan(status), Observed(admission=Admission(True)), NOW, S)
+    assert reason(p.status, cond.ADMITTED) == "Admitted" and p.status["backlog"]["interruptions"] == 40
+
+
+def test_the_start_timeout_runs_only_while_the_wms_and_the_api_server_answer() -> None:
+    status = admitted(id="WF-1", requestedAt=cond.iso(NOW - 400))
+    status["backlog"]["pendingSince"] = NOW - 400
+    outage_ended = Observed(healthy_since=NOW - 100)  # or the operator restarted then
+    p = plan(scan(status, finalizers=[FINALIZER]), outage_ended, NOW, S)
+    assert reason(p.status, cond.ADMITTED) == "Admitted" and p.actions == [ProvisionQueues("WF-1")]
+    assert p.requeue_after == pytest.approx(200, abs=0.1)
+    p = plan(scan(status, finalizers=[FINALIZER]), outage_ended, NOW + 201, S)
+    assert reason(p.status, cond.ADMITTED) == "StartTimedOut"
 
 
 def test_an_attempt_that_takes_too_long_fails() -> None:

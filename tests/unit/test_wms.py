@@ -122,6 +122,22 @@ async def test_idempotent_calls_are_retried_on_5xx_and_workflow_requests_are_not
     await wms.aclose()
 
 
+@pytest.mark.parametrize("status", [408, 429])
+async def test_408_and_429_mean_the_wms_cannot_now_not_a_refusal(sim: Sim, status: int) -> None:
+    wms = client(sim)
+    sim.state.faults.append(simulator.Fault(status, time.time() + 60, 1, "/v1/query/", None))
+    assert await wms.query_workflows(["WF-x"]) == []  # retried
+    sim.state.faults.append(simulator.Fault(status, time.time() + 60, 1, "/v1/workflows", "POST"))
+    with pytest.raises(WMSUnavailable) as err:
+        await wms.request_workflow(request())
+    assert err.value.status == status
+    sim.state.faults.append(simulator.Fault(404, time.time() + 60, 1, "/v1/", None))
+    with pytest.raises(WMSError) as refused:
+        await wms.get_workflow("WF-x")
+    assert not isinstance(refused.value, WMSUnavailable)
+    await wms.aclose()
+
+
 async def test_connection_errors_are_wms_unavailable() -> None:
     wms = WMSClient("http://127.0.0.1:9", retries=1, backoff=0.01)
     with pytest.raises(WMSUnavailable, match="ConnectError"):
@@ -156,3 +172,17 @@ def test_query_matching_subset() -> None:
     assert not simulator.matches(doc, {"pilot_config.environment.K": "w"})
     with pytest.raises(simulator.SimError):
         simulator.matches(doc, {"workflow_id": {"$regex": "x"}})
+
+
+async def test_a_simulator_with_a_state_file_remembers_its_workflows_across_a_restart(tmp_path: Any) -> None:
+    settings = simulator.SimulatorSettings(activation_delay=0, state_file=tmp_path / "wms.json")
+    first = simulator.WMS(settings)
+    created = first.create_workflow(request(), time.time())
+    first.save()  # as the HTTP layer does after every change
+    wf_id = created["workflow"]["workflow_id"]
+    again = simulator.WMS(settings)  # a new process on the same file
+    assert again.workflow(wf_id).request == first.workflow(wf_id).request
+    again.advance(time.time())
+    assert again.workflow(wf_id).mqprofiles[0]["is_activated"]  # the lifecycle goes on from its clock
+    assert again.deactivate(wf_id, "ABORTED", time.time())["n_taskforces"] == 1
+    assert simulator.WMS(settings.model_copy(update={"state_file": None})).workflows == {}

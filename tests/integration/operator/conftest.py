@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -94,6 +95,49 @@ def wms() -> Iterator[Simulator]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RestartableWMS(Simulator):
+    """A simulator that can really go away: killed (SIGKILL, connections refused) and started again
+    on the same port, remembering its workflows in a state file as the real WMS does."""
+
+    def __init__(self, state_file: Path) -> None:
+        self.port, self.state_file = free_port(), state_file
+        super().__init__(f"http://127.0.0.1:{self.port}", self._spawn())
+
+    def _spawn(self) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "skyscan_local.wms_simulator", "--port", str(self.port),
+             "--activation-delay", "0.5", "--step-delay", "0.3", "--state-file", str(self.state_file)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert process.stdout is not None
+        _read_line(process.stdout, 20)  # listening
+        return process
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(10)
+
+    def restart(self) -> None:
+        self.process = self._spawn()
+
+
+@pytest.fixture
+def restartable_wms(tmp_path: Path) -> Iterator[RestartableWMS]:
+    sim = RestartableWMS(tmp_path / "wms-state.json")
+    try:
+        yield sim
+    finally:
+        sim.process.terminate()
+        sim.process.wait(10)
 
 
 @dataclass
