@@ -227,6 +227,14 @@ class Empty(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ManifestView(RootModel[Manifest | ProjectedManifest]):
+    """The manifest, or the fields asked for with `manifest_projection` or `projection`."""
+
+
+class ResultOrEmpty(RootModel[Result | Empty]):
+    """The stored result, or `{}` before the scanner has sent one."""
+
+
 class ManifestAndResult(BaseModel):
     manifest: Manifest | ProjectedManifest
     result: Result | Empty

@@ -70,7 +70,7 @@ ROUTES: tuple[Route, ...] = (
         scans.launch_scan,
         "Start a new scan.",
         U,
-        models.Manifest,
+        models.ManifestView,
         body=models.ScanRequestBody,
         errors=(400, 413, 503),
     ),
@@ -89,7 +89,7 @@ ROUTES: tuple[Route, ...] = (
         scans.rescan,
         "Start a new scan from this scan's request.",
         US,
-        models.Manifest,
+        models.ManifestView,
         body=models.RescanBody,
         query=(NO_REDIRECT,),
         errors=(404, 503),
@@ -121,7 +121,13 @@ ROUTES: tuple[Route, ...] = (
         redirect=True,
     ),
     scan_read(
-        "/manifest", manifest.get_manifest, "The manifest.", US, models.Manifest, INCLUDE_DELETED, PROJECTION
+        "/manifest",
+        manifest.get_manifest,
+        "The manifest.",
+        US,
+        models.ManifestView,
+        INCLUDE_DELETED,
+        PROJECTION,
     ),
     Route(
         "PATCH",
@@ -136,7 +142,9 @@ ROUTES: tuple[Route, ...] = (
     scan_read(
         "/sensor-event", results.get_sensor_event, "The scan's sensor event.", US, models.SensorEventResponse
     ),
-    scan_read("/result", results.get_result, "The stored result, or {}.", U, models.Result, INCLUDE_DELETED),
+    scan_read(
+        "/result", results.get_result, "The stored result, or {}.", U, models.ResultOrEmpty, INCLUDE_DELETED
+    ),
     Route(
         "PUT",
         SCAN_ID + "/result",
