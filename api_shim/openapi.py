@@ -75,6 +75,8 @@ def _document(routes: tuple[Route, ...]) -> dict[str, Any]:
         ok_schema = refs[(route.response, "serialization")] if route.response else {"type": "object"}
         op["responses"]["200"] = {"description": "OK", "content": {"application/json": {"schema": ok_schema}}}
         statuses = set(route.errors) | ({401, 403} if route.roles else set())
+        if route.query or route.body:
+            statuses.add(400)  # a malformed query value or body
         if route.redirect:
             op["responses"]["302"] = {"description": "GET of a replaced scan by a user: see Location."}
             if route.method != "GET":

@@ -151,7 +151,7 @@ ROUTES: tuple[Route, ...] = (
         results.put_result,
         "Store a result.",
         S,
-        models.Result,
+        models.ResultOrEmpty,
         body=models.PutResultBody,
         errors=(400, 404, 413, 503),
     ),
