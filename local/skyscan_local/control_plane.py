@@ -74,6 +74,7 @@ class ClusterState:
     kubeconfig: str
     server: str
     processes: list[Process] = field(default_factory=list)
+    ports: dict[str, int] = field(default_factory=dict)  # by ComponentSpec port name
 
     def running(self) -> bool:
         """Every recorded process still runs."""
@@ -451,7 +452,7 @@ def start(
     server = f"https://127.0.0.1:{ports['apiserver']}"
     token = secrets.token_hex(24)
     _write_files(d, bin_dir, server, token)
-    state = ClusterState(workdir=str(d), kubeconfig=str(d / "kubeconfig"), server=server)
+    state = ClusterState(workdir=str(d), kubeconfig=str(d / "kubeconfig"), server=server, ports=ports)
     ca = ssl.create_default_context(cafile=str(d / "ca.crt"))
     with (
         httpx.Client(verify=ca, headers={"Authorization": f"Bearer {token}"}, timeout=5) as api,
@@ -471,6 +472,49 @@ def stop(workdir: Path, timeout: float = 15.0) -> None:
     if current := load(workdir):
         processes.stop([p.recorded() for p in reversed(current.processes)], timeout)
     shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _save(state: ClusterState) -> None:
+    (Path(state.workdir) / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
+
+
+def stop_component(workdir: Path, name: str, *, crash: bool = False) -> None:
+    """Stop one component of a running control plane (SIGTERM, or SIGKILL when `crash`); the others
+    keep running. Tests take the API server away under running watches this way."""
+    state = load(workdir)
+    if state is None:
+        raise ClusterError(f"no cluster recorded in {workdir}")
+    for p in state.processes:
+        if p.name == name and crash:
+            processes.kill(p.recorded())
+        elif p.name == name:
+            processes.stop([p.recorded()])
+
+
+def start_component(workdir: Path, name: str, *, tie_to_parent: bool = False, timeout: float = 60.0) -> None:
+    """Start one stopped component again with the same command line and ports, behind its readiness
+    check (its previous log is kept as `<name>.before-restart.log`)."""
+    state = load(workdir)
+    if state is None or not state.ports:
+        raise ClusterError(f"no restartable cluster recorded in {workdir}")
+    d = Path(state.workdir)
+    token = yaml.safe_load((d / "kubeconfig").read_text())["users"][0]["user"]["token"]
+    ca = ssl.create_default_context(cafile=str(d / "ca.crt"))
+    spec = next(spec for spec in COMPONENTS if spec.name == name)
+    with (
+        httpx.Client(verify=ca, headers={"Authorization": f"Bearer {token}"}, timeout=5) as api,
+        httpx.Client(verify=False, timeout=5) as plain,
+    ):
+        plane = Plane(d, ensure_binaries(), state.ports, api, plain, None, timeout)
+        argv = spec.argv(plane)
+        log = d / "logs" / f"{name}.log"
+        if log.exists():
+            log.replace(log.with_name(f"{name}.before-restart.log"))
+        proc = processes.spawn(argv, log, tie_to_parent=tie_to_parent)
+        state.processes = [p for p in state.processes if p.name != name] + [Process(name, proc.pid, argv[0])]
+        _save(state)
+        check = functools.partial(spec.ready, plane)
+        processes.wait_until(check, name, timeout, proc=proc, log=log, error=ClusterError)
 
 
 def load(workdir: Path) -> ClusterState | None:

@@ -110,6 +110,13 @@ def stop(procs: Iterable[Recorded], timeout: float = 15.0) -> None:
         _reap(p.pid, block=p in running)
 
 
+def kill(p: Recorded) -> None:
+    """SIGKILL, as a crash would (tests bring components down this way); reaped when it is our child."""
+    if p.alive():
+        _signal(p, signal.SIGKILL)
+        _reap(p.pid, block=True)
+
+
 def tail(log: Path, chars: int = 3000) -> str:
     """The end of a log, for error messages."""
     return log.read_text(errors="replace")[-chars:] if log.exists() else ""
@@ -150,8 +157,10 @@ def free_port() -> int:
 
 
 def port_free(port: int) -> bool:
-    """`port` can be bound on loopback now."""
+    """`port` can be bound on loopback now by a server (which sets SO_REUSEADDR, as aiohttp and Go do):
+    only a listener holds it, not the TIME_WAIT connections a killed server leaves behind."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

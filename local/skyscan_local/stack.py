@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -29,7 +30,7 @@ import secrets
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ from skyscan_local.processes import tail as tail  # the e2e tests read logs thro
 
 REPO = Path(__file__).resolve().parents[2]
 STATE_FILE, ENV_FILE, TOKEN_FILE, PRESIGN_KEY_FILE = "stack.json", "env", "tokens.json", "presign.key"
+LOCK_FILE = "stack.lock"
 ENV_KEYS = (
     "SKYSCAN_URL", "SKYSCAN_USER_TOKEN", "SKYSCAN_SYSTEM_TOKEN", "SKYSCAN_WMS_URL", "KUBECONFIG",
     "SKYSCAN_NAMESPACE",
@@ -354,9 +356,39 @@ def write_env(d: Path, values: dict[str, str]) -> Path:
     return f
 
 
+@contextlib.contextmanager
+def locked(d: Path) -> Iterator[None]:
+    """One `up`, `down` or `restart` at a time per stack directory: two at once would both start a
+    component on the same port, and the loser would report it "exited during start-up" while the
+    winner's copy listens."""
+    d.mkdir(parents=True, exist_ok=True)
+    with (d / LOCK_FILE).open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def start(s: LocalStackSettings, state: dict[str, Any], component: Component) -> None:
+    """Spawn one component, record it, and wait until it is ready."""
+    log = s.dir / "logs" / f"{component.name}.log"
+    proc = processes.spawn(component.argv, log, env=component.env, tie_to_parent=s.tie_to_parent)
+    state["components"][component.name] = {
+        "pid": proc.pid,
+        "argv": component.argv,
+        "config": component.config,
+    }
+    save_state(s.dir, state)
+    processes.wait_until(
+        component.ready, component.name, s.ready_timeout, proc=proc, log=log, error=StackError
+    )
+
+
 def up(s: LocalStackSettings) -> dict[str, str]:
     """Bring the stack to the requested configuration; returns the values written to `.skyscan/env`."""
-    s.dir.mkdir(parents=True, exist_ok=True)
+    with locked(s.dir):
+        return _up(s)
+
+
+def _up(s: LocalStackSettings) -> dict[str, str]:
     state = load_state(s.dir)
     if state.get("kubeconfig") and state.get("namespace") not in (None, s.namespace):
         raise StackError(f"the stack in {s.dir} serves namespace {state['namespace']}; run `make down` first")
@@ -367,8 +399,14 @@ def up(s: LocalStackSettings) -> dict[str, str]:
     ports = state.get("ports") or {}
 
     def port(name: str, component: str, preferred: int) -> int:
-        """A running component keeps its port; otherwise the preferred one if free, else any."""
-        return int(ports[name]) if component in running and name in ports else processes.pick_port(preferred)
+        """A running component keeps its port; otherwise the preferred one if free, else the one it had
+        (a crashed shim comes back where the scanners' Pods and the operator expect it), else any."""
+        if component in running and name in ports:
+            return int(ports[name])
+        for candidate in (preferred, ports.get(name)):
+            if candidate and processes.port_free(int(candidate)):
+                return int(candidate)
+        return processes.free_port()
 
     state["ports"] = {
         "shim": port("shim", "shim", s.shim_port),
@@ -392,20 +430,33 @@ def up(s: LocalStackSettings) -> dict[str, str]:
         if record:
             print(f"restarting {component.name} (configuration changed or not running)", file=sys.stderr)
             stop_process(record)
-        log = s.dir / "logs" / f"{component.name}.log"
-        proc = processes.spawn(component.argv, log, env=component.env, tie_to_parent=s.tie_to_parent)
-        records[component.name] = {"pid": proc.pid, "argv": component.argv, "config": component.config}
-        save_state(s.dir, state)
-        processes.wait_until(
-            component.ready, component.name, s.ready_timeout, proc=proc, log=log, error=StackError
-        )
+        start(s, state, component)
     values = env_lines(state, s.namespace)
     write_env(s.dir, values)
     return values
 
 
+def kill(s: LocalStackSettings, name: str) -> None:
+    """SIGKILL one recorded component, as a crash would."""
+    processes.kill(_recorded(load_state(s.dir)["components"][name]))
+
+
+def restart(s: LocalStackSettings, name: str) -> None:
+    """Start one component again as `up` configured it (its ports and settings; stopped first if it
+    runs), leaving the others alone even if code changed since: tests crash one and bring it back."""
+    with locked(s.dir):
+        state = load_state(s.dir)
+        stop_process(state["components"][name])
+        start(s, state, next(c for c in components(s, state) if c.name == name))
+
+
 def down(s: LocalStackSettings) -> list[str]:
     """Stop what `up` recorded, newest first; returns the names of the components that were running."""
+    with locked(s.dir):
+        return _down(s)
+
+
+def _down(s: LocalStackSettings) -> list[str]:
     state = load_state(s.dir)
     stopped = []
     for name, record in reversed(list((state.get("components") or {}).items())):

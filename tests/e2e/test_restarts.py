@@ -1,0 +1,75 @@
+"""Every long-lived watch survives an API-server restart (issue 10, item 5): the shim's Scan cache, the
+operator's (kopf) watches and the scanner simulator's Pod watch. The API server of a control plane of
+the test's own is stopped and started again on the same port while the whole stack runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from skyscan_local import stack as localstack
+from tests.e2e.conftest import REPO, Rest, kubectl
+from tests.e2e.own_cluster import OwnCluster, own_cluster
+from tests.helpers import eventually
+
+DOWN_SECONDS = 8
+EXAMPLE = REPO / "examples" / "scan.yaml"
+EXAMPLE_NAME = "example-scan-1"
+# What each watcher logs when its watch is cut; none of them may exit.
+INTERRUPTED = {"shim": "scan watch interrupted", "scanner-simulator": "pod watch"}
+
+
+@pytest.fixture
+def own(tmp_path: Path) -> Iterator[OwnCluster]:
+    with own_cluster(tmp_path) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def own_rest(own: OwnCluster) -> AsyncIterator[Rest]:
+    async with httpx.AsyncClient(base_url=own.stack.url, timeout=30) as http:
+        yield Rest(own.stack, http)
+
+
+def final(status: dict[str, object]) -> bool:
+    return status["scan_state"] == "SCAN_HAS_FINAL_RESULT"
+
+
+@pytest.mark.timeout(240)
+async def test_every_watch_resumes_after_an_api_server_restart(own: OwnCluster, own_rest: Rest) -> None:
+    rest, stack = own_rest, own.stack
+    began = time.monotonic()
+    # A scan end to end first: every watch is established and has delivered events.
+    before = await rest.launch(classifiers={"restart": "before"})
+    await rest.wait_status(before, final)
+
+    down = own.restart_api_server(DOWN_SECONDS)  # SIGTERM; the watches' streams end or break
+    print(f"API server unreachable for {down:.1f}s")
+    logs = stack.settings.dir / "logs"
+    for component, line in INTERRUPTED.items():
+        log = logs / f"{component}.log"
+        await eventually(lambda log=log, line=line: asyncio.to_thread(_says, log, line), timeout=30)
+    assert localstack.status(stack.settings) == dict.fromkeys(
+        ["wms-simulator", "shim", "operator", "scanner-simulator"], True
+    ), "a component ended with the API server"
+
+    # After the restart: a REST scan runs to completion through the shim, the operator (its Scan
+    # watch admits it) and the scanner simulator (its Pod watch sees the new scanner Pod) ...
+    after = await rest.launch(classifiers={"restart": "after"})
+    # ... and a Scan made with kubectl reaches the shim only through its cache's watch.
+    await kubectl(stack, "apply", "-f", str(EXAMPLE))
+    await rest.wait_status(EXAMPLE_NAME, lambda s: True, timeout=30)
+    await rest.wait_status(after, final)
+    await rest.wait_status(EXAMPLE_NAME, final)
+    found = await rest.ok("POST", "/scans/find", json={"filter": {"classifiers.restart": "after"}})
+    assert [m["scan_id"] for m in found["manifests"]] == [after]
+    print(f"test body took {time.monotonic() - began:.1f}s")
+
+
+def _says(log: Path, line: str) -> bool:
+    return log.exists() and line in log.read_text(errors="replace")
