@@ -1,14 +1,16 @@
 """What the REST actions write, step by step: a scan with its sensor event, a rescan, a soft delete,
 worker requests, manifest updates, results and the workflow id.
 
-Each sequence is ordered so that a failure leaves nothing behind that nothing refers to: an event
-created for a scan that could not be created is removed, a scan whose event vanished is undone, and
-a rescan marks its original only once the new scan exists. Refusals raise `ApiError`.
+Each sequence is ordered so that a failure leaves nothing behind that nothing refers to: a scan whose
+event could not be stored is removed (a new event is created already owned by its scan), a scan whose
+event vanished is undone, and a rescan marks its original only once the new scan exists. Refusals
+raise `ApiError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -53,13 +55,15 @@ class ScanWrites:
         self._add_workers_timeout = add_workers_timeout
 
     async def launch(self, launch: Launch) -> Obj:
-        """Store the new event (or check the reused one exists), then create the scan that owns it."""
-        created_event = None
+        """Two sequential writes: the Scan, then its sensor event already owned by it (a new event is
+        created with the Scan as its owner; a reused one gets the Scan as one more owner by a patch).
+        A failure in between removes the Scan; a crash in between leaves a Scan without its event, which
+        the operator does not start and fails (`EventMissing`) after a grace period. So no event is
+        ever stored without an owner, and an answered POST is a complete scan."""
+        data = None
         if launch.event is not None:
-            data = await encoded(launch.event, "sensor event")
-            created_event = uuid.uuid4().hex
-            await payloads.create_event(self.api, self.namespace, created_event, data)
-            sensor_event_id = created_event
+            data = await encoded(launch.event, "sensor event")  # a 413 before anything is written
+            sensor_event_id = uuid.uuid4().hex
         else:
             sensor_event_id = launch.sensor_event_id or ""
             if not await payloads.event_exists(self.api, self.namespace, sensor_event_id):
@@ -67,14 +71,17 @@ class ScanWrites:
                     "sensor event not found", f"No stored sensor event has id {sensor_event_id!r}."
                 )
         spec = {**launch.spec.to_kube(), "sensorEventId": sensor_event_id}
-        timestamp = now()
+        scan = await self.store.create(make_scan_id(), spec, now())
+        if data is None:
+            await self._attach_event(scan)
+            return scan
         try:
-            scan = await self.store.create(make_scan_id(), spec, timestamp)
+            await payloads.create_event(self.api, self.namespace, sensor_event_id, data, owners=[scan])
         except Exception:
-            if created_event:  # nothing refers to it: do not leave it behind
-                await payloads.delete_event(self.api, self.namespace, created_event)
+            with contextlib.suppress(Exception):  # should this fail too, the operator fails the scan
+                await self.store.delete(view.scan_id(scan))
+            self.cache.forget(scan)
             raise
-        await self._attach_event(scan)
         return scan
 
     async def rescan(self, original: Obj, *, abort_first: bool, replace_scan: bool) -> Obj:

@@ -5,7 +5,10 @@ Scan update goes to every watcher). Format, for kubectl users and the operator:
 
 - ConfigMap `skyscan-event-<sensor_event_id>` (label `skyscan.io/payload=event`): the sensor
   event. Immutable, shared by every Scan that uses it (rescans, reuse by `sensor_event_id`); each
-  such Scan is one of its ownerReferences, so it is garbage-collected with the last of them.
+  such Scan is one of its ownerReferences, so it is garbage-collected with the last of them. The
+  shim creates the Scan first, then its event already owned by it (a reused event gets the new owner
+  by one patch): no event is ever stored without an owner. The operator starts no scan whose event
+  is missing, and deletes (or, if a Scan refers to it, adopts) any payload left without an owner.
 - ConfigMap `skyscan-result-<scan_id>` (label `skyscan.io/payload=result`): the latest result,
   overwritten on each PUT, owned by its Scan. `is_final` lives in the Scan's `status.result`.
 - ConfigMap `skyscan-startup-<scan_id>` (label `skyscan.io/payload=startup`): the scanner's
@@ -23,6 +26,7 @@ import asyncio
 import base64
 import gzip
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -103,16 +107,15 @@ async def _read_raw(api: client.ApiClient, namespace: str, name: str) -> bytes |
     return await asyncio.to_thread(unpack)
 
 
-async def create_event(api: client.ApiClient, namespace: str, sensor_event_id: str, data: bytes) -> None:
-    """Store an encoded event (no owner yet: the Scan that uses it does not exist yet)."""
-    body = configmap(names.event_object_name(sensor_event_id), "event", data, [])
+async def create_event(
+    api: client.ApiClient, namespace: str, sensor_event_id: str, data: bytes, owners: list[dict[str, Any]]
+) -> None:
+    """Store an encoded event, owned from the start by `owners` (the Scans that use it)."""
+    body = configmap(
+        names.event_object_name(sensor_event_id), "event", data, [owner_reference(o) for o in owners]
+    )
     body["immutable"] = True
     await client.CoreV1Api(api).create_namespaced_config_map(namespace, body)
-
-
-async def delete_event(api: client.ApiClient, namespace: str, sensor_event_id: str) -> None:
-    name = names.event_object_name(sensor_event_id)
-    await client.CoreV1Api(api).delete_namespaced_config_map(name, namespace)
 
 
 async def event_exists(api: client.ApiClient, namespace: str, sensor_event_id: str) -> bool:
@@ -130,11 +133,76 @@ async def add_event_owner(
     api: client.ApiClient, namespace: str, sensor_event_id: str, scan: dict[str, Any]
 ) -> None:
     """Make `scan` one more owner of the event (strategic merge on ownerReferences, keyed by uid)."""
+    await add_owners(api, namespace, names.event_object_name(sensor_event_id), [owner_reference(scan)])
+
+
+async def add_owners(
+    api: client.ApiClient, namespace: str, name: str, owners: list[dict[str, Any]], resource_version: str = ""
+) -> None:
+    """Add ownerReferences to a payload (strategic merge, keyed by uid); with `resource_version`,
+    only if the object has not changed since (else 409)."""
+    meta: dict[str, Any] = {"ownerReferences": owners}
+    if resource_version:
+        meta["resourceVersion"] = resource_version
     await client.CoreV1Api(api).patch_namespaced_config_map(
-        names.event_object_name(sensor_event_id),
-        namespace,
-        {"metadata": {"ownerReferences": [owner_reference(scan)]}},
-        _content_type="application/strategic-merge-patch+json",
+        name, namespace, {"metadata": meta}, _content_type="application/strategic-merge-patch+json"
+    )
+
+
+# Metadata only (no payload bytes): what the operator needs to see whether payloads exist and whom
+# they belong to.
+_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
+async def _get_metadata(
+    api: client.ApiClient, path: str, accept: str, query: list[tuple[str, str]] | None = None
+) -> dict[str, Any] | None:
+    response = await api.call_api(
+        path, "GET", query_params=query or [], header_params={"Accept": accept},
+        auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+    )  # fmt: skip
+    try:
+        if response.status == 404:
+            return None
+        if response.status != 200:
+            raise ApiException(status=response.status, reason=response.reason)
+        found: dict[str, Any] = json.loads(await response.read())
+        return found
+    finally:
+        response.release()
+
+
+async def event_metadata(
+    api: client.ApiClient, namespace: str, sensor_event_id: str
+) -> dict[str, Any] | None:
+    """The stored event's metadata (owners, resourceVersion), or None when there is none."""
+    path = f"/api/v1/namespaces/{namespace}/configmaps/{names.event_object_name(sensor_event_id)}"
+    found = await _get_metadata(api, path, _METADATA)
+    return None if found is None else dict(found.get("metadata") or {})
+
+
+async def list_payload_metadata(
+    api: client.ApiClient, namespace: str, page_size: int = 500
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """The metadata of every payload ConfigMap of the namespace, a page at a time."""
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    token = ""
+    while True:
+        query = [("labelSelector", names.PAYLOAD_LABEL), ("limit", str(page_size))]
+        if token:
+            query.append(("continue", token))
+        page = await _get_metadata(api, path, _METADATA_LIST, query) or {}
+        yield [dict(item.get("metadata") or {}) for item in page.get("items") or []]
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return
+
+
+async def delete_payload(api: client.ApiClient, namespace: str, name: str, resource_version: str) -> None:
+    """Delete a payload only if it has not changed since `resource_version` was seen (else 409)."""
+    await client.CoreV1Api(api).delete_namespaced_config_map(
+        name, namespace, body={"preconditions": {"resourceVersion": resource_version}}
     )
 
 

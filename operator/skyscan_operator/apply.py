@@ -30,6 +30,7 @@ from skyscan_operator.events import EventPoster
 from skyscan_operator.planner import (
     Action,
     AddWorkers,
+    CheckEvent,
     CreateJob,
     Deactivate,
     DeleteJob,
@@ -210,7 +211,9 @@ class Run:
                 await self.issue_credential(lifetime)
             case RevokeScannerCredential(secret):
                 await self.revoke_credential(secret)
-        return 0.0 if isinstance(action, RequestWorkflow | RecoverWorkflow | CreateJob) else None
+            case CheckEvent(sensor_event_id):
+                await self.check_event(sensor_event_id)
+        return 0.0 if isinstance(action, RequestWorkflow | RecoverWorkflow | CreateJob | CheckEvent) else None
 
     async def need_wms(self) -> WMSClient:
         if self.a.wms is None:
@@ -458,6 +461,22 @@ class Run:
             self.draft.credential.revoked = True
         await self.patch_status()
         self.event("ScannerCredentialRevoked", f"deleted Secret {secret}: the scanner's token is void")
+
+    async def check_event(self, sensor_event_id: str) -> None:
+        """Look (metadata only) whether the scan's sensor event is stored; if the scan is not one of
+        its owners (a kubectl-made event, or a launch cut short before its owner patch), become one,
+        so the event lives as long as the scan. The answer goes to the store for the next plan."""
+        s = self.scan
+        meta = await payloads.event_metadata(self.a.api, s.namespace, sensor_event_id)
+        if meta is not None and s.uid not in {o.get("uid") for o in meta.get("ownerReferences") or []}:
+            try:
+                await payloads.add_event_owner(self.a.api, s.namespace, sensor_event_id, self.body)
+                self.event("EventAdopted", f"now an owner of its sensor event {sensor_event_id}")
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                meta = None  # deleted meanwhile
+        self.a.store.events[(s.namespace, s.name)] = (meta is not None, self.now())
 
     async def delete_job(self, name: str) -> None:
         try:

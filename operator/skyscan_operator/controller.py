@@ -8,6 +8,8 @@
   of every scan) and queues the scans whose decision changed.
 - The WMS poller asks the WMS about every live workflow in two batched queries per interval and
   queues the scans whose workflow changed.
+- The payload janitor lists payload ConfigMaps (metadata only) per interval and deletes those left
+  without an owner, or lets the Scans naming them adopt them (`janitor`).
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from skyscan import conditions as cond
-from skyscan import kube, model
+from skyscan import kube, model, payloads
 from skyscan.status import ScanRecord
-from skyscan_operator import backlog, planner
+from skyscan_operator import backlog, janitor, planner
 from skyscan_operator.apply import Applier, is_api_outage
 from skyscan_operator.events import EventPoster
 from skyscan_operator.planner import Admission, Observed, ScanView, WorkflowView
@@ -36,6 +38,7 @@ from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable
 from skyscan_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
+JANITOR_BUDGET = 200  # payload changes per namespace and sweep
 
 
 class Controller:
@@ -81,6 +84,9 @@ class Controller:
                     self._every(s.wms_poll_interval_seconds, self.poll_wms), name="wms-poller"
                 )
             )
+        self._tasks.append(
+            asyncio.create_task(self._every(s.janitor_interval_seconds, self.sweep_payloads), name="janitor")
+        )
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -142,6 +148,7 @@ class Controller:
             workflow=store.workflows.get(workflow_id) if workflow_id else None,
             wms_poll_error=self.wms_poll_error if workflow_id else None,
             healthy_since=max(self.started_at, store.outage_at),
+            event=store.event_stored(key, now - planner.EVENT_RECHECK_SECONDS),
             admission=store.admissions.pop(key, None),
             lineage_recent=(
                 store.lineage_recent(key, now - self.settings.replacement_window_seconds) if transient else 0
@@ -193,8 +200,8 @@ class Controller:
         for key, body in self.store.waiting_scans():
             record = ScanRecord(body)
             entry = record.backlog()
-            if entry is None:
-                continue
+            if entry is None or not self.store.event_stored(key, 0.0):
+                continue  # not ready, or its sensor event is not (yet) seen: the planner looks
             exhausted = entry.attempts >= self.settings.max_start_attempts
             if exhausted and cond.reason(record.conditions, cond.ADMITTED) in planner.ATTEMPT_FAILURES:
                 continue  # its last attempt failed; the planner marks it Failed
@@ -230,6 +237,39 @@ class Controller:
             ):
                 self.store.admissions[key] = Admission(False, hold.reason, hold.message)
                 self.queue.add(key)
+
+    async def sweep_payloads(self) -> None:
+        """Delete payloads left without an owner past the grace period, or let the Scans naming them
+        adopt them; at most `JANITOR_BUDGET` changes per namespace and sweep."""
+        if self._api is None:
+            return
+        refs = janitor.referenced(self.store.scans.values())
+        for namespace in self.settings.namespaces:
+            budget = JANITOR_BUDGET
+            async for page in payloads.list_payload_metadata(self._api, namespace):
+                changes = janitor.sweep(
+                    namespace, page, refs,
+                    now=self.clock(), grace=self.settings.payload_grace_seconds, budget=budget,
+                )  # fmt: skip
+                for change in changes:
+                    await self._clean(namespace, change)
+                budget -= len(changes)
+                if budget <= 0:
+                    break
+
+    async def _clean(self, namespace: str, change: janitor.Delete | janitor.Adopt) -> None:
+        assert self._api is not None
+        try:
+            if isinstance(change, janitor.Delete):
+                await payloads.delete_payload(self._api, namespace, change.name, change.resource_version)
+                log.info("janitor: deleted %s/%s, which had no owner", namespace, change.name)
+            else:
+                owners, version = list(change.owners), change.resource_version
+                await payloads.add_owners(self._api, namespace, change.name, owners, version)
+                log.info("janitor: %s/%s adopted by the Scans naming it", namespace, change.name)
+        except ApiException as e:
+            if e.status not in (404, 409):  # gone, or changed since it was listed: the next sweep sees
+                raise
 
     def _set_poll_error(self, error: str | None) -> None:
         """Scans with a live workflow show whether the WMS can be polled; they are requeued only

@@ -27,6 +27,7 @@ from skyscan_operator.settings import OperatorSettings
 
 TRANSIENT_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "StartError", "CrashLoopBackOff"})
 TRANSIENT_EXIT_CODES = frozenset({137, 143})
+EVENT_RECHECK_SECONDS = 1.0  # a scan whose sensor event is missing looks again this often
 # Why a start attempt ended. Only failures of the scan itself count against `max_start_attempts`:
 # a definite WMS refusal of its request, its Job or Secret refused by the API server (invalid, or a
 # name someone else holds), a start that timed out while the WMS and the API server answered.
@@ -90,6 +91,9 @@ class Observed:
     # runs from here at the earliest (time lost to an outage, or to the operator's absence, is not the
     # scan's failure).
     healthy_since: float = 0.0
+    # The scan's sensor event: True stored (and owned by the scan), False missing at the last look,
+    # None not looked at yet (or long enough ago to look again).
+    event: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,13 @@ class ScanView:
 
 
 # --- what the applier does ---
+
+
+@dataclass(frozen=True)
+class CheckEvent:
+    """Look whether the scan's sensor event is stored; adopt it if the scan is not among its owners."""
+
+    sensor_event_id: str
 
 
 @dataclass(frozen=True)
@@ -203,7 +214,7 @@ class Replace:
 
 Action = (
     RequestWorkflow | RecoverWorkflow | ProvisionQueues | CreateJob | DeleteJob | Deactivate | AddWorkers
-    | SetFinalizer | Replace | IssueScannerCredential | RevokeScannerCredential
+    | SetFinalizer | Replace | IssueScannerCredential | RevokeScannerCredential | CheckEvent
 )  # fmt: skip
 
 
@@ -474,6 +485,8 @@ def _start(d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, setting
                 "StartAttemptsExhausted", f"gave up after {attempts} start attempts: {message}", warning=True
             )
             return
+        if not _event_stored(d, p, scan, obs, now, settings):
+            return
         if obs.admission is None:
             return
         if not obs.admission.granted:
@@ -494,6 +507,34 @@ def _start(d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, setting
         return
     p.wake(pending_since + settings.start_timeout_seconds - now + 0.01)
     _start_steps(d, p, scan, now, settings)
+
+
+def _event_stored(
+    d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, settings: OperatorSettings
+) -> bool:
+    """No scan starts without its sensor event. The REST shim stores it right after the Scan, so a
+    missing one is waited for, looked at again, and after `event_grace_seconds` fails the scan."""
+    if obs.event:
+        if d.reason(cond.ADMITTED) == "EventMissing":
+            d.set(cond.ADMITTED, False, "Queued", "waiting in the backlog")
+        return True
+    if obs.event is None:
+        p.actions.append(CheckEvent(scan.spec.sensor_event_id))
+        return False
+    name = names.event_object_name(scan.spec.sensor_event_id)
+    due = scan.created_at + settings.event_grace_seconds
+    if now >= due:
+        message = (
+            f"its sensor event (ConfigMap {name}) was not stored within {settings.event_grace_seconds:g}s"
+        )
+        d.set(cond.FAILED, True, "EventMissing", message)
+        d.set(cond.ADMITTED, False, "EventMissing", message)
+        d.backlog = None
+        p.event("EventMissing", message, warning=True)
+        return False
+    d.set(cond.ADMITTED, False, "EventMissing", f"waiting for its sensor event (ConfigMap {name})")
+    p.wake(min(EVENT_RECHECK_SECONDS, due - now))
+    return False
 
 
 def _start_steps(d: Draft, p: Plan, scan: ScanView, now: float, settings: OperatorSettings) -> None:

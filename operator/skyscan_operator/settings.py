@@ -70,6 +70,12 @@ class OperatorSettings(BaseSettings):
         ge=0,
         description="... up to this long (the reference retries a quota refusal every 300 s).",
     )
+    event_grace_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="A scan whose sensor event is not stored this long after its creation is Failed "
+        "(EventMissing); until then it waits (the REST shim stores the event right after the Scan).",
+    )
     max_running_scanners: int = Field(
         default=0, ge=0, description="Cap on concurrently started, unfinished scans; 0 = no cap."
     )
@@ -87,6 +93,18 @@ class OperatorSettings(BaseSettings):
     )
     replacement_window_seconds: float = Field(
         default=36000.0, gt=0, description="... were created within this window (the reference: 3 in 10 h)."
+    )
+
+    # --- payload janitor ---
+    janitor_interval_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How often payload ConfigMaps without an owner are looked for (a metadata-only list).",
+    )
+    payload_grace_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="A payload without an owner this old is deleted (or adopted by the Scans naming it).",
     )
 
     # --- WMS ---

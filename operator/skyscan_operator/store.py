@@ -74,6 +74,7 @@ class Store:
     running: set[Key] = field(default_factory=set)  # started and unfinished (concurrency cap)
     live_workflows: dict[str, Key] = field(default_factory=dict)  # workflow id -> scan
     outage_at: float = 0.0  # when the operator last failed to reach the WMS or the API server
+    events: dict[Key, tuple[bool, float]] = field(default_factory=dict)  # sensor event stored?, looked at
 
     # --- scans ---
     def put_scan(self, body: dict[str, Any]) -> bool:
@@ -89,6 +90,7 @@ class Store:
 
     def drop_scan(self, key: Key) -> None:
         self.scans.pop(key, None)
+        self.events.pop(key, None)
         self.admissions.pop(key, None)
         self.waiting.discard(key)
         self.running.discard(key)
@@ -115,6 +117,14 @@ class Store:
         elif wf_id:  # ended: its status keeps the last workforce, the poller forgets it
             self.live_workflows.pop(wf_id, None)
             self.workflows.pop(wf_id, None)
+
+    def event_stored(self, key: Key, missing_since: float) -> bool | None:
+        """Whether the scan's sensor event was seen stored; a miss counts only if looked at after
+        `missing_since` (else None: look again)."""
+        seen = self.events.get(key)
+        if seen is None or (not seen[0] and seen[1] < missing_since):
+            return None
+        return seen[0]
 
     def lineage_recent(self, key: Key, since: float) -> int:
         """Scans sharing this scan's root request (through `spec.rescanOf`) created after `since`."""

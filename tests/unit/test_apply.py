@@ -60,9 +60,9 @@ SETTINGS = PLANNER_SETTINGS.model_copy(
 def in_attempt(attempts: int = 1) -> Run:
     """A Run of a scan admitted to its start attempt `attempts`, over fakes; `run.written` is the
     status as the Run last wrote it."""
-    first = plan(scan(), Observed(), NOW - 10, SETTINGS).status
+    first = plan(scan(), Observed(event=True), NOW - 10, SETTINGS).status
     first["backlog"]["attempts"] = attempts - 1
-    admitted = plan(scan(first), Observed(admission=Admission(True)), NOW - 5, SETTINGS)
+    admitted = plan(scan(first), Observed(event=True, admission=Admission(True)), NOW - 5, SETTINGS)
 
     async def patch_status(**kw: Any) -> dict[str, Any]:
         meta = {"name": "s1", "namespace": "ns", "uid": "uid-1", "resourceVersion": "9"}

@@ -13,6 +13,7 @@ from skyscan_operator.planner import (
     INTERRUPTIONS,
     AddWorkers,
     Admission,
+    CheckEvent,
     CreateJob,
     Deactivate,
     DeleteJob,
@@ -70,8 +71,11 @@ def reason(status: dict[str, Any], type_: str) -> str | None:
     return c["reason"] if c else None
 
 
+STORED = Observed(event=True)  # the scan's sensor event is stored
+
+
 def test_a_new_scan_enters_the_backlog() -> None:
-    p = plan(scan(priority=7), Observed(), NOW, S)
+    p = plan(scan(priority=7), STORED, NOW, S)
     assert p.status["backlog"] == {
         "enteredAt": NOW - 100,
         "pendingSince": 0.0,
@@ -84,14 +88,15 @@ def test_a_new_scan_enters_the_backlog() -> None:
 
 
 def test_a_held_scan_shows_the_backlogs_reason() -> None:
-    first = plan(scan(), Observed(), NOW, S).status
-    p = plan(scan(first), Observed(admission=Admission(False, "ConcurrencyLimit", "at most 2")), NOW, S)
+    first = plan(scan(), STORED, NOW, S).status
+    held = Observed(event=True, admission=Admission(False, "ConcurrencyLimit", "at most 2"))
+    p = plan(scan(first), held, NOW, S)
     assert reason(p.status, cond.ADMITTED) == "ConcurrencyLimit" and p.actions == []
 
 
 def test_admission_writes_the_intent_marker_before_requesting_the_workflow() -> None:
-    first = plan(scan(), Observed(), NOW, S).status
-    p = plan(scan(first), Observed(admission=Admission(True)), NOW, S)
+    first = plan(scan(), STORED, NOW, S).status
+    p = plan(scan(first), Observed(event=True, admission=Admission(True)), NOW, S)
     assert p.status["backlog"]["attempts"] == 1 and p.status["backlog"]["pendingSince"] == NOW
     assert p.status["workflow"]["requestedAt"] == cond.iso(NOW)
     assert p.status["workflow"]["address"] == "http://wms"
@@ -177,10 +182,10 @@ def test_an_interrupted_attempt_never_fails_the_scan(why: str) -> None:
     status = admitted()
     status["conditions"] = cond.put([], cond.ADMITTED, False, why, "outage", NOW, 1)
     status["backlog"].update(attempts=3, interruptions=40)
-    p = plan(scan(status), Observed(), NOW, S)
+    p = plan(scan(status), STORED, NOW, S)
     assert cond.find(p.status["conditions"], cond.FAILED) is None
     assert p.status["backlog"]["attempts"] == 3 and reason(p.status, cond.ADMITTED) == why  # still waits
-    p = plan(scan(status), Observed(admission=Admission(True)), NOW, S)
+    p = plan(scan(status), Observed(event=True, admission=Admission(True)), NOW, S)
     assert reason(p.status, cond.ADMITTED) == "Admitted" and p.status["backlog"]["interruptions"] == 40
 
 
@@ -193,6 +198,40 @@ def test_the_start_timeout_runs_only_while_the_wms_and_the_api_server_answer() -
     assert p.requeue_after == pytest.approx(200, abs=0.1)
     p = plan(scan(status, finalizers=[FINALIZER]), outage_ended, NOW + 201, S)
     assert reason(p.status, cond.ADMITTED) == "StartTimedOut"
+
+
+def test_a_scan_starts_only_once_its_sensor_event_is_seen_stored() -> None:
+    p = plan(scan(), Observed(), NOW, S)  # not looked at yet
+    assert p.actions == [CheckEvent("ev1")] and reason(p.status, cond.ADMITTED) == "Queued"
+    p = plan(scan(p.status), Observed(event=True, admission=Admission(True)), NOW, S)
+    assert reason(p.status, cond.ADMITTED) == "Admitted"
+
+
+def test_a_scan_waits_for_its_missing_event_then_fails_after_the_grace_period() -> None:
+    created = NOW - 100  # scan() is created 100 s before NOW
+    grace = S.model_copy(update={"event_grace_seconds": 150})
+    first = plan(scan(), Observed(), NOW, grace).status
+    missing = Observed(event=False, admission=Admission(True))  # even if the backlog said go
+    p = plan(scan(first), missing, NOW, grace)
+    admitted = cond.find(p.status["conditions"], cond.ADMITTED)
+    assert admitted is not None and (admitted["status"], admitted["reason"]) == ("False", "EventMissing")
+    assert "skyscan-event-ev1" in admitted["message"] and p.status["backlog"]["attempts"] == 0
+    assert p.actions == [] and p.requeue_after == 1.0  # looks again soon
+    assert plan(scan(first), missing, created + 149.5, grace).requeue_after == pytest.approx(0.5)
+    # Stored meanwhile: back to the normal backlog.
+    p2 = plan(scan(p.status), STORED, NOW + 1, grace)
+    assert (
+        reason(p2.status, cond.ADMITTED) == "Queued"
+        and cond.find(p2.status["conditions"], cond.FAILED) is None
+    )
+    # Never stored: Failed, off the backlog, nothing held.
+    p = plan(scan(p.status), missing, created + 150, grace)
+    failed = cond.find(p.status["conditions"], cond.FAILED)
+    assert failed is not None and (failed["status"], failed["reason"]) == ("True", "EventMissing")
+    assert "within 150s" in failed["message"] and p.status["backlog"] is None and p.actions == []
+    assert [e.reason for e in p.events] == ["EventMissing"]
+    assert ScanRecord({"spec": {}, "status": p.status}).is_terminal
+    assert plan(scan(p.status), missing, created + 200, grace).actions == []  # terminal: inert
 
 
 def test_an_attempt_that_takes_too_long_fails() -> None:

@@ -133,7 +133,7 @@ async def scanner_token(api: client.ApiClient, namespace: str, ids: list[str]) -
         **kube.SCAN_RESOURCE, namespace=namespace, name=scan_id
     )
     event = payloads.encode({"value": {"data": {"run_id": 1, "event_id": 2}}}, "event")
-    await payloads.create_event(api, namespace, scan["spec"]["sensorEventId"], event)  # the scanner reads it
+    await payloads.create_event(api, namespace, scan["spec"]["sensorEventId"], event, owners=[scan])
     request = scanner_job.token_request(secret.metadata.name, secret.metadata.uid, 3600)
     account = names.SCANNER_SERVICE_ACCOUNT
     granted = await core.create_namespaced_service_account_token(account, namespace, request)

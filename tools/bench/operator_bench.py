@@ -27,7 +27,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from skyscan import install, kube, model
+from skyscan import install, kube, model, payloads
 from skyscan.model import new_scan_id
 from skyscan_local import control_plane as localcluster
 
@@ -60,7 +60,18 @@ def rss_mib(pid: int) -> float:
 
 def body(name: str, priority: int) -> dict[str, Any]:
     return {"apiVersion": model.API_VERSION, "kind": "Scan", "metadata": {"name": name},
-            "spec": {**SPEC, "priority": priority}}  # fmt: skip
+            "spec": {**SPEC, "sensorEventId": name, "priority": priority}}  # fmt: skip
+
+
+EVENT = payloads.encode({"value": {"data": {"run_id": 1, "event_id": 2}}}, "event")
+
+
+async def create(api: client.ApiClient, ns: str, name: str, priority: int) -> None:
+    """A Scan and its sensor event, owned by it, as `POST /scan` writes them."""
+    scan = await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        **SCAN, namespace=ns, body=body(name, priority)
+    )
+    await payloads.create_event(api, ns, name, EVENT, owners=[scan])
 
 
 async def wait(probe: Any, timeout: float, interval: float = 0.05) -> Any:
@@ -73,12 +84,12 @@ async def wait(probe: Any, timeout: float, interval: float = 0.05) -> Any:
 
 
 async def latency(api: client.ApiClient, ns: str, n: int) -> list[float]:
-    objs, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
+    batch = client.BatchV1Api(api)
     took = []
     for _ in range(n):
         name = new_scan_id(time.time(), secrets.token_hex(10))
         start = time.monotonic()
-        await objs.create_namespaced_custom_object(**SCAN, namespace=ns, body=body(name, 100))
+        await create(api, ns, name, 100)
 
         async def job(name: str = name) -> bool:
             jobs = await batch.list_namespaced_job(ns, label_selector=f"skyscan.io/scan-id={name}")
@@ -97,7 +108,7 @@ async def many(api: client.ApiClient, ns: str, n: int) -> float:
     async def one(i: int) -> None:
         async with gate:
             name = new_scan_id(time.time(), secrets.token_hex(10))
-            await objs.create_namespaced_custom_object(**SCAN, namespace=ns, body=body(name, 0))
+            await create(api, ns, name, 0)
 
     await asyncio.gather(*(one(i) for i in range(n)))
 

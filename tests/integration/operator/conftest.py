@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,9 +20,10 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from skyscan import model
+from skyscan import model, payloads
 from skyscan.model import new_scan_id
 from skyscan_local import control_plane as localcluster
+from skyscan_local.processes import free_port
 from tests.conftest import Cluster
 from tests.helpers import SCAN, eventually
 from tests.unit.test_crd import minimal_spec
@@ -95,12 +95,6 @@ def wms() -> Iterator[Simulator]:
     finally:
         process.terminate()
         process.wait(10)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RestartableWMS(Simulator):
@@ -220,11 +214,26 @@ def fresh_id() -> str:
     return new_scan_id(time.time(), os.urandom(10).hex())
 
 
-async def create_scan(api: client.ApiClient, namespace: str, name: str | None = None, **spec: Any) -> str:
+EVENT = payloads.encode({"value": {"data": {"run_id": 1, "event_id": 2}}}, "event")
+
+
+async def create_scan(
+    api: client.ApiClient, namespace: str, name: str | None = None, *, event: bool = True, **spec: Any
+) -> str:
+    """A Scan and (unless `event` is False) its sensor event owned by it, as `POST /scan` writes them;
+    the event id is the scan's name unless `sensorEventId` is given (an existing event is shared)."""
     name = name or fresh_id()
-    await client.CustomObjectsApi(api).create_namespaced_custom_object(
+    spec.setdefault("sensorEventId", name)
+    scan = await client.CustomObjectsApi(api).create_namespaced_custom_object(
         **SCAN, namespace=namespace, body=scan_body(name, **spec)
     )
+    if event:
+        try:
+            await payloads.create_event(api, namespace, spec["sensorEventId"], EVENT, owners=[scan])
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            await payloads.add_event_owner(api, namespace, spec["sensorEventId"], scan)
     return name
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kubernetes_asyncio import client
 
-from skyscan import names, payloads
+from skyscan import names
 from skyscan_local import control_plane as localcluster
 from tests.helpers import SCAN, eventually
 from tests.integration.operator.conftest import (
@@ -99,9 +99,9 @@ async def test_oom_killed_scanner_is_replaced_exactly_once(
     api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(**HOLD)
-    await payloads.create_event(api, namespace, "ev1", payloads.encode({"run_id": 1}, "event"))
-    name = await create_scan(api, namespace, priority=200, classifiers={"origin": "alert"})
-    await payloads.add_event_owner(api, namespace, "ev1", await get_scan(api, namespace, name))
+    name = await create_scan(
+        api, namespace, priority=200, classifiers={"origin": "alert"}, sensorEventId="ev1"
+    )
     original = await wait_scan(
         api, namespace, name, lambda s: condition(s, "ScannerRunning").get("status") == "True"
     )
@@ -141,9 +141,7 @@ async def test_oom_killed_scanner_is_replaced_exactly_once(
     assert sorted(s["metadata"]["name"] for s in scans["items"]) == sorted([name, new])
     await scan_events(api, namespace, name, "Replacing")
     # The shared sensor event now also belongs to the replacement (it outlives the original).
-    event = await client.CoreV1Api(api).read_namespaced_config_map(
-        names.event_object_name("ev1"), namespace
-    )
+    event = await client.CoreV1Api(api).read_namespaced_config_map(names.event_object_name("ev1"), namespace)
     owners = {o.uid for o in event.metadata.owner_references}
     assert owners == {original["metadata"]["uid"], replacement["metadata"]["uid"]}
 
