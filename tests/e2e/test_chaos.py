@@ -22,6 +22,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from skyscan import kube
+from skyscan.status import ScanRecord
 from skyscan_local import stack as localstack
 from tests.e2e.conftest import LONG_NSIDES, Rest, scan_request
 from tests.e2e.own_cluster import OwnCluster, own_cluster
@@ -204,6 +205,9 @@ def failed(scan: dict[str, Any]) -> str | None:
 
 
 def terminal(scan: dict[str, Any], status: dict[str, Any]) -> bool:
-    """A final result, a failure that says why, or an ended soft-deleted scan."""
+    """A final result, a failure that says why, or a soft-deleted scan that holds nothing any more
+    (aborted, or deleted before it ever started)."""
     state = str(status["scan_state"])
-    return state == "SCAN_HAS_FINAL_RESULT" or failed(scan) is not None or state.startswith("ABORTED")
+    if state == "SCAN_HAS_FINAL_RESULT" or failed(scan) is not None or state.startswith("ABORTED"):
+        return True
+    return bool(status["is_deleted"]) and ScanRecord(scan).is_terminal
