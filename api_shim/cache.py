@@ -5,6 +5,8 @@ where it stopped); `410 Gone` means the history is compacted, so the cache relis
 server is unreachable the cache keeps serving what it has and retries with a backoff.
 Writers call `observe(obj)` with the object a write returned, so a read that follows a write by
 the same client sees it without waiting for the watch event. Reads never call the API server.
+`/scans/find` matches over each Scan's manifest, built once per version of the Scan (on the first find
+after it changed) and kept with it, so a find never rebuilds the manifests of unchanged Scans.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from api_shim import view
 from skyscan import kube, model
 from skyscan.status import ScanRecord, resource_version
 
@@ -42,6 +45,7 @@ class ScanCache:
         self._rescans: dict[str, set[str]] = {}  # spec.rescanOf -> the scans rescanning it
         self._deleted: dict[str, int] = {}  # name -> resourceVersion of its deletion (late writes lose)
         self._backlog: set[str] = set()  # scans with status.backlog (waiting for admission)
+        self._documents: dict[str, tuple[Obj, Obj]] = {}  # name -> (that version of the Scan, its manifest)
         self._changed = asyncio.Event()
         self.synced = asyncio.Event()
         self.resource_version = ""
@@ -67,6 +71,22 @@ class ScanCache:
                     found.add(child)
                     todo.append(child)
         return sorted(found)
+
+    def find_documents(self) -> Iterator[Obj]:
+        """The manifest of every cached Scan, as `/scans/find` matches them: each built once per version
+        of its Scan and shared by every find until the Scan changes (never modify one). A snapshot:
+        Scans changing while it is read are seen as they were when it began."""
+        documents = self._documents
+        for obj in list(self._scans.values()):
+            name = obj["metadata"]["name"]
+            held = documents.get(name)
+            if held is not None and held[0] is obj:
+                yield held[1]
+                continue
+            document = view.manifest(obj)
+            if self._scans.get(name) is obj:
+                documents[name] = (obj, document)
+            yield document
 
     def backlog(self) -> list[Obj]:
         return [self._scans[name] for name in self._backlog]
@@ -110,6 +130,7 @@ class ScanCache:
             return
         name = obj["metadata"]["name"]
         self._backlog.discard(name)
+        self._documents.pop(name, None)
         parent = ScanRecord(obj).rescan_of
         if parent:
             self._rescans.get(parent, set()).discard(name)
@@ -134,6 +155,7 @@ class ScanCache:
         self._rescans = {}
         self._deleted = {}
         self._backlog = set()
+        self._documents = {}
         for obj in listed["items"]:
             obj.setdefault("apiVersion", model.API_VERSION)
             obj.setdefault("kind", model.KIND)

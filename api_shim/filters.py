@@ -6,26 +6,54 @@ Supported, with MongoDB's meaning:
   whole array equals v); `{"a": {...}}` without operators compares whole objects;
 - comparison `$eq $ne $gt $gte $lt $lte $in $nin` (ordering only between numbers or between
   strings; booleans are not numbers);
-- `$exists`, `$regex` (+ `$options` i m s x), `$all`, `$size`, `$elemMatch`, `$not`;
+- `$exists`, `$regex` (+ `$options` i m s x; on a linear-time engine, see `api_shim.regex`),
+  `$all`, `$size`, `$elemMatch`, `$not`;
 - logical `$and $or $nor` (lists of filters).
-Anything else (an unknown `$operator`, a wrong operand type) raises `FilterError` before any
-document is read, so a bad filter is a 400 even on an empty collection.
+Anything else (an unknown `$operator`, a wrong operand type, a pattern the regex engine refuses, a
+filter beyond `FindLimits`) raises `FilterError` before any document is read, so a bad filter is a
+400 even on an empty collection.
 
 The filter is compiled once into a predicate; evaluating it is a pure function of the document.
+Compiling also estimates the predicate's `cost`, the work of testing one document in units of about
+one equality test, so a caller can refuse a find whose documents x cost exceeds its work budget.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from api_shim.regex import Regex, RegexError, compile_regex
+
 Predicate = Callable[[Any], bool]
-_MISSING = object()
+Test = Callable[[list[Any]], bool]
 
 
 class FilterError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class FindLimits:
+    """What one `POST /scans/find` may ask for (README, "Limits of /scans/find")."""
+
+    max_nodes: int = 1_000  # keys, values and array elements in the filter
+    max_depth: int = 16  # nesting of objects and arrays in the filter
+    max_regex_length: int = 1_000  # characters per pattern
+    max_regex_program: int = 1_000  # instructions of one compiled pattern (bounds one search)
+    max_work: int = 2_000_000  # documents examined x cost per document
+
+
+@dataclass(frozen=True)
+class Filter:
+    matches: Predicate
+    cost: int  # estimated work per document, in units of about one equality test
+
+
+def regex_cost(regex: Regex) -> int:
+    """A search costs a few equality tests, more for large programs (work grows with the program)."""
+    return 4 + regex.program_size // 16
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -39,12 +67,25 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+def _scalar_key(value: Any) -> tuple[str, Any] | None:
+    """A hashable key that two scalars share exactly when `_same` holds; None for arrays/objects."""
+    if value is None:
+        return ("null", None)
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    if isinstance(value, str):
+        return ("string", value)
+    return None
+
+
 def _values(doc: Any, path: Sequence[str]) -> list[Any]:
     """Every value at `path`, expanding arrays met on the way (MongoDB's implicit traversal)."""
     if not path:
         return [doc]
     head, rest = path[0], path[1:]
-    if isinstance(doc, Mapping):
+    if type(doc) is dict or isinstance(doc, Mapping):
         return _values(doc[head], rest) if head in doc else []
     if isinstance(doc, list):
         found: list[Any] = []
@@ -55,6 +96,31 @@ def _values(doc: Any, path: Sequence[str]) -> list[Any]:
                 found += _values(item, path)
         return found
     return []
+
+
+def _some(values: list[Any], test: Callable[[Any], bool]) -> bool:
+    """Whether `test` holds for a value or, for arrays, one of its elements (see `_candidates`)."""
+    for v in values:
+        if test(v):
+            return True
+        if isinstance(v, list):
+            for item in v:
+                if test(item):
+                    return True
+    return False
+
+
+def _every(tests: list[Predicate]) -> Predicate:
+    if len(tests) == 1:
+        return tests[0]
+
+    def every(doc: Any) -> bool:
+        for test in tests:
+            if not test(doc):
+                return False
+        return True
+
+    return every
 
 
 def _candidates(values: list[Any]) -> list[Any]:
@@ -80,143 +146,233 @@ _ORDER: dict[str, Callable[[Any, Any], bool]] = {
     "$lt": lambda a, b: a < b,
     "$lte": lambda a, b: a <= b,
 }
-_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
-
-
-def _regex(pattern: Any, options: Any = "") -> re.Pattern[str]:
-    if not isinstance(pattern, str) or not isinstance(options, str):
-        raise FilterError("$regex takes a string pattern and string $options")
-    flags = 0
-    for letter in options:
-        if letter not in _FLAGS:
-            raise FilterError(f"unsupported $options flag: {letter!r}")
-        flags |= _FLAGS[letter]
-    try:
-        return re.compile(pattern, flags)
-    except re.error as e:
-        raise FilterError(f"invalid $regex: {e}") from None
 
 
 def _is_operator_doc(cond: Any) -> bool:
     return isinstance(cond, Mapping) and bool(cond) and all(str(k).startswith("$") for k in cond)
 
 
-def _equals(target: Any) -> Callable[[list[Any]], bool]:
-    # MongoDB: `null` also matches a missing field.
-    return lambda values: (
-        (target is None and not values) or any(_same(c, target) for c in _candidates(values))
-    )
+def _size(value: Any) -> int:
+    """Nodes in a JSON value (iterative: the shape check runs before anything recurses)."""
+    count, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        count += 1
+        if isinstance(item, Mapping):
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return count
 
 
-def _operator(op: str, arg: Any, siblings: Mapping[str, Any]) -> Callable[[list[Any]], bool]:
-    """One operator applied to the values found at a path."""
-    if op == "$eq":
-        return _equals(arg)
-    if op == "$ne":
-        eq = _equals(arg)
-        return lambda values: not eq(values)
-    if op in _ORDER:
-        cmp = _ORDER[op]
-        return lambda values: any(_comparable(c, arg) and cmp(c, arg) for c in _candidates(values))
-    if op in ("$in", "$nin"):
+def check_shape(query: Any, limits: FindLimits) -> None:
+    """Refuse a filter with more nodes or deeper nesting than `limits` allow."""
+    count, todo = 0, [(query, 1)]
+    while todo:
+        item, depth = todo.pop()
+        count += 1
+        if depth > limits.max_depth:
+            raise FilterError(f"the filter is nested deeper than {limits.max_depth} levels")
+        if count > limits.max_nodes:
+            raise FilterError(f"the filter has more than {limits.max_nodes} keys, values and elements")
+        if isinstance(item, Mapping):
+            todo.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            todo.extend((v, depth + 1) for v in item)
+
+
+class _Compiler:
+    """Compiles one filter, adding up the estimated cost of what it compiles."""
+
+    def __init__(self, limits: FindLimits) -> None:
+        self.limits = limits
+        self.cost = 0
+
+    def regex(self, pattern: Any, options: Any = "") -> Regex:
+        if not isinstance(pattern, str) or not isinstance(options, str):
+            raise FilterError("$regex takes a string pattern and string $options")
+        try:
+            regex = compile_regex(
+                pattern,
+                options,
+                max_length=self.limits.max_regex_length,
+                max_program=self.limits.max_regex_program,
+            )
+        except RegexError as e:
+            if str(e).startswith("unsupported $options"):
+                raise FilterError(str(e)) from None
+            raise FilterError(f"invalid $regex: {e}") from None
+        self.cost += regex_cost(regex)
+        return regex
+
+    def equals(self, target: Any) -> Test:
+        self.cost += _size(target)
+
+        def equal(values: list[Any]) -> bool:
+            # `==` first: cheap, and implied by `_same`, which then tells booleans from numbers.
+            for v in values:
+                if v == target and _same(v, target):
+                    return True
+                if isinstance(v, list):
+                    for item in v:
+                        if item == target and _same(item, target):
+                            return True
+            return target is None and not values  # MongoDB: `null` also matches a missing field
+
+        return equal
+
+    def within(self, op: str, arg: Any) -> Test:
+        """`$in` / `$nin`: scalars by hashing (one test whatever their number), arrays and objects by
+        comparison, `{$regex, $options}` objects by searching strings."""
         if not isinstance(arg, list):
             raise FilterError(f"{op} needs an array")
-        tests = [_regex(a["$regex"], a.get("$options", "")) if _is_operator_doc(a) else None for a in arg]
+        self.cost += 1
+        keys: set[tuple[str, Any]] = set()
+        others: list[Any] = []
+        regexes: list[Regex] = []
+        for a in arg:
+            if _is_operator_doc(a):
+                if "$regex" not in a or set(a) - {"$regex", "$options"}:
+                    raise FilterError(f"{op} takes values and {{$regex, $options}} objects")
+                regexes.append(self.regex(a["$regex"], a.get("$options", "")))
+            elif (key := _scalar_key(a)) is not None:
+                keys.add(key)
+            else:
+                self.cost += _size(a)
+                others.append(a)
 
-        def within(values: list[Any]) -> bool:
-            cands = _candidates(values) or ([None] if op == "$in" else [])
-            return any(
-                (t.search(c) is not None if isinstance(c, str) else False) if t else _same(c, a)
-                for c in cands
-                for a, t in zip(arg, tests, strict=True)
-            )
+        def test(c: Any) -> bool:
+            key = _scalar_key(c)
+            if key is not None and key in keys:
+                return True
+            if isinstance(c, str) and any(r.search(c) for r in regexes):
+                return True
+            return any(_same(c, a) for a in others)
+
+        def found(values: list[Any]) -> bool:
+            return any(test(c) for c in _candidates(values) or ([None] if op == "$in" else []))
 
         if op == "$in":
-            return within
-        return lambda values: not within(values)
-    if op == "$exists":
-        if not isinstance(arg, bool | int):
-            raise FilterError("$exists needs a boolean")
-        return lambda values: bool(values) == bool(arg)
-    if op == "$regex":
-        pattern = _regex(arg, siblings.get("$options", ""))
-        return lambda values: any(
-            isinstance(c, str) and pattern.search(c) is not None for c in _candidates(values)
-        )
-    if op == "$options":
-        if "$regex" not in siblings:
-            raise FilterError("$options needs $regex")
-        return lambda values: True
-    if op == "$all":
-        if not isinstance(arg, list):
-            raise FilterError("$all needs an array")
-        parts = [
-            _elem_match(a["$elemMatch"]) if _is_operator_doc(a) and "$elemMatch" in a else _equals(a)
-            for a in arg
-        ]
-        return lambda values: bool(arg) and all(p(values) for p in parts)
-    if op == "$size":
-        if isinstance(arg, bool) or not isinstance(arg, int):
-            raise FilterError("$size needs an integer")
-        return lambda values: any(isinstance(v, list) and len(v) == arg for v in values)
-    if op == "$elemMatch":
-        return _elem_match(arg)
-    if op == "$not":
-        if isinstance(arg, str):
-            inner = _operator("$regex", arg, {})
-        elif _is_operator_doc(arg):
-            inner = _condition(arg)
+            return found
+        return lambda values: not found(values)
+
+    def operator(self, op: str, arg: Any, siblings: Mapping[str, Any]) -> Test:
+        """One operator applied to the values found at a path."""
+        self.cost += 1
+        if op == "$eq":
+            return self.equals(arg)
+        if op == "$ne":
+            eq = self.equals(arg)
+            return lambda values: not eq(values)
+        if op in _ORDER:
+            cmp = _ORDER[op]
+            return lambda values: _some(values, lambda c: _comparable(c, arg) and cmp(c, arg))
+        if op in ("$in", "$nin"):
+            return self.within(op, arg)
+        if op == "$exists":
+            if not isinstance(arg, bool | int):
+                raise FilterError("$exists needs a boolean")
+            return lambda values: bool(values) == bool(arg)
+        if op == "$regex":
+            search = self.regex(arg, siblings.get("$options", "")).search
+            return lambda values: _some(values, lambda c: isinstance(c, str) and search(c))
+        if op == "$options":
+            if "$regex" not in siblings:
+                raise FilterError("$options needs $regex")
+            return lambda values: True
+        if op == "$all":
+            if not isinstance(arg, list):
+                raise FilterError("$all needs an array")
+            parts = [
+                self.elem_match(a["$elemMatch"])
+                if _is_operator_doc(a) and "$elemMatch" in a
+                else self.equals(a)
+                for a in arg
+            ]
+            return lambda values: bool(arg) and all(p(values) for p in parts)
+        if op == "$size":
+            if isinstance(arg, bool) or not isinstance(arg, int):
+                raise FilterError("$size needs an integer")
+            return lambda values: any(isinstance(v, list) and len(v) == arg for v in values)
+        if op == "$elemMatch":
+            return self.elem_match(arg)
+        if op == "$not":
+            if isinstance(arg, str):
+                inner = self.operator("$regex", arg, {})
+            elif _is_operator_doc(arg):
+                inner = self.condition(arg)
+            else:
+                raise FilterError("$not needs an operator expression or a regex")
+            return lambda values: not inner(values)
+        raise FilterError(f"unsupported operator: {op}")
+
+    def elem_match(self, arg: Any) -> Test:
+        if not isinstance(arg, Mapping):
+            raise FilterError("$elemMatch needs an object")
+        test: Predicate
+        if _is_operator_doc(arg):
+            cond = self.condition(arg)
+            test = lambda item: cond([item])  # noqa: E731
         else:
-            raise FilterError("$not needs an operator expression or a regex")
-        return lambda values: not inner(values)
-    raise FilterError(f"unsupported operator: {op}")
+            test = self.filter(arg)
+        return lambda values: any(isinstance(v, list) and any(test(item) for item in v) for v in values)
+
+    def condition(self, cond: Any) -> Test:
+        if not _is_operator_doc(cond):
+            if isinstance(cond, Mapping) and any(str(k).startswith("$") for k in cond):
+                raise FilterError("cannot mix operators and fields in one condition")
+            return self.equals(cond)
+        return _every([self.operator(op, arg, cond) for op, arg in cond.items()])
+
+    def logical(self, op: str, arg: Any) -> Predicate:
+        if not isinstance(arg, list) or not arg or not all(isinstance(a, Mapping) for a in arg):
+            raise FilterError(f"{op} needs a non-empty array of filters")
+        parts = [self.filter(a) for a in arg]
+        if op == "$and":
+            return _every(parts)
+        if op == "$or":
+            return lambda doc: any(p(doc) for p in parts)
+        return lambda doc: not any(p(doc) for p in parts)
+
+    def filter(self, query: Any) -> Predicate:
+        if not isinstance(query, Mapping):
+            raise FilterError("a filter must be an object")
+        tests: list[tuple[int, Predicate]] = []
+        for key, cond in query.items():
+            before = self.cost
+            if key in ("$and", "$or", "$nor"):
+                test = self.logical(key, cond)
+            elif key.startswith("$"):
+                raise FilterError(f"unsupported operator: {key}")
+            else:
+                self.cost += 1
+                test = _at_path(key.split("."), self.condition(cond))
+            tests.append((self.cost - before, test))
+        tests.sort(key=lambda cost_test: cost_test[0])  # cheap tests first: the first failing one decides
+        return _every([test for _, test in tests]) if tests else lambda doc: True
 
 
-def _elem_match(arg: Any) -> Callable[[list[Any]], bool]:
-    if not isinstance(arg, Mapping):
-        raise FilterError("$elemMatch needs an object")
-    test: Predicate
-    if _is_operator_doc(arg):
-        cond = _condition(arg)
-        test = lambda item: cond([item])  # noqa: E731
-    else:
-        test = compile_filter(arg)
-    return lambda values: any(isinstance(v, list) and any(test(item) for item in v) for v in values)
+def _at_path(path: list[str], test: Test) -> Predicate:
+    if len(path) > 1:
+        return lambda doc: test(_values(doc, path))
+    key = path[0]
+
+    def at_key(doc: Any) -> bool:  # the common case, `_values` for a one-key path inlined
+        if type(doc) is dict:
+            return test([doc[key]] if key in doc else [])
+        return test(_values(doc, path))
+
+    return at_key
 
 
-def _condition(cond: Any) -> Callable[[list[Any]], bool]:
-    if not _is_operator_doc(cond):
-        if isinstance(cond, Mapping) and any(str(k).startswith("$") for k in cond):
-            raise FilterError("cannot mix operators and fields in one condition")
-        return _equals(cond)
-    tests = [_operator(op, arg, cond) for op, arg in cond.items()]
-    return lambda values: all(t(values) for t in tests)
-
-
-def _logical(op: str, arg: Any) -> Predicate:
-    if not isinstance(arg, list) or not arg or not all(isinstance(a, Mapping) for a in arg):
-        raise FilterError(f"{op} needs a non-empty array of filters")
-    parts = [compile_filter(a) for a in arg]
-    if op == "$and":
-        return lambda doc: all(p(doc) for p in parts)
-    if op == "$or":
-        return lambda doc: any(p(doc) for p in parts)
-    return lambda doc: not any(p(doc) for p in parts)
-
-
-def _at_path(path: list[str], test: Callable[[list[Any]], bool]) -> Predicate:
-    return lambda doc: test(_values(doc, path))
+def parse_filter(query: Mapping[str, Any], limits: FindLimits | None = None) -> Filter:
+    """Check and compile a filter; `FilterError` names what is wrong or beyond `limits`."""
+    limits = limits or FindLimits()
+    check_shape(query, limits)
+    compiler = _Compiler(limits)
+    matches = compiler.filter(query)
+    return Filter(matches, max(1, compiler.cost))
 
 
 def compile_filter(query: Mapping[str, Any]) -> Predicate:
-    if not isinstance(query, Mapping):
-        raise FilterError("a filter must be an object")
-    tests: list[Predicate] = []
-    for key, cond in query.items():
-        if key in ("$and", "$or", "$nor"):
-            tests.append(_logical(key, cond))
-        elif key.startswith("$"):
-            raise FilterError(f"unsupported operator: {key}")
-        else:
-            tests.append(_at_path(key.split("."), _condition(cond)))
-    return lambda doc: all(t(doc) for t in tests)
+    return parse_filter(query).matches

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from api_shim.filters import FilterError, compile_filter
+from api_shim.filters import FilterError, FindLimits, compile_filter, parse_filter
 
 DOC = {
     "scan_id": "abc",
@@ -62,6 +62,21 @@ DOC = {
         ({"$or": [{"priority": 1}, {"scan_id": "abc"}]}, True),
         ({"$nor": [{"priority": 1}, {"scan_id": "abc"}]}, False),
         ({"$or": [{"priority": 1}], "scan_id": "abc"}, False),
+        # $in by hashing keeps `_same`'s types apart: booleans are not numbers, 5 == 5.0
+        ({"priority": {"$in": [True, "5"]}}, False),
+        ({"priority": {"$in": [5.0]}}, True),
+        ({"event_metadata.is_real_event": {"$in": [1]}}, False),
+        ({"event_metadata.is_real_event": {"$in": [True]}}, True),
+        ({"missing": {"$in": [None]}}, True),
+        ({"progress": {"$in": [None]}}, True),
+        ({"classifiers.tags": {"$in": [["a", "b"]]}}, True),  # a whole array
+        ({"items": {"$in": [{"k": 1, "v": "x"}]}}, True),  # an element, by whole-object equality
+        ({"classifiers.tags": {"$nin": ["z", {"$regex": "^b"}]}}, False),
+        ({"classifiers.n": {"$in": [{"$regex": "3"}]}}, False),  # patterns test strings only
+        ({"scan_id": {"$regex": "^ABC$", "$options": "i"}}, True),
+        ({"scan_id": {"$regex": "^ a b c $", "$options": "x"}}, True),
+        ({"classifiers.tags": {"$regex": "^b$"}}, True),  # on array elements
+        ({"scan_id": {"$not": "^x"}}, True),
     ],
 )
 def test_matches(query: dict[str, Any], matches: bool) -> None:
@@ -80,8 +95,59 @@ def test_matches(query: dict[str, Any], matches: bool) -> None:
         ({"a": {"$gt": 1, "b": 2}}, "cannot mix operators and fields"),
         ({"a": {"$options": "i"}}, "\\$options needs \\$regex"),
         ({"a": {"$regex": "x", "$options": "q"}}, "unsupported \\$options flag"),
+        ({"a": {"$regex": "(a)\\1"}}, "invalid \\$regex: invalid escape sequence: \\\\1 \\(the linear-time"),
+        ({"a": {"$regex": "(?=a)"}}, "invalid \\$regex: invalid perl operator"),
+        ({"a": {"$in": [{"$regex": "(?<=a)"}]}}, "invalid \\$regex: invalid perl operator"),
+        ({"a": {"$not": "(?>a)"}}, "invalid \\$regex: invalid perl operator"),
+        ({"a": {"$regex": 5}}, "\\$regex takes a string pattern"),
+        ({"a": {"$in": [{"$gt": 1}]}}, "\\$in takes values and \\{\\$regex, \\$options\\} objects"),
+        ({"a": {"$in": [{"$regex": "a", "$size": 1}]}}, "\\$in takes values"),
     ],
 )
 def test_refused(query: dict[str, Any], text: str) -> None:
     with pytest.raises(FilterError, match=text):
         compile_filter(query)
+
+
+def nested(depth: int) -> dict[str, Any]:
+    query: dict[str, Any] = {"a": 1}
+    for _ in range(depth):
+        query = {"$and": [query]}
+    return query
+
+
+@pytest.mark.parametrize(
+    ("query", "text"),
+    [
+        (nested(10_000), "nested deeper than 16 levels"),  # refused before anything recurses
+        ({"a": {"$in": list(range(1_000))}}, "more than 1000 keys, values and elements"),
+        ({"a": {"$regex": "a" * 1_001}}, "invalid \\$regex: pattern longer than 1000 characters"),
+        ({"a": {"$regex": "(.*a){200}"}}, "invalid \\$regex: pattern too complex"),
+    ],
+)
+def test_beyond_the_limits(query: dict[str, Any], text: str) -> None:
+    with pytest.raises(FilterError, match=text):
+        parse_filter(query)
+
+
+def test_limits_are_the_callers() -> None:
+    assert parse_filter(nested(7)).cost == 2
+    with pytest.raises(FilterError, match="nested deeper than 4 levels"):
+        parse_filter(nested(3), FindLimits(max_depth=4))
+
+
+@pytest.mark.parametrize(
+    ("query", "cost"),
+    [
+        ({}, 1),
+        ({"scan_id": "abc"}, 2),  # a path, an equality
+        ({"classifiers": {"origin": "alert", "n": 3}}, 4),  # comparing an object costs its size
+        ({"priority": {"$gt": 4, "$lt": 6}}, 3),
+        ({"scan_id": {"$in": [f"id{i}" for i in range(900)]}}, 3),  # values are hashed: one test
+        ({"scan_id": {"$regex": "^abc"}}, 6),  # a search costs more
+        ({"scan_id": {"$regex": "(.*a){20}"}}, 17),  # a large program more still
+        ({"$or": [{"priority": 1}, {"scan_id": "abc"}]}, 4),
+    ],
+)
+def test_cost(query: dict[str, Any], cost: int) -> None:
+    assert parse_filter(query).cost == cost

@@ -4,11 +4,18 @@
 from __future__ import annotations
 
 import asyncio
+import random
+import secrets
 import time
 from typing import Any
 
 import pytest
+from kubernetes_asyncio import client
 
+from api_shim.filters import FindLimits
+from api_shim.handlers import find as find_handler
+from skyscan import model
+from tests.helpers import SCAN, eventually
 from tests.integration.shim.conftest import ShimUnderTest
 
 
@@ -79,6 +86,114 @@ async def test_find_refuses_bad_requests(shim: ShimUnderTest, body: dict[str, An
     assert (reply.status, reply.body["reason"]) == (400, reason)
 
 
+CATASTROPHIC = ["^\\w{8}(\\w+)+!", "^(\\w+)+!", "(a|aa)+$", "(.*a){20}"]  # exponential when backtracking
+
+
+async def test_find_regex_never_stalls_the_shim(shim: ShimUnderTest) -> None:
+    """Patterns that backtrack exponentially answer at once, and /healthz stays fast meanwhile."""
+    for _ in range(3):
+        await shim.launch()
+    await shim.call("DELETE", f"/scan/{(await shim.launch())['scan_id']}")
+    health: list[float] = []
+    done = asyncio.Event()
+
+    async def probe_health() -> None:
+        while not done.is_set():
+            start = time.perf_counter()
+            assert (await shim.call("GET", "/healthz", as_=None)).status == 200
+            health.append(time.perf_counter() - start)
+            await asyncio.sleep(0.005)
+
+    prober = asyncio.create_task(probe_health())
+    try:
+        for pattern in CATASTROPHIC:
+            for field in ("scan_id", "scanner_server_args", "progress.summary"):
+                body = {"filter": {field: {"$regex": pattern}}, "include_deleted": True}
+                start = time.perf_counter()
+                reply = await shim.call("POST", "/scans/find", json_body=body)
+                elapsed = time.perf_counter() - start
+                assert reply.status in (200, 400), reply.body
+                assert elapsed < 1.0, (pattern, field, elapsed)  # the acceptance is 200 ms; generous here
+    finally:
+        done.set()
+        await prober
+    assert health and max(health) < 0.5, max(health)  # the acceptance is 50 ms; generous here
+
+
+@pytest.mark.parametrize(
+    ("pattern", "options", "reason"),
+    [
+        ("(a)\\1", "", "invalid filter: invalid $regex: invalid escape sequence: \\1 (the linear-time engine refuses backreferences, lookahead/lookbehind, atomic groups, possessive quantifiers, recursion and conditionals)"),
+        ("^(?=\\w)", "", "invalid filter: invalid $regex: invalid perl operator: (?= (the linear-time engine refuses"),
+        ("(?<!a)b", "", "invalid filter: invalid $regex: invalid perl operator: (?<! (the linear-time engine refuses"),
+        ("(?>a+)b", "", "invalid filter: invalid $regex: invalid perl operator: (?> (the linear-time engine refuses"),
+        ("a++", "", "invalid filter: invalid $regex: bad repetition operator: ++ (the linear-time engine refuses"),
+        ("(.*a){200}", "", "invalid filter: invalid $regex: pattern too complex: its program has 1804 instructions, at most 1000 are allowed"),
+        ("a" * 1001, "", "invalid filter: invalid $regex: pattern longer than 1000 characters"),
+        ("a", "u", "invalid filter: unsupported $options flag: 'u' (supported: i, m, s, x)"),
+    ],
+)
+async def test_find_refuses_patterns_it_cannot_run_in_linear_time(
+    shim: ShimUnderTest, pattern: str, options: str, reason: str
+) -> None:
+    await shim.launch()
+    condition = {"$regex": pattern, **({"$options": options} if options else {})}
+    reply = await shim.call("POST", "/scans/find", json_body={"filter": {"scan_id": condition}})
+    assert reply.status == 400
+    assert set(reply.body) == {"error", "reason", "message"} and reply.body["error"] == "Bad Request"
+    assert reply.body["reason"].startswith(reason), reply.body["reason"]
+
+
+async def test_find_limits(shim: ShimUnderTest, monkeypatch: pytest.MonkeyPatch) -> None:
+    deep: dict[str, Any] = {"priority": 1}
+    for _ in range(20):
+        deep = {"$or": [deep]}
+    for query, reason in [
+        (deep, "invalid filter: the filter is nested deeper than 16 levels"),
+        ({"priority": {"$in": list(range(1000))}}, "invalid filter: the filter has more than 1000 keys"),
+    ]:
+        reply = await shim.call("POST", "/scans/find", json_body={"filter": query})
+        assert (reply.status, reply.body["reason"][: len(reason)]) == (400, reason)
+
+    monkeypatch.setattr(find_handler, "LIMITS", FindLimits(max_work=9))
+    await shim.launch()
+    await shim.launch()
+    assert len(await find(shim, filter={"priority": 0})) == 2  # cost 4 (with is_deleted) x 2 scans
+    reply = await shim.call("POST", "/scans/find", json_body={"filter": {"priority": {"$gte": 0, "$lt": 5}}})
+    assert reply.status == 400
+    assert reply.body["reason"] == "filter too costly: 5 per scan * 2 scans exceeds the work budget of 9"
+
+
+async def test_find_answers_many_scans_in_id_order(shim: ShimUnderTest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More manifests than one write chunk and one sort run, created out of id order."""
+    monkeypatch.setattr(find_handler, "SORT_RUN", 16)
+    objs = client.CustomObjectsApi(shim.api)
+    now = time.time()
+    ids = [model.new_scan_id(now + i, secrets.token_hex(10)) for i in range(150)]
+    spec = {
+        "dockerTag": "4.1.0", "recoAlgo": "millipede_wilks", "sensorEventId": "ev", "nsides": {"8": 0},
+        "realOrSimulatedEvent": "real", "maxPixelRecoTime": 600, "requestClusters": [{"location": "osg", "nWorkers": 1}],
+    }  # fmt: skip
+    sem = asyncio.Semaphore(8)
+
+    async def create(i: int, name: str) -> None:
+        async with sem:
+            body = {"apiVersion": model.API_VERSION, "kind": model.KIND, "metadata": {"name": name}, "spec": {**spec, "priority": i % 3}}
+            await objs.create_namespaced_custom_object(**SCAN, namespace=shim.namespace, body=body)
+
+    await asyncio.gather(*(create(i, name) for i, name in random.sample(list(enumerate(ids)), len(ids))))
+
+    async def all_there() -> list[str] | None:
+        found = await find(shim, filter={}, manifest_projection=["scan_id"])
+        return found if len(found) == len(ids) else None
+
+    assert await eventually(all_there, timeout=30) == sorted(ids)
+    assert await find(shim, filter={"priority": 2}) == [n for i, n in enumerate(ids) if i % 3 == 2]
+    manifests = (await shim.call("POST", "/scans/find", json_body={"filter": {"scan_id": ids[77]}})).body["manifests"]
+    direct = (await shim.call("GET", f"/scan/{ids[77]}/manifest")).body
+    assert manifests == [{k: v for k, v in direct.items() if k not in ("wms_task", "event_live_json_dict", "event_live_json_dict__hash")}]
+
+
 async def test_backlog_lists_what_the_operator_holds(shim: ShimUnderTest) -> None:
     first = (await shim.launch())["scan_id"]
     second = (await shim.launch(priority=100))["scan_id"]  # an entry's priority is its spec's
@@ -90,8 +205,6 @@ async def test_backlog_lists_what_the_operator_holds(shim: ShimUnderTest) -> Non
     async def two() -> Any:
         entries = (await shim.call("GET", "/scans/backlog")).body["entries"]
         return entries if len(entries) == 2 else None
-
-    from tests.helpers import eventually
 
     entries = await eventually(two, timeout=10)
     assert entries == [
@@ -141,8 +254,6 @@ async def test_workforce_taskforces_and_deactivation(shim: ShimUnderTest) -> Non
     async def aborted() -> Any:
         status = (await shim.call("GET", f"/scan/{scan_id}/status")).body
         return status if status["wms_deactivated"] else None
-
-    from tests.helpers import eventually
 
     status = await eventually(aborted, timeout=10)
     assert status["scan_state"] == "ABORTED__WAITING_ON_SCANNER_SERVER_STARTUP"

@@ -1,0 +1,195 @@
+"""MongoDB's `$regex` + `$options` on a linear-time engine (RE2, PyPI `google-re2`).
+
+MongoDB runs patterns through PCRE, whose backtracking makes a pattern like `^(\\w+)+!` take
+exponential time. RE2 matches in time linear in the text for every pattern it accepts, and refuses
+what needs backtracking: backreferences, lookahead and lookbehind, atomic groups, possessive
+quantifiers, recursion and conditionals. Those patterns raise `RegexError` (a 400 for the client).
+
+Kept from PCRE (MongoDB) where RE2 differs, by rewriting the pattern before RE2 sees it:
+- `$options` `i` `m` `s` become RE2's inline flags; `x` (extended: unescaped whitespace and `#`
+  comments outside character classes are ignored), which RE2 lacks, is applied here, from
+  `$options` or an inline `(?x)` group;
+- `$` outside multi-line mode, and `\\Z`, match at the end or before a final newline;
+- `(?#...)` comments are dropped.
+Any other `$options` letter is refused. `\\d \\w \\s \\b` are ASCII, as in MongoDB.
+
+A pattern is also refused when it exceeds the caller's limits on its length or compiled program
+size (the program size bounds the work of one search: at most proportional to program x text).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import re2
+
+OPTIONS = frozenset("imsx")
+_WHITESPACE = frozenset(" \t\n\r\f\v")
+_END = r"(?:\n?\z)"  # PCRE's `$` (without m) and `\Z`: end of text or before a final newline
+_FLAG_GROUP = re.compile(r"\(\?([A-Za-z]*)(?:-([A-Za-z]*))?([:)])")
+_UNSUPPORTED = (
+    "the linear-time engine refuses backreferences, lookahead/lookbehind, atomic groups, "
+    "possessive quantifiers, recursion and conditionals"
+)
+_PERL_ONLY = ("invalid perl operator", "invalid escape sequence", "bad repetition operator")
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # refused patterns are the client's business, not the shim's log
+_RE2_OPTIONS.max_mem = 2 << 20  # per compiled pattern: its program and its automaton cache
+_RE2_OPTIONS.never_capture = True  # only whether it matches counts: groups cost time
+
+
+class RegexError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Regex:
+    """A compiled pattern; `search(text)` answers whether it matches anywhere in `text`."""
+
+    pattern: str
+    program_size: int
+    search: Callable[[str], bool]
+
+
+def _searcher(compiled: Any) -> Callable[[str], bool]:
+    """Whether `compiled` matches somewhere in a text. google-re2's `search` also builds a match object
+    and maps byte offsets back to characters, which costs twice the search itself on the short strings
+    of a manifest; its binding's `RE2.Match` answers alone (a test holds the two to the same answers).
+    Without that binding (another google-re2 major), the public `search`."""
+    match = getattr(getattr(compiled, "_regexp", None), "Match", None)
+    unanchored = getattr(getattr(re2, "_Anchor", None), "UNANCHORED", None)
+    if match is None or unanchored is None:
+        return lambda text: compiled.search(text) is not None
+
+    def search(text: str) -> bool:
+        encoded = text.encode()
+        return bool(match(unanchored, encoded, 0, len(encoded))[0][0] >= 0)
+
+    return search
+
+
+@dataclass
+class _Scope:
+    """The flags in force inside one group of the pattern."""
+
+    multiline: bool
+    extended: bool
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index after the character class opening at `start` (a `]` first in it is literal)."""
+    i = start + 1
+    if pattern.startswith("^", i):
+        i += 1
+    if pattern.startswith("]", i):
+        i += 1
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i += 2
+        elif pattern.startswith("[:", i) and (close := pattern.find(":]", i + 2)) >= 0:
+            i = close + 2  # a POSIX class such as [:alpha:]
+        elif pattern[i] == "]":
+            return i + 1
+        else:
+            i += 1
+    return len(pattern)  # unterminated: RE2 reports it
+
+
+def _flag_group(match: re.Match[str], scope: _Scope) -> tuple[str, _Scope]:
+    """Apply `(?on-off)` / `(?on-off:`; return the group as RE2 should see it (without `x`) and the
+    flags after it."""
+    on, off, end = match.group(1), match.group(2) or "", match.group(3)
+    after = _Scope(
+        multiline=("m" in on or scope.multiline) and "m" not in off,
+        extended=("x" in on or scope.extended) and "x" not in off,
+    )
+    on, off = on.replace("x", ""), off.replace("x", "")
+    if end == ")" and not on and not off:
+        return "", after
+    return "(?" + on + (f"-{off}" if off else "") + end, after
+
+
+def translate(pattern: str, options: str = "") -> str:
+    """The RE2 pattern with MongoDB's (PCRE's) meaning of `pattern` under `options`."""
+    unknown = sorted(set(options) - OPTIONS)
+    if unknown:
+        raise RegexError(f"unsupported $options flag: {unknown[0]!r} (supported: i, m, s, x)")
+    scope = _Scope(multiline="m" in options, extended="x" in options)
+    stack: list[_Scope] = []
+    flags = "".join(sorted(set(options) - {"x"}))
+    out = [f"(?{flags})" if flags else ""]
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if pattern.startswith("\\Q", i):  # quoted literal text, up to \E (or the end)
+            close = pattern.find("\\E", i + 2)
+            stop = n if close < 0 else close + 2
+            out.append(pattern[i:stop])
+            i = stop
+        elif c == "\\":
+            out.append(_END if pattern.startswith("Z", i + 1) else pattern[i : i + 2])
+            i += 2
+        elif c == "[":
+            stop = _class_end(pattern, i)
+            out.append(pattern[i:stop])
+            i = stop
+        elif pattern.startswith("(?#", i):
+            close = pattern.find(")", i)
+            if close < 0:
+                raise RegexError("missing ) after a (?# comment")
+            i = close + 1
+        elif c == "(" and (group := _FLAG_GROUP.match(pattern, i)):
+            text, after = _flag_group(group, scope)
+            if group.group(3) == ":":
+                stack.append(scope)
+            scope = after
+            out.append(text)
+            i = group.end()
+        elif c == "(":
+            stack.append(scope)
+            out.append(c)
+            i += 1
+        elif c == ")":
+            scope = stack.pop() if stack else scope  # unbalanced: RE2 reports it
+            out.append(c)
+            i += 1
+        elif scope.extended and c in _WHITESPACE:
+            i += 1
+        elif scope.extended and c == "#":
+            close = pattern.find("\n", i)
+            i = n if close < 0 else close + 1
+        elif c == "$" and not scope.multiline:
+            out.append(_END)
+            i += 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def compile_regex(pattern: str, options: str, *, max_length: int, max_program: int) -> Regex:
+    if len(pattern) > max_length:
+        raise RegexError(f"pattern longer than {max_length} characters")
+    translated = translate(pattern, options)
+    try:
+        compiled = re2.compile(translated, _RE2_OPTIONS)
+    except re2.error as e:
+        detail = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        if detail.startswith(_PERL_ONLY):
+            detail += f" ({_UNSUPPORTED})"
+        raise RegexError(detail) from None
+    except UnicodeError:
+        raise RegexError("the pattern is not valid Unicode") from None
+    finally:
+        # re2 keeps the last 128 compiled patterns, each with up to `max_mem` of automaton: drop them,
+        # so only the patterns of finds in progress hold memory (compiling again costs microseconds).
+        re2.purge()
+    if compiled.programsize > max_program:
+        raise RegexError(
+            f"pattern too complex: its program has {compiled.programsize} instructions, at most "
+            f"{max_program} are allowed"
+        )
+    return Regex(pattern, compiled.programsize, _searcher(compiled))
