@@ -206,7 +206,9 @@ class ScanCache:
             response.release()
 
     def _apply(self, event: dict[str, Any]) -> None:
-        kind, obj = event["type"], event["object"]
+        kind, obj = event.get("type"), event.get("object")
+        if kind is None or not isinstance(obj, dict):  # a bare Status: the API server is restarting
+            raise ApiException(status=event.get("code"), reason=event.get("message") or "not a watch event")
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise Gone(obj.get("message"))

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import make_mocked_request
+from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import BaseModel, ValidationError
 
 from api_shim import auth, models
@@ -138,6 +139,10 @@ async def test_watch_events_update_the_cache() -> None:
     assert cache.get("c") is None and cache.rescan_ids("a") == ["b"] and cache.resource_version == "10"
     with pytest.raises(Gone):
         cache._apply({"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}})
+    # A restarting API server may answer a watch with a bare Status: a reconnect, not a KeyError.
+    with pytest.raises(ApiException) as unavailable:
+        cache._apply({"kind": "Status", "code": 503, "message": "the server is shutting down"})
+    assert unavailable.value.status == 503 and cache.resource_version == "10"
 
 
 def test_cli_makes_tokens_and_prints_the_openapi_document(
