@@ -139,7 +139,7 @@ async def test_a_shim_killed_amid_launches_leaves_no_debris_and_no_scan_without_
     operator(**JANITOR, **waiting, SKYSCAN_EVENT_GRACE_SECONDS=str(EVENT_GRACE))
     token_file = tmp_path / "tokens.json"
     headers = {"Authorization": f"Bearer {make_token(token_file, 'chaos', ['user'])}"}
-    rounds, per_round = 5, 50
+    rounds, per_round = 10, 50  # as the issue asks: 50 concurrent POSTs, the shim SIGKILLed, 10 times
     rng = random.Random(20261123)
     acknowledged: list[str] = []
     for _ in range(rounds):
