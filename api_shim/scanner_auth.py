@@ -18,9 +18,11 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 from kubernetes_asyncio import client
 
 from api_shim import auth, oidc
+from api_shim.errors import ApiError
 from skyscan import names
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
@@ -36,7 +38,10 @@ class ClusterIssuer(oidc.Issuer):
 
     async def _get_json(self, url: str) -> Any:
         self.fetches += 1
-        return await get_json(self._api, urlsplit(url).path)
+        try:
+            return await get_json(self._api, urlsplit(url).path)
+        except aiohttp.ClientError as e:  # the API server away: keep the keys known so far
+            raise OSError(f"{url}: {e!r}") from e
 
 
 async def get_json(api: client.ApiClient, path: str) -> Any:
@@ -86,10 +91,15 @@ class ScannerTokens:
         return self._verifier
 
     async def authenticate(self, token: str) -> auth.Identity | None:
+        if token.count(".") != 2:  # not a JWT: not a scanner's token
+            return None
         try:
             verifier = await self.verifier()
-        except (ValueError, KeyError, OSError) as e:  # the API server away: no scanner can be vouched for
-            oidc.log.warning("the cluster's service-account issuer is not reachable: %s", e)
-            return None
+        except (ValueError, KeyError, OSError, aiohttp.ClientError) as e:
+            # The API server is away: the token may well be good, so say "try again", not "invalid".
+            oidc.log.warning("the cluster's service-account issuer is not reachable: %r", e)
+            raise ApiError(
+                503, "authentication unavailable", "The cluster's token issuer cannot be reached; retry."
+            ) from e
         claims = await verifier.claims(token)
         return scanner_identity(claims, self._namespace, self._account) if claims else None

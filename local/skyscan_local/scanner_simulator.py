@@ -536,13 +536,20 @@ class PodPlayer:
                 }
             }
             content_type = "application/merge-patch+json"
-        try:
-            await self.core.patch_namespaced_pod(
-                name, self.settings.namespace, patch, _content_type=content_type
-            )
-        except ApiException as e:
-            if e.status not in (404, 422):  # gone already, or the hold already lifted
-                raise
+        for delay in (0.5, 1, 2, 4, 8, 8, 8, 8, 8, 8):  # the API server may be restarting: a minute
+            try:
+                await self.core.patch_namespaced_pod(
+                    name, self.settings.namespace, patch, _content_type=content_type
+                )
+                return
+            except ApiException as e:
+                if e.status in (404, 422):  # gone already, or the hold already lifted
+                    return
+                if e.status < 500:
+                    raise
+            except (OSError, TimeoutError, aiohttp.ClientError) as e:
+                log.warning("pod %s: cannot end it yet (%r); retrying in %ss", name, e, delay)
+            await asyncio.sleep(delay)
 
 
 async def serve(settings: ScannerSimSettings) -> None:
