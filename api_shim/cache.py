@@ -22,8 +22,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from api_shim import view
-from skyscan import kube, model
+from skyscan import kube, manifest, model
 from skyscan.status import ScanRecord, resource_version
 
 log = logging.getLogger(__name__)
@@ -83,7 +82,7 @@ class ScanCache:
             if held is not None and held[0] is obj:
                 yield held[1]
                 continue
-            document = view.manifest(obj)
+            document = manifest.of(obj)
             if self._scans.get(name) is obj:
                 documents[name] = (obj, document)
             yield document

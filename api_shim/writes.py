@@ -23,7 +23,7 @@ from api_shim import models, view
 from api_shim.errors import ApiError, bad_request
 from api_shim.launch import Launch
 from api_shim.store import Change, Obj, ScanStore, now
-from skyscan import model, payloads
+from skyscan import manifest, model, payloads
 from skyscan.state import NOT_YET_REQUESTED
 from skyscan.status import ScanRecord
 
@@ -173,7 +173,7 @@ class ScanWrites:
             record = ScanRecord(scan)
             change: dict[str, Any] = {}
             if body.event_metadata:
-                stored = view.event_metadata(scan)
+                stored = manifest.event_metadata(scan)
                 if stored is None:
                     change["event_metadata"] = body.event_metadata.model_dump()
                 elif stored != body.event_metadata.model_dump():

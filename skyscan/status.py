@@ -33,6 +33,25 @@ def resource_version(obj: Obj) -> int:
         return 0
 
 
+# The metadata a Scan's readers use; the rest (managedFields above all) is dropped from what is kept.
+KEPT_METADATA = (
+    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+    "annotations", "labels", "finalizers",
+)  # fmt: skip
+
+
+def compact(obj: Obj) -> dict[str, Any]:
+    """The parts of a Scan object its readers need: what a cache keeps and the archive stores."""
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj.get("apiVersion", model.API_VERSION),
+        "kind": obj.get("kind", model.KIND),
+        "metadata": {k: meta[k] for k in KEPT_METADATA if k in meta},
+        "spec": obj.get("spec") or {},
+        **({"status": obj["status"]} if obj.get("status") else {}),
+    }
+
+
 def holds_workflow(workflow: model.WorkflowStatus) -> bool:
     """A live workflow, or one that may exist (requested, answer not recorded)."""
     if workflow.id:

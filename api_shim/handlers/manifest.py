@@ -8,19 +8,20 @@ from api_shim import models, view
 from api_shim.auth import SYSTEM
 from api_shim.errors import ApiError, not_found
 from api_shim.plumbing import IDENTITY, SHIM, ok, parse_body, query_bool, scan_for
+from skyscan import manifest
 
 
 async def get_manifest(request: web.Request) -> web.Response:
     scan = scan_for(request, include_deleted=query_bool(request, "include_deleted"))
     fields = view.pipe_projection(request.query.get("projection"))
-    manifest = view.project(view.manifest(scan), fields)
+    doc = view.project(manifest.of(scan), fields)
     # The scanner (system role) reads its event through the deprecated field, as with the reference.
     if SYSTEM in request[IDENTITY].roles and (fields is None or "event_live_json_dict" in fields):
         event = await request.app[SHIM].event(scan["spec"]["sensorEventId"])
         if event is None:
             raise not_found("sensor event")
-        manifest["event_live_json_dict"] = event
-    return ok(manifest)
+        doc["event_live_json_dict"] = event
+    return ok(doc)
 
 
 async def patch_manifest(request: web.Request) -> web.Response:
@@ -34,4 +35,4 @@ async def patch_manifest(request: web.Request) -> web.Response:
             f"'{field}' is {size} bytes as JSON; at most {models.MANIFEST_FIELD_MAX_BYTES} bytes are stored "
             "(see the README).",
         )
-    return ok(view.manifest(await request.app[SHIM].writes.update_manifest(name, body)))
+    return ok(manifest.of(await request.app[SHIM].writes.update_manifest(name, body)))

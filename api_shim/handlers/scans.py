@@ -11,6 +11,7 @@ from api_shim.errors import not_found
 from api_shim.launch import Defaults, normalise
 from api_shim.plumbing import SHIM, Shim, ok, parse_body, query_bool, scan_for
 from api_shim.settings import ShimSettings
+from skyscan import manifest
 
 
 def _defaults(s: ShimSettings) -> Defaults:
@@ -24,7 +25,7 @@ def _defaults(s: ShimSettings) -> Defaults:
 
 
 def _projected(scan: dict[str, Any], projection: str | list[str]) -> dict[str, Any]:
-    return view.project(view.manifest(scan), view.body_projection(projection))
+    return view.project(manifest.of(scan), view.body_projection(projection))
 
 
 def _logs_url(shim: Shim, scan: dict[str, Any]) -> str | None:
@@ -56,7 +57,7 @@ async def rescan(request: web.Request) -> web.Response:
 
 async def get_scan(request: web.Request) -> web.Response:
     scan = scan_for(request, include_deleted=query_bool(request, "include_deleted"))
-    return ok({"manifest": view.manifest(scan), "result": await request.app[SHIM].result(scan)})
+    return ok({"manifest": manifest.of(scan), "result": await request.app[SHIM].result(scan)})
 
 
 async def delete_scan(request: web.Request) -> web.Response:

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from api_shim import models, view
 from api_shim.plumbing import SHIM, ok, parse_body, scan_for
+from skyscan import manifest
 from skyscan.status import ScanRecord
 
 
@@ -24,7 +25,7 @@ async def set_workflow_id(request: web.Request) -> web.Response:
     body = await parse_body(request, models.WorkflowIdBody)
     name = view.scan_id(scan_for(request))
     scan = await request.app[SHIM].writes.set_workflow_id(name, body.workflow_id, body.wms_address)
-    return ok(view.manifest(scan))
+    return ok(manifest.of(scan))
 
 
 async def get_workforce(request: web.Request) -> web.Response:

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from api_shim import view
 from api_shim.cache import ScanCache
 from api_shim.filters import parse_filter
 from api_shim.handlers import find
+from skyscan import manifest
 from tests.unit.test_shim_view import SCAN
 
 
@@ -38,7 +38,7 @@ async def test_documents_are_built_once_per_version(cache: ScanCache) -> None:
     first = scan("a", 1)
     cache.observe(first)
     (document,) = cache.find_documents()
-    assert document == view.manifest(first)
+    assert document == manifest.of(first)
     assert next(cache.find_documents()) is document  # kept
     cache.observe(scan("b", 2))
     snapshot = cache.find_documents()

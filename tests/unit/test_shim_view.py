@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from api_shim import view
-from skyscan import names
+from skyscan import manifest, names
 from skyscan.patch import merge_patch
 from skyscan.status import ScanRecord
 
@@ -47,13 +47,13 @@ def with_status(**status: Any) -> dict[str, Any]:
 
 
 def test_new_scan_manifest() -> None:
-    m = view.manifest(SCAN)
+    m = manifest.of(SCAN)
     assert m["timestamp"] == m["last_updated"] == 1700000000.25
     assert m["wms_workflow_id"] == "not-yet-requested" and m["wms_address"] is None
     assert m["scanner_server_args"].split("--nsides ")[1].startswith("8:0 64:12 512:24 ")
     assert "--simulated-event" in m["scanner_server_args"]
     assert m["scanner_server_args"].endswith("--predictive-scanning-threshold 1.0 ")
-    assert tuple(m) == view.MANIFEST_FIELDS
+    assert tuple(m) == manifest.MANIFEST_FIELDS
 
 
 def test_timestamp_falls_back_to_creation_time() -> None:
@@ -71,7 +71,7 @@ def test_status_fields_and_rescan_classifiers() -> None:
         lastUpdated=1700000001.0,
     )
     scan["spec"].update(rescanOf="origin", replacedBy="next", deleted=True)
-    m = view.manifest(scan)
+    m = manifest.of(scan)
     assert m["wms_workflow_id"] == "wf1" and m["wms_address"] == "https://wms"
     assert m["event_metadata"] == {
         "run_id": 1,
@@ -111,7 +111,7 @@ def test_state(status: dict[str, Any], state: str) -> None:
 
 
 def test_projections() -> None:
-    m = view.manifest(SCAN)
+    m = manifest.of(SCAN)
     assert view.project(m, view.pipe_projection("scan_id|priority|nope")) == {
         "scan_id": m["scan_id"],
         "priority": 4,
