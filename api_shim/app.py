@@ -18,7 +18,17 @@ from aiohttp import web
 from api_shim import auth, oidc, openapi
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, error_middleware
-from api_shim.plumbing import IDENTITY, ROUTE_TABLE, SHIM, Handler, Route, Shim, body_flag, query_bool
+from api_shim.plumbing import (
+    FOUND,
+    IDENTITY,
+    ROUTE_TABLE,
+    SHIM,
+    Handler,
+    Route,
+    Shim,
+    body_flag,
+    query_bool,
+)
 from api_shim.routes import ROUTES
 from api_shim.scanner_auth import ScannerTokens
 from api_shim.settings import ShimSettings
@@ -26,6 +36,7 @@ from api_shim.store import ScanStore
 from api_shim.tags import TagCatalog
 from api_shim.writes import ScanWrites
 from skyscan import kube
+from skyscan.archive import Archive
 from skyscan.status import ScanRecord
 
 AUTHENTICATORS = web.AppKey("authenticators", list[auth.Authenticator])
@@ -75,8 +86,11 @@ def _confine(request: web.Request, scan_id: str) -> None:
 
 async def _maybe_redirect(request: web.Request, route: Route) -> None:
     old = request.match_info["scan_id"]
-    scan = request.app[SHIM].cache.get(old)
-    new = scan and scan["spec"].get("replacedBy")
+    scan = await request.app[SHIM].lookup(old)
+    if scan is None:
+        return
+    request[FOUND] = scan  # the handler reads the same copy (one archive query per request)
+    new = scan["spec"].get("replacedBy")
     if not new:
         return
     if query_bool(request, "no_redirect") or (
@@ -141,16 +155,20 @@ async def create_app(
         await cache.start()
         await asyncio.wait_for(cache.synced.wait(), timeout=60)
         store = ScanStore(api, settings.namespace, cache, settings.write_timeout)
+        archive = None if settings.archive_dsn is None else await Archive.connect(settings.archive_dsn)
         app[SHIM] = Shim(
             settings=settings,
             api=api,
             cache=cache,
             store=store,
-            writes=ScanWrites(api, store, settings.add_workers_timeout),
+            writes=ScanWrites(api, store, settings.add_workers_timeout, archive),
             tags=TagCatalog(settings.tag_catalog_dir, settings.tags),
+            archive=archive,
         )
         yield
         await cache.stop()
+        if archive is not None:
+            await archive.close()
         await api.close()
 
     app.cleanup_ctx.append(kubernetes)

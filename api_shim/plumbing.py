@@ -3,6 +3,8 @@ request parsing (JSON bodies, query booleans, the scan named in the path) and an
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -22,11 +24,27 @@ from api_shim.store import ScanStore
 from api_shim.tags import TagCatalog
 from api_shim.writes import ScanWrites
 from skyscan import payloads
+from skyscan.archive import Archive
 from skyscan.status import ScanRecord
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
 IDENTITY = web.RequestKey("identity", Identity)
+FOUND = web.RequestKey("found", dict[str, Any])  # the scan named in the path, once read from the archive
+INLINE_DECODE_BYTES = 64 * 1024  # a larger archived payload is unpacked in a thread
+
+
+async def unpacked(data: bytes) -> Any:
+    """An archived payload (gzip JSON, as `skyscan.payloads` stores it), parsed."""
+
+    def unpack() -> Any:
+        return json.loads(gzip.decompress(data))
+
+    return unpack() if len(data) <= INLINE_DECODE_BYTES else await asyncio.to_thread(unpack)
+
+
+def archived(scan: dict[str, Any]) -> bool:
+    return ScanRecord(scan).archived_at is not None
 
 
 @dataclass
@@ -39,29 +57,72 @@ class Shim:
     store: ScanStore
     writes: ScanWrites
     tags: TagCatalog
+    archive: Archive | None = None  # finished scans moved out of the cluster; None: live-only
     events: OrderedDict[str, Any] = field(default_factory=OrderedDict)  # immutable, so cacheable
 
     @property
     def namespace(self) -> str:
         return self.settings.namespace
 
-    async def event(self, sensor_event_id: str) -> Any | None:
+    async def lookup(self, scan_id: str) -> dict[str, Any] | None:
+        """The scan, live or archived. The cache is read first, then the archive: the operator commits
+        the archived copy before it deletes the Scan, and the cache drops a Scan only on seeing that
+        deletion, so a scan archived between the two reads is still found in the second."""
+        scan = self.cache.get(scan_id)
+        if scan is None and self.archive is not None:
+            scan = await self.archive.get(self.namespace, scan_id)
+        return scan
+
+    async def rescan_ids(self, scan_id: str) -> list[str]:
+        """Every scan whose rescanOf chain leads to `scan_id`, in either store, in id (= creation)
+        order. Live descendants come transitively from the cache; the archive answers one generation
+        per query, so each round follows the archived children found by the previous one."""
+        found: set[str] = set()
+        frontier = [scan_id]
+        while frontier:
+            live = {child for parent in frontier for child in self.cache.rescan_ids(parent)}
+            gone: set[str] = set()
+            if self.archive is not None:
+                gone = set(await self.archive.rescans_of(self.namespace, [*frontier, *sorted(live)]))
+            frontier = sorted(gone - found - live)
+            found |= live | gone
+        return sorted(found)
+
+    async def event(self, scan: dict[str, Any]) -> Any | None:
+        """A scan's sensor event: from its ConfigMap, or from the archive (first, for an archived scan;
+        else only when the ConfigMap is gone, as it is once every scan using it is archived)."""
+        sensor_event_id = scan["spec"]["sensorEventId"]
         if sensor_event_id in self.events:
             self.events.move_to_end(sensor_event_id)
             return self.events[sensor_event_id]
-        payload = await payloads.read_event(self.api, self.namespace, sensor_event_id)
+        payload = None
+        if archived(scan):
+            payload = await self._archived_event(sensor_event_id)
+        if payload is None:
+            payload = await payloads.read_event(self.api, self.namespace, sensor_event_id)
+        if payload is None and not archived(scan):
+            payload = await self._archived_event(sensor_event_id)
         if payload is not None:
             self.events[sensor_event_id] = payload
             while len(self.events) > 16:
                 self.events.popitem(last=False)
         return payload
 
+    async def _archived_event(self, sensor_event_id: str) -> Any | None:
+        data = None if self.archive is None else await self.archive.event(sensor_event_id)
+        return None if data is None else await unpacked(data)
+
     async def result(self, scan: dict[str, Any]) -> dict[str, Any]:
         """The REST result of a scan: its stored payload, or {} when there is none."""
         record = ScanRecord(scan)
         if not record.has_result:
             return {}
-        payload = await payloads.read_result(self.api, self.namespace, record.name)
+        payload = None
+        if not archived(scan):
+            payload = await payloads.read_result(self.api, self.namespace, record.name)
+        if payload is None and self.archive is not None:  # archived, maybe since the scan was read
+            data = await self.archive.result(self.namespace, record.name)
+            payload = None if data is None else await unpacked(data)
         if payload is None:
             return {}
         return {"scan_id": record.name, "scan_result": payload, "is_final": record.has_final_result}
@@ -135,10 +196,28 @@ def body_flag(raw: bytes, name: str) -> bool:
     return isinstance(body, dict) and body.get(name) is True
 
 
-def scan_for(request: web.Request, *, include_deleted: bool = True) -> dict[str, Any]:
-    scan = request.app[SHIM].cache.get(request.match_info["scan_id"])
+async def scan_for(request: web.Request, *, include_deleted: bool = True) -> dict[str, Any]:
+    """The scan named in the path, live or archived (looked up once per request)."""
+    scan = request.get(FOUND) or await request.app[SHIM].lookup(request.match_info["scan_id"])
     if scan is None or (view.is_deleted(scan) and not include_deleted):
         raise not_found()
+    request[FOUND] = scan
+    return scan
+
+
+def refuse_archived(scan: dict[str, Any]) -> None:
+    """A write that only a running scan can take."""
+    if archived(scan):
+        raise bad_request(
+            "scan is archived",
+            f"Scan {view.scan_id(scan)} is finished and archived; only reads, rescan and delete apply.",
+        )
+
+
+async def live_scan_for(request: web.Request) -> dict[str, Any]:
+    """The scan named in the path, for writes that only a live scan takes (400 if it is archived)."""
+    scan = await scan_for(request)
+    refuse_archived(scan)
     return scan
 
 

@@ -76,6 +76,10 @@ class ShimSettings(BaseSettings):
     write_timeout: float = Field(default=10.0, description="Seconds per API-server write before 503.")
     watch_timeout: int = Field(default=300, description="Server-side timeout of one watch request.")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="Largest accepted request body.")
+    archive_dsn: str | None = Field(
+        default=None,
+        description="PostgreSQL DSN of the archive of finished scans (as the operator's); unset: live only.",
+    )
     presign_key_file: Path | None = Field(
         default=None,
         description="Key file of the workers' presigned startup.json URLs (the operator's); unset: all 403.",

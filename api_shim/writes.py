@@ -20,10 +20,11 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from api_shim import models, view
-from api_shim.errors import ApiError, bad_request
+from api_shim.errors import ApiError, bad_request, not_found
 from api_shim.launch import Launch
 from api_shim.store import Change, Obj, ScanStore, now
 from skyscan import manifest, model, payloads
+from skyscan.archive import Archive
 from skyscan.state import NOT_YET_REQUESTED
 from skyscan.status import ScanRecord
 
@@ -44,12 +45,25 @@ def _touched() -> dict[str, Any]:
     return model.ScanStatus(last_updated=now()).to_patch()
 
 
+def marked(scan: Obj, spec: dict[str, Any], at: float) -> Obj:
+    """An archived scan with `spec` merged in and its manifest change recorded (pure)."""
+    status = {**(scan.get("status") or {}), **model.ScanStatus(last_updated=at).to_patch()}
+    return {**scan, "spec": {**scan["spec"], **spec}, "status": status}
+
+
 class ScanWrites:
     """The shim's write sequences, over the Scan store and the payload objects."""
 
-    def __init__(self, api: client.ApiClient, store: ScanStore, add_workers_timeout: float) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        store: ScanStore,
+        add_workers_timeout: float,
+        archive: Archive | None = None,
+    ) -> None:
         self.api = api
         self.store = store
+        self.archive = archive
         self.cache = store.cache
         self.namespace = store.namespace
         self._add_workers_timeout = add_workers_timeout
@@ -66,7 +80,9 @@ class ScanWrites:
             sensor_event_id = uuid.uuid4().hex
         else:
             sensor_event_id = launch.sensor_event_id or ""
-            if not await payloads.event_exists(self.api, self.namespace, sensor_event_id):
+            if not await payloads.event_exists(self.api, self.namespace, sensor_event_id) and (
+                self.archive is None or await self.archive.event(sensor_event_id) is None
+            ):  # an archived event is stored again for this scan by `_attach_event`
                 raise bad_request(
                     "sensor event not found", f"No stored sensor event has id {sensor_event_id!r}."
                 )
@@ -96,32 +112,79 @@ class ScanWrites:
                 marks["deleted"] = True
             if replace_scan:
                 marks["replacedBy"] = view.scan_id(new)
-            await self.store.merge(origin_id, Change(spec=marks, status=_touched()))
+            await self._mark(original, marks)
         return new
 
     async def _attach_event(self, scan: Obj) -> None:
-        """Make the new scan an owner of its event; if the event vanished meanwhile, undo the scan."""
+        """Make the new scan an owner of its event; if the event is gone from the cluster, store it again
+        from the archive (an event whose every scan is archived lives only there); failing that, undo
+        the scan."""
         try:
             await payloads.add_event_owner(self.api, self.namespace, scan["spec"]["sensorEventId"], scan)
+            return
         except ApiException as e:
             if e.status != 404:
                 raise
+        try:
+            restored = await self._restore_event(scan)
+        except Exception:
+            with contextlib.suppress(Exception):  # should this fail too, the operator fails the scan
+                await self.store.delete(view.scan_id(scan))
+            self.cache.forget(scan)
+            raise
+        if not restored:
             await self.store.delete(view.scan_id(scan))
             self.cache.forget(scan)
-            raise bad_request("sensor event not found", "The sensor event was deleted meanwhile.") from None
+            raise bad_request("sensor event not found", "The sensor event was deleted meanwhile.")
 
-    async def delete(self, name: str, *, delete_completed_scan: bool) -> Obj:
-        """Mark the scan deleted (the operator aborts it); a completed scan only when told to.
+    async def _restore_event(self, scan: Obj) -> bool:
+        """Store the archived event again, owned by `scan`; False when the archive does not have it."""
+        sensor_event_id = scan["spec"]["sensorEventId"]
+        data = None if self.archive is None else await self.archive.event(sensor_event_id)
+        if data is None:
+            return False
+        try:
+            await payloads.create_event(self.api, self.namespace, sensor_event_id, data, owners=[scan])
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            # Stored meanwhile by a concurrent rescan: join its owners.
+            await payloads.add_event_owner(self.api, self.namespace, sensor_event_id, scan)
+        return True
+
+    async def delete(self, scan: Obj, *, delete_completed_scan: bool) -> Obj:
+        """Mark the scan deleted (the operator aborts a live one); a completed scan only when told to.
 
         The flag and lastUpdated are set with no precondition (no one else writes them, and their value
         does not depend on the stored one), so concurrent deletes never conflict. As with the reference,
         the completed-scan check reads the scan as it is now (the cache), not atomically with the write.
         """
-        scan = self.cache.get(name) or await self.store.read(name)
+        name = view.scan_id(scan)
+        if ScanRecord(scan).archived_at is None:
+            scan = self.cache.get(name) or scan
         if view.has_final_result(scan) and not delete_completed_scan:
             raise bad_request("Attempted to delete a completed scan (must use `delete_completed_scan=True`)")
-        change = Change(spec=None if view.is_deleted(scan) else {"deleted": True}, status=_touched())
-        return await self.store.merge(name, change)
+        return await self._mark(scan, {} if view.is_deleted(scan) else {"deleted": True})
+
+    async def _mark(self, scan: Obj, spec: dict[str, Any]) -> Obj:
+        """Merge `spec` into the scan and record the manifest change, live or archived. A live Scan
+        archived meanwhile (404) is marked in the archive: the operator deletes a Scan only under a
+        resourceVersion precondition, so a mark that reached the live Scan is in its archived copy."""
+        name = view.scan_id(scan)
+        if ScanRecord(scan).archived_at is None:
+            try:
+                return await self.store.merge(name, Change(spec=spec or None, status=_touched()))
+            except ApiError as e:
+                if e.status != 404 or self.archive is None:
+                    raise
+            found = await self.archive.get(self.namespace, name)
+            if found is None:
+                raise not_found()
+            scan = found
+        assert self.archive is not None  # an archived scan comes from the archive
+        updated = marked(scan, spec, now())
+        await self.archive.replace(self.namespace, updated, manifest.of(updated))
+        return updated
 
     async def add_workers(self, name: str, location: str, n_workers: int) -> model.WorkerRequestOutcome:
         """Ask the operator for workers through `spec.workerRequests`; wait for its recorded outcome."""

@@ -7,17 +7,17 @@ from aiohttp import web
 from api_shim import models, view
 from api_shim.auth import SYSTEM
 from api_shim.errors import ApiError, not_found
-from api_shim.plumbing import IDENTITY, SHIM, ok, parse_body, query_bool, scan_for
+from api_shim.plumbing import IDENTITY, SHIM, live_scan_for, ok, parse_body, query_bool, scan_for
 from skyscan import manifest
 
 
 async def get_manifest(request: web.Request) -> web.Response:
-    scan = scan_for(request, include_deleted=query_bool(request, "include_deleted"))
+    scan = await scan_for(request, include_deleted=query_bool(request, "include_deleted"))
     fields = view.pipe_projection(request.query.get("projection"))
     doc = view.project(manifest.of(scan), fields)
     # The scanner (system role) reads its event through the deprecated field, as with the reference.
     if SYSTEM in request[IDENTITY].roles and (fields is None or "event_live_json_dict" in fields):
-        event = await request.app[SHIM].event(scan["spec"]["sensorEventId"])
+        event = await request.app[SHIM].event(scan)
         if event is None:
             raise not_found("sensor event")
         doc["event_live_json_dict"] = event
@@ -26,7 +26,7 @@ async def get_manifest(request: web.Request) -> web.Response:
 
 async def patch_manifest(request: web.Request) -> web.Response:
     body = await parse_body(request, models.PatchManifestBody)
-    name = view.scan_id(scan_for(request))
+    name = view.scan_id(await live_scan_for(request))
     if oversized := body.oversized():
         field, size = oversized
         raise ApiError(

@@ -6,28 +6,29 @@ from aiohttp import web
 
 from api_shim import models, view
 from api_shim.errors import bad_request, not_found
-from api_shim.plumbing import SHIM, ok, parse_body, query_bool, scan_for
+from api_shim.plumbing import SHIM, ok, parse_body, query_bool, refuse_archived, scan_for
 
 
 async def get_sensor_event(request: web.Request) -> web.Response:
-    scan = scan_for(request)
-    event = await request.app[SHIM].event(scan["spec"]["sensorEventId"])
+    scan = await scan_for(request)
+    event = await request.app[SHIM].event(scan)
     if event is None:
         raise not_found("sensor event")
     return ok({"sensor_event": event})
 
 
 async def get_result(request: web.Request) -> web.Response:
-    scan = scan_for(request, include_deleted=query_bool(request, "include_deleted"))
+    scan = await scan_for(request, include_deleted=query_bool(request, "include_deleted"))
     return ok(await request.app[SHIM].result(scan))
 
 
 async def put_result(request: web.Request) -> web.Response:
     shim = request.app[SHIM]
     body = await parse_body(request, models.PutResultBody)
-    scan = shim.cache.get(request.match_info["scan_id"])
+    scan = await shim.lookup(request.match_info["scan_id"])
     if scan is None:
         raise bad_request("unknown scan", "A result can only be stored for an existing scan.")
+    refuse_archived(scan)
     if not body.scan_result:
         return ok({})
     await shim.writes.store_result(scan, body.scan_result, body.is_final)

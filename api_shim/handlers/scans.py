@@ -41,38 +41,38 @@ async def launch_scan(request: web.Request) -> web.Response:
 
 
 async def get_scan_request(request: web.Request) -> web.Response:
-    scan = request.app[SHIM].cache.get(request.match_info["scan_id"])
+    shim = request.app[SHIM]
+    scan = await shim.lookup(request.match_info["scan_id"])
     if scan is None:
         raise not_found("scan request")
-    return ok(view.scan_request(scan, request.app[SHIM].cache.rescan_ids(view.scan_id(scan))))
+    return ok(view.scan_request(scan, await shim.rescan_ids(view.scan_id(scan))))
 
 
 async def rescan(request: web.Request) -> web.Response:
     body = await parse_body(request, models.RescanBody)
     new = await request.app[SHIM].writes.rescan(
-        scan_for(request), abort_first=body.abort_first, replace_scan=body.replace_scan
+        await scan_for(request), abort_first=body.abort_first, replace_scan=body.replace_scan
     )
     return ok(_projected(new, body.manifest_projection))
 
 
 async def get_scan(request: web.Request) -> web.Response:
-    scan = scan_for(request, include_deleted=query_bool(request, "include_deleted"))
+    scan = await scan_for(request, include_deleted=query_bool(request, "include_deleted"))
     return ok({"manifest": manifest.of(scan), "result": await request.app[SHIM].result(scan)})
 
 
 async def delete_scan(request: web.Request) -> web.Response:
     shim = request.app[SHIM]
     body = await parse_body(request, models.DeleteBody)
-    name = view.scan_id(scan_for(request))
-    scan = await shim.writes.delete(name, delete_completed_scan=body.delete_completed_scan)
+    scan = await shim.writes.delete(await scan_for(request), delete_completed_scan=body.delete_completed_scan)
     return ok({"manifest": _projected(scan, body.manifest_projection), "result": await shim.result(scan)})
 
 
 async def get_status(request: web.Request) -> web.Response:
-    scan = scan_for(request)
+    scan = await scan_for(request)
     return ok(view.scan_status(scan, _logs_url(request.app[SHIM], scan)))
 
 
 async def get_logs(request: web.Request) -> web.Response:
-    scan = scan_for(request)
+    scan = await scan_for(request)
     return ok({"scanner_server": {"url": _logs_url(request.app[SHIM], scan)}})

@@ -7,8 +7,8 @@ import time
 
 from aiohttp import web
 
-from api_shim.errors import ApiError, not_found
-from api_shim.plumbing import SHIM, ok
+from api_shim.errors import ApiError
+from api_shim.plumbing import SHIM, live_scan_for, ok
 from skyscan import payloads, presign
 
 
@@ -18,9 +18,7 @@ def forbidden(reason: str, message: str) -> ApiError:
 
 async def put_startup(request: web.Request) -> web.Response:
     shim = request.app[SHIM]
-    scan = shim.cache.get(request.match_info["scan_id"])
-    if scan is None:
-        raise not_found()
+    scan = await live_scan_for(request)
     raw = await request.read()
     await shim.writes.store_startup(scan, raw)
     return ok({"scan_id": scan["metadata"]["name"], "size": len(raw)})

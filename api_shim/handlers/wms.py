@@ -5,32 +5,32 @@ from __future__ import annotations
 from aiohttp import web
 
 from api_shim import models, view
-from api_shim.plumbing import SHIM, ok, parse_body, scan_for
+from api_shim.plumbing import SHIM, live_scan_for, ok, parse_body, scan_for
 from skyscan import manifest
 from skyscan.status import ScanRecord
 
 
 async def add_workers(request: web.Request) -> web.Response:
     body = await parse_body(request, models.AddWorkersBody)
-    name = view.scan_id(scan_for(request))
+    name = view.scan_id(await live_scan_for(request))
     outcome = await request.app[SHIM].writes.add_workers(name, body.cluster_location, body.n_workers)
     return ok({"taskforce_uuid": outcome.taskforce_uuid, "n_workers": outcome.n_workers})
 
 
 async def get_workflow_id(request: web.Request) -> web.Response:
-    return ok(view.workflow_id_view(scan_for(request)))
+    return ok(view.workflow_id_view(await scan_for(request)))
 
 
 async def set_workflow_id(request: web.Request) -> web.Response:
     body = await parse_body(request, models.WorkflowIdBody)
-    name = view.scan_id(scan_for(request))
+    name = view.scan_id(await live_scan_for(request))
     scan = await request.app[SHIM].writes.set_workflow_id(name, body.workflow_id, body.wms_address)
     return ok(manifest.of(scan))
 
 
 async def get_workforce(request: web.Request) -> web.Response:
-    return ok(view.workforce(scan_for(request)))
+    return ok(view.workforce(await scan_for(request)))
 
 
 async def get_taskforces(request: web.Request) -> web.Response:
-    return ok({"taskforces": ScanRecord(scan_for(request)).taskforces})
+    return ok({"taskforces": ScanRecord(await scan_for(request)).taskforces})
