@@ -194,6 +194,13 @@ class ScanRecord:
     def last_updated(self) -> float:
         return float(self._st.get("lastUpdated") or 0.0)
 
+    @property
+    def archived_at(self) -> float | None:
+        """When the scan moved to the archive (Unix seconds); None for a live scan. Only copies read
+        back from the archive carry it: the API server never stores it."""
+        stamp = self._st.get("archivedAt")
+        return float(stamp) if stamp is not None else None
+
     # --- derived
     @property
     def rest_workflow_id(self) -> str:

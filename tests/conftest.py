@@ -1,7 +1,10 @@
-"""Shared fixtures: one real cluster per test session, a fresh namespace per test.
+"""Shared fixtures: one real cluster and one real PostgreSQL per test session; a fresh namespace and
+a fresh archive database per test.
 
 `SKYSCAN_TEST_KUBECONFIG` points the suite at any existing cluster (kind, a real one); otherwise
 the local control plane is started from the cached binaries and torn down at the end.
+`SKYSCAN_TEST_ARCHIVE_DSN` (a login that may create databases) points it at an existing PostgreSQL;
+otherwise a local server is started (skyscan_local.postgres) and removed at the end.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +23,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import install, kube
+from skyscan.archive import Archive
 from skyscan_local import control_plane as localcluster
+from skyscan_local import postgres
 from tests.helpers import eventually
 
 
@@ -65,3 +72,44 @@ async def namespace(api: client.ApiClient) -> AsyncIterator[str]:
     except ApiException as e:
         if e.status != 404:
             raise
+
+
+@dataclass(frozen=True)
+class ArchiveServer:
+    admin_dsn: str  # may create and drop databases
+    local: postgres.Server | None
+
+
+@pytest.fixture(scope="session")
+def archive_server() -> Iterator[ArchiveServer]:
+    external = os.environ.get("SKYSCAN_TEST_ARCHIVE_DSN")
+    if external:
+        yield ArchiveServer(admin_dsn=external, local=None)
+        return
+    # Not under pytest's temporary directory: that is closed to the `postgres` user the server runs
+    # as when the suite runs as root.
+    root = Path(tempfile.mkdtemp(prefix="skyscan-test-postgres-"))
+    try:
+        server = postgres.start(root, durable=False, tie_to_parent=True)
+        yield ArchiveServer(admin_dsn=server.dsn(), local=server)
+    finally:
+        postgres.stop(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+async def archive_dsn(archive_server: ArchiveServer) -> AsyncIterator[str]:
+    """The DSN of a fresh, empty database (no schema yet), dropped after the test."""
+    name = f"t_{secrets.token_hex(6)}"
+    yield await postgres.create_database(archive_server.admin_dsn, name)
+    await postgres.drop_database(archive_server.admin_dsn, name)
+
+
+@pytest.fixture
+async def archive(archive_dsn: str) -> AsyncIterator[Archive]:
+    """An Archive connected to a fresh database (migrated)."""
+    connected = await Archive.connect(archive_dsn)
+    try:
+        yield connected
+    finally:
+        await connected.close()

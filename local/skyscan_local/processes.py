@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -63,10 +64,12 @@ def spawn(
     *,
     env: Mapping[str, str] | None = None,
     tie_to_parent: bool = False,
+    user: pwd.struct_passwd | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start `argv` in a session of its own, so that it outlives the command that started it and a
     Ctrl-C there does not reach it. Output goes to `log`, emptied first: readiness checks and error
-    messages read this run's output only. `env` is added to the inherited environment."""
+    messages read this run's output only. `env` is added to the inherited environment. With `user`
+    (we are root), it runs as that user, from `/` (our working directory may be closed to it)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
         return subprocess.Popen(
@@ -76,7 +79,11 @@ def spawn(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=die_with_parent if tie_to_parent else None,
+            preexec_fn=die_with_parent if tie_to_parent else None,  # runs after the user switch
+            user=user.pw_uid if user else None,
+            group=user.pw_gid if user else None,
+            extra_groups=[] if user else None,
+            cwd="/" if user else None,
         )
 
 
@@ -92,14 +99,14 @@ def _reap(pid: int, block: bool) -> None:
         os.waitpid(pid, 0 if block else os.WNOHANG)
 
 
-def stop(procs: Iterable[Recorded], timeout: float = 15.0) -> None:
-    """SIGTERM every recorded process that still runs, all at once so they shut down in parallel
-    (pass them newest first); SIGKILL whichever still runs `timeout` seconds later. A pid that runs
-    something else now is left alone."""
+def stop(procs: Iterable[Recorded], timeout: float = 15.0, sig: signal.Signals = signal.SIGTERM) -> None:
+    """Send `sig` (SIGTERM) to every recorded process that still runs, all at once so they shut down in
+    parallel (pass them newest first); SIGKILL whichever still runs `timeout` seconds later. A pid that
+    runs something else now is left alone."""
     recorded = list(procs)
     running = [p for p in recorded if p.alive()]
     for p in running:
-        _signal(p, signal.SIGTERM)
+        _signal(p, sig)
     deadline = time.monotonic() + timeout
     for p in running:
         while p.alive() and time.monotonic() < deadline:
