@@ -91,6 +91,12 @@ async def _read(api: client.ApiClient, namespace: str, name: str) -> Any | None:
 
 async def _read_raw(api: client.ApiClient, namespace: str, name: str) -> bytes | None:
     """The stored JSON bytes (uncompressed, not parsed), or None when there is no such object."""
+    data = await stored(api, namespace, name)
+    return None if data is None else await asyncio.to_thread(gzip.decompress, data)
+
+
+async def stored(api: client.ApiClient, namespace: str, name: str) -> bytes | None:
+    """A payload's bytes exactly as stored (gzip), or None when there is no such object."""
     response = await client.CoreV1Api(api).read_namespaced_config_map(name, namespace, _preload_content=False)
     if response.status == 404:
         response.release()
@@ -101,8 +107,7 @@ async def _read_raw(api: client.ApiClient, namespace: str, name: str) -> bytes |
     body = await response.read()
 
     def unpack() -> bytes:
-        raw = (json.loads(body).get("binaryData") or {})[DATA_KEY]
-        return gzip.decompress(base64.b64decode(raw))
+        return base64.b64decode((json.loads(body).get("binaryData") or {})[DATA_KEY])
 
     return await asyncio.to_thread(unpack)
 

@@ -30,6 +30,7 @@ from skyscan import kube, model, payloads
 from skyscan.status import ScanRecord
 from skyscan_operator import backlog, janitor, planner
 from skyscan_operator.apply import Applier, is_api_outage
+from skyscan_operator.archiver import Archiver
 from skyscan_operator.events import EventPoster
 from skyscan_operator.planner import Admission, Observed, ScanView, WorkflowView
 from skyscan_operator.settings import OperatorSettings
@@ -52,6 +53,7 @@ class Controller:
         self.wms: WMSClient | None = None
         self.events: EventPoster | None = None
         self.applier: Applier | None = None
+        self.archiver: Archiver | None = None  # with an archive DSN
         self._invalid: set[tuple[Key, str]] = set()
         self.wms_poll_error: str | None = None  # why the last batched WMS poll failed, if it did
         self.started_at = 0.0
@@ -73,6 +75,8 @@ class Controller:
         self.events = EventPoster(self._api)
         self.events.start()
         self.applier = Applier(self._api, self.wms, self.store, self.events, s, self.clock)
+        if s.archive_dsn:
+            self.archiver = Archiver(self._api, s, self.clock)
         for i in range(s.workers):
             self._tasks.append(asyncio.create_task(self._work(), name=f"skyscan-worker-{i}"))
         self._tasks.append(
@@ -87,6 +91,9 @@ class Controller:
         self._tasks.append(
             asyncio.create_task(self._every(s.janitor_interval_seconds, self.sweep_payloads), name="janitor")
         )
+        if self.archiver:
+            archiving = self._every(s.archive_interval_seconds, self.archiver.tick)
+            self._tasks.append(asyncio.create_task(archiving, name="archiver"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -96,6 +103,8 @@ class Controller:
             await self.events.stop()
         if self.wms:
             await self.wms.aclose()
+        if self.archiver:
+            await self.archiver.close()
         if self._api:
             await self._api.close()
 
@@ -105,7 +114,11 @@ class Controller:
         if event_type == "DELETED":
             self.store.drop_scan(key)
             self.queue.forget(key)
+            if self.archiver:
+                self.archiver.forget(key)
             return
+        if self.archiver:
+            self.archiver.observe(key, body)
         if self.store.put_scan(body):
             self.queue.add(key)
 

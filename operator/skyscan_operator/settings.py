@@ -107,6 +107,21 @@ class OperatorSettings(BaseSettings):
         description="A payload without an owner this old is deleted (or adopted by the Scans naming it).",
     )
 
+    # --- archive ---
+    archive_dsn: str | None = Field(
+        default=None,
+        description="PostgreSQL DSN of the archive (the shim's too); unset: finished scans stay.",
+    )
+    archive_retention_seconds: float = Field(
+        default=604800.0,
+        ge=0,
+        description="A finished scan moves to the archive this long after it finished (default 7 days).",
+    )
+    archive_interval_seconds: float = Field(
+        default=30.0, gt=0, description="How often scans due for the archive are moved."
+    )
+    archive_batch: int = Field(default=200, ge=1, description="At most this many scans moved per interval.")
+
     # --- WMS ---
     wms_address: str | None = Field(
         default=None, description="EWMS base URL (serves /v1 and /v1/mqs). Unset: no WMS; scans stay queued."

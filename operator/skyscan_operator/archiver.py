@@ -1,0 +1,171 @@
+"""Archiving: a finished scan, once its retention period has passed, moves to PostgreSQL and leaves the
+cluster, so etcd and both processes hold the living only.
+
+A move is idempotent and crash-safe by its order: read the Scan and its payloads; write them to the
+archive in one transaction (a newer copy replaces an older one); post an `Archived` Event; delete
+the Scan only if it has not changed since it was read (uid and resourceVersion preconditions). A crash
+before the commit leaves the scan live, due again after a restart; a crash after it leaves both
+copies, and the next attempt stores the same (or a newer) copy again and then deletes. The payload
+ConfigMaps go with the Scan through their ownerReferences (a shared event stays until its last
+owner goes). Readers look in the cluster first and then in the archive, so a scan is never missing.
+
+Which scans are due is kept in `ArchiveQueue`: one (due time, key) entry per finished scan, fed by
+watch events, so a tick pops the due ones and never looks at the others.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from skyscan import conditions as cond
+from skyscan import kube, manifest, names, payloads
+from skyscan.archive import Archive, ArchivedScan
+from skyscan.status import ScanRecord, compact
+from skyscan_operator.events import event_body
+from skyscan_operator.settings import OperatorSettings
+
+log = logging.getLogger(__name__)
+Key = tuple[str, str]  # (namespace, scan id)
+RETRY_SECONDS = 60.0  # after a move failed (archive or API server away)
+
+
+def finished_at(record: ScanRecord) -> float:
+    """When a terminal scan last changed: its latest condition transition, status write, or creation."""
+    times = [cond.epoch(c.get("lastTransitionTime")) or 0.0 for c in record.conditions]
+    return max([record.created_at, record.last_updated, *times])
+
+
+class ArchiveQueue:
+    """Due times of finished scans; a rescheduled or forgotten key leaves a stale heap entry behind,
+    skipped when popped."""
+
+    def __init__(self) -> None:
+        self._due: dict[Key, float] = {}
+        self._heap: list[tuple[float, Key]] = []
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def schedule(self, key: Key, due: float) -> None:
+        if self._due.get(key) != due:
+            self._due[key] = due
+            heapq.heappush(self._heap, (due, key))
+
+    def forget(self, key: Key) -> None:
+        self._due.pop(key, None)
+
+    def pop_due(self, now: float, limit: int) -> list[Key]:
+        due: list[Key] = []
+        while self._heap and self._heap[0][0] <= now and len(due) < limit:
+            at, key = heapq.heappop(self._heap)
+            if self._due.get(key) == at:
+                del self._due[key]
+                due.append(key)
+        return due
+
+
+class Archiver:
+    def __init__(self, api: client.ApiClient, settings: OperatorSettings, clock: Callable[[], float]) -> None:
+        assert settings.archive_dsn is not None
+        self._api, self._settings, self._clock = api, settings, clock
+        self._objs = client.CustomObjectsApi(api)
+        self._archive: Archive | None = None
+        self.queue = ArchiveQueue()
+        self.moved = 0
+
+    def observe(self, key: Key, body: dict[str, Any]) -> None:
+        """Fed every Scan version: a finished scan is due its retention period after it finished."""
+        record = ScanRecord(body)
+        if record.is_terminal:
+            self.queue.schedule(key, finished_at(record) + self._settings.archive_retention_seconds)
+        else:
+            self.queue.forget(key)
+
+    def forget(self, key: Key) -> None:
+        self.queue.forget(key)
+
+    async def close(self) -> None:
+        if self._archive is not None:
+            await self._archive.close()
+
+    async def tick(self) -> None:
+        """Move the scans now due, at most `archive_batch` of them."""
+        now = self._clock()
+        for key in self.queue.pop_due(now, self._settings.archive_batch):
+            try:
+                await self.move(key)
+            except Exception as e:  # the archive or the API server away: the scan stays live, retried
+                log.warning("archiving %s/%s failed (%r); retrying in %gs", *key, e, RETRY_SECONDS)
+                self.queue.schedule(key, now + RETRY_SECONDS)
+
+    async def _connected(self) -> Archive:
+        if self._archive is None:
+            assert self._settings.archive_dsn is not None
+            self._archive = await Archive.connect(self._settings.archive_dsn)
+        return self._archive
+
+    async def move(self, key: Key) -> None:
+        namespace, name = key
+        try:
+            obj: dict[str, Any] = await self._objs.get_namespaced_custom_object(
+                **kube.SCAN_RESOURCE, namespace=namespace, name=name
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        record = ScanRecord(obj)
+        if not record.is_terminal:
+            return  # a watch event schedules it again once it ends
+        due = finished_at(record) + self._settings.archive_retention_seconds
+        if due > self._clock():
+            self.queue.schedule(key, due)
+            return
+        event_id = str(obj["spec"].get("sensorEventId") or "")
+        event = await payloads.stored(self._api, namespace, names.event_object_name(event_id))
+        archive = await self._connected()
+        if event is None:
+            event = await archive.event(event_id)
+        if event is None:  # nothing to keep it with: it stays live, visibly
+            await self._post(obj, "Warning", "ArchiveSkipped", f"sensor event {event_id!r} is missing")
+            return
+        result = (
+            await payloads.stored(self._api, namespace, names.result_object_name(name))
+            if record.has_result
+            else None
+        )
+        now = self._clock()
+        await archive.put(ArchivedScan(compact(obj), manifest.of(obj), event, result, now))
+        await self._post(
+            obj, "Normal", "Archived", "moved to the archive; REST reads and finds still serve it"
+        )
+        unchanged = {k: obj["metadata"][k] for k in ("uid", "resourceVersion")}
+        try:
+            await self._objs.delete_namespaced_custom_object(
+                **kube.SCAN_RESOURCE, namespace=namespace, name=name,
+                body={"preconditions": unchanged, "propagationPolicy": "Background"},
+            )  # fmt: skip
+        except ApiException as e:
+            if e.status == 404:
+                return
+            if e.status != 409:
+                raise
+            self.queue.schedule(key, now)  # changed since it was read: store the newer copy, then delete
+            return
+        self.moved += 1
+        log.info("archived %s/%s", namespace, name)
+
+    async def _post(self, scan: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Posted before the Scan goes (an Event about a deleted object is still listed), awaited so it
+        exists when the move is done; a failure only logs."""
+        body = event_body(scan, type_, reason, message, self._clock())
+        try:
+            await client.CoreV1Api(self._api).create_namespaced_event(scan["metadata"]["namespace"], body)
+        except (ApiException, OSError) as e:
+            log.warning("could not post event %s for %s: %s", reason, scan["metadata"]["name"], e)
