@@ -13,6 +13,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import asyncpg
 from aiohttp import web
 
 from api_shim import auth, oidc, openapi
@@ -54,6 +55,15 @@ def redirect_location(request: web.Request, old: str, new: str) -> str:
 
 def guard(route: Route) -> Handler:
     async def guarded(request: web.Request) -> web.StreamResponse:
+        try:
+            return await checked(request)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError) as e:  # a timeout or a lost connection
+            log.warning("archive unavailable on %s %s: %r", request.method, request.path, e)
+            raise ApiError(
+                503, "archive unavailable", f"The archive of finished scans did not answer: {e}"
+            ) from None
+
+    async def checked(request: web.Request) -> web.StreamResponse:
         if route.roles is not None:
             identity = await auth.identify(request.app[AUTHENTICATORS], request.headers.get("Authorization"))
             if identity is None:

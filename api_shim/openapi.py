@@ -26,7 +26,7 @@ _ERROR_TEXT = {
     413: "A payload does not fit even compressed, or a request, progress or metadata is over its limit.",
     422: "The request is well-formed but the scan's state disallows the action.",
     500: "Internal or upstream (WMS) failure.",
-    503: "The Kubernetes API server is unavailable; nothing was written.",
+    503: "The Kubernetes API server (or the archive of finished scans) is unavailable; nothing was written.",
     504: "The operator did not answer in time.",
 }
 
