@@ -43,6 +43,7 @@ class FindLimits:
     max_regex_length: int = 1_000  # characters per pattern
     max_regex_program: int = 1_000  # instructions of one compiled pattern (bounds one search)
     max_work: int = 2_000_000  # documents examined x cost per document
+    max_archived: int = 100_000  # archived scans a find may examine (the candidates its SQL selects)
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _scalar_key(value: Any) -> tuple[str, Any] | None:
+def scalar_key(value: Any) -> tuple[str, Any] | None:
     """A hashable key that two scalars share exactly when `_same` holds; None for arrays/objects."""
     if value is None:
         return ("null", None)
@@ -148,7 +149,7 @@ _ORDER: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
-def _is_operator_doc(cond: Any) -> bool:
+def is_operator_doc(cond: Any) -> bool:
     return isinstance(cond, Mapping) and bool(cond) and all(str(k).startswith("$") for k in cond)
 
 
@@ -231,18 +232,18 @@ class _Compiler:
         others: list[Any] = []
         regexes: list[Regex] = []
         for a in arg:
-            if _is_operator_doc(a):
+            if is_operator_doc(a):
                 if "$regex" not in a or set(a) - {"$regex", "$options"}:
                     raise FilterError(f"{op} takes values and {{$regex, $options}} objects")
                 regexes.append(self.regex(a["$regex"], a.get("$options", "")))
-            elif (key := _scalar_key(a)) is not None:
+            elif (key := scalar_key(a)) is not None:
                 keys.add(key)
             else:
                 self.cost += _size(a)
                 others.append(a)
 
         def test(c: Any) -> bool:
-            key = _scalar_key(c)
+            key = scalar_key(c)
             if key is not None and key in keys:
                 return True
             if isinstance(c, str) and any(r.search(c) for r in regexes):
@@ -285,7 +286,7 @@ class _Compiler:
                 raise FilterError("$all needs an array")
             parts = [
                 self.elem_match(a["$elemMatch"])
-                if _is_operator_doc(a) and "$elemMatch" in a
+                if is_operator_doc(a) and "$elemMatch" in a
                 else self.equals(a)
                 for a in arg
             ]
@@ -299,7 +300,7 @@ class _Compiler:
         if op == "$not":
             if isinstance(arg, str):
                 inner = self.operator("$regex", arg, {})
-            elif _is_operator_doc(arg):
+            elif is_operator_doc(arg):
                 inner = self.condition(arg)
             else:
                 raise FilterError("$not needs an operator expression or a regex")
@@ -310,7 +311,7 @@ class _Compiler:
         if not isinstance(arg, Mapping):
             raise FilterError("$elemMatch needs an object")
         test: Predicate
-        if _is_operator_doc(arg):
+        if is_operator_doc(arg):
             cond = self.condition(arg)
             test = lambda item: cond([item])  # noqa: E731
         else:
@@ -318,7 +319,7 @@ class _Compiler:
         return lambda values: any(isinstance(v, list) and any(test(item) for item in v) for v in values)
 
     def condition(self, cond: Any) -> Test:
-        if not _is_operator_doc(cond):
+        if not is_operator_doc(cond):
             if isinstance(cond, Mapping) and any(str(k).startswith("$") for k in cond):
                 raise FilterError("cannot mix operators and fields in one condition")
             return self.equals(cond)

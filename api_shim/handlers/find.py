@@ -7,6 +7,11 @@ manifests in slices of `SLICE_SECONDS`, yielding to the loop between slices; the
 in chunks, yielding likewise, and written as the client drains it; and at most `CONCURRENT_FINDS`
 finds match or encode at a time per shim (others wait their turn), so any other request waits at
 most that many slices per turn of the event loop.
+
+A find that names a run id, an event id or a classifier value (`api_shim.narrowing`) matches only the
+scans the cache's `FindIndex` lists for it. With an archive, the archived candidates its SQL selects
+(`api_shim.archive_find`) are tested by the same compiled filter and merged in after the live matches
+(read first), in scan id order, a scan in both stores once, as it is live.
 """
 
 from __future__ import annotations
@@ -21,13 +26,15 @@ from operator import itemgetter
 from typing import Any
 from weakref import WeakKeyDictionary
 
+import asyncpg
 from aiohttp import web
 
-from api_shim import models, view
+from api_shim import archive_find, find_index, models, narrowing, view
 from api_shim.cache import ScanCache
 from api_shim.errors import bad_request
-from api_shim.filters import FilterError, FindLimits, Predicate, parse_filter
+from api_shim.filters import Filter, FilterError, FindLimits, Predicate, parse_filter
 from api_shim.plumbing import SHIM, ok, parse_body
+from skyscan.archive import Archive
 
 LIMITS = FindLimits()
 SLICE_SECONDS = 0.0005  # matching or writing between two yields to the event loop
@@ -35,6 +42,8 @@ CONCURRENT_FINDS = 2  # per shim; each adds at most one slice to each turn of th
 WRITE_CHUNK = 32  # manifests encoded at once (32 full manifests are ~0.3 ms of JSON)
 PART_BYTES = 64 << 10  # the answer is written in parts of about this size
 SORT_RUN = 1024  # manifests sorted at once (sorting 50,000 out-of-order ids in one go takes ~50 ms)
+ARCHIVE_BATCH = 64  # archived manifests fetched (and decoded) at once: about a slice of work
+NARROW = "Narrow the filter: name a run or event id, a classifier value, or a time range."
 _SCAN_ID = itemgetter("scan_id")
 _turns: WeakKeyDictionary[ScanCache, asyncio.Semaphore] = WeakKeyDictionary()
 
@@ -58,12 +67,23 @@ class _Slice:
             self._until = time.perf_counter() + SLICE_SECONDS
 
 
-async def select(cache: ScanCache, matches: Predicate) -> Iterator[dict[str, Any]]:
-    """The manifests of the cached Scans that `matches` accepts, in scan id order."""
+def candidates(cache: ScanCache, query: dict[str, Any]) -> set[str] | None:
+    """The cached scans that can match `query` by its conditions on indexed paths; None: any can."""
+    found: set[str] | None = None
+    for lookup in narrowing.lookups(query, find_index.indexed):
+        names = cache.find_index.names(lookup.path, lookup.values)
+        found = names if found is None else found & names
+    return found
+
+
+async def select(
+    cache: ScanCache, matches: Predicate, names: set[str] | None = None
+) -> Iterator[dict[str, Any]]:
+    """The manifests of the cached Scans (of `names`, or all) that `matches` accepts, in scan id order."""
     found: list[dict[str, Any]] = []
     clock = time.perf_counter
     until = clock() + SLICE_SECONDS
-    for document in cache.find_documents():
+    for document in cache.find_documents(names):
         if matches(document):
             found.append(document)
         if clock() >= until:  # the hot loop: `_Slice.end_if_due` inlined
@@ -76,6 +96,55 @@ async def select(cache: ScanCache, matches: Predicate) -> Iterator[dict[str, Any
     if all(_SCAN_ID(a[-1]) <= _SCAN_ID(b[0]) for a, b in itertools.pairwise(runs)):
         return itertools.chain.from_iterable(runs)  # the usual case: the cache holds Scans in id order
     return heapq.merge(*runs, key=_SCAN_ID)  # lazily, as the answer is written
+
+
+async def select_archived(
+    archive: Archive, namespace: str, query: dict[str, Any], compiled: Filter, live: ScanCache, examined: int
+) -> list[dict[str, Any]]:
+    """The archived manifests `compiled` accepts among the candidates the archive selects for `query`,
+    in scan id order, leaving out scans that are live now (the live copy wins). Refused (400) when the
+    candidates are more than `LIMITS.max_archived`, or with the `examined` live ones beyond the work
+    budget, or when the archive's statement timeout ends a query."""
+    where, params = archive_find.translate(query, first_param=2)
+    count, candidates_sql = archive_find.queries(where.text, len(params) + 2)
+    found: list[dict[str, Any]] = []
+    try:
+        async with (
+            archive.pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            archived = await conn.fetchval(count, namespace, *params, LIMITS.max_archived + 1)
+            if archived > LIMITS.max_archived:
+                raise bad_request(
+                    f"filter too broad: it selects more than {LIMITS.max_archived} archived scans", NARROW
+                )
+            if compiled.cost * (examined + archived) > LIMITS.max_work:
+                raise bad_request(
+                    f"filter too costly: {compiled.cost} per scan * {examined + archived} scans (live and "
+                    f"archived) exceeds the work budget of {LIMITS.max_work}",
+                    NARROW,
+                )
+            cursor = await conn.cursor(candidates_sql, namespace, *params)
+            turn = _Slice()
+            while rows := await cursor.fetch(ARCHIVE_BATCH):
+                for (document,) in rows:
+                    if compiled.matches(document) and live.get(document["scan_id"]) is None:
+                        found.append(document)
+                await turn.end_if_due()
+    except asyncpg.QueryCanceledError:
+        raise bad_request(
+            "filter too slow over the archive: its statement timeout ended the query", NARROW
+        ) from None
+    return found
+
+
+def merge(live: Iterator[dict[str, Any]], archived: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Both in scan id order; a scan in both (archived while the find ran) once, as it is live."""
+    last = None
+    for document in heapq.merge(live, archived, key=_SCAN_ID):  # equal ids: the live one first
+        if document["scan_id"] != last:
+            last = document["scan_id"]
+            yield document
 
 
 async def encode_manifests(found: Iterator[dict[str, Any]], fields: Iterable[str]) -> list[bytes]:
@@ -130,8 +199,10 @@ async def find_scans(request: web.Request) -> web.StreamResponse:
         compiled = parse_filter(query, LIMITS)
     except FilterError as e:
         raise bad_request(f"invalid filter: {e}") from None
-    cache = request.app[SHIM].cache
-    examined = len(cache)
+    shim = request.app[SHIM]
+    cache = shim.cache
+    names = candidates(cache, query)
+    examined = len(cache) if names is None else len(names)
     if compiled.cost * examined > LIMITS.max_work:
         raise bad_request(
             f"filter too costly: {compiled.cost} per scan * {examined} scans exceeds the work budget of "
@@ -139,7 +210,12 @@ async def find_scans(request: web.Request) -> web.StreamResponse:
             "Simplify the filter (fewer conditions, $in over values, fewer or simpler $regex patterns).",
         )
     async with _turn(cache):  # the CPU work; a client reading slowly does not hold a turn
-        parts = await encode_manifests(await select(cache, compiled.matches), fields)
+        live = await select(cache, compiled.matches, names)
+    archived: list[dict[str, Any]] = []
+    if shim.archive is not None:  # after the live snapshot: a scan leaves it only once archived
+        archived = await select_archived(shim.archive, shim.namespace, query, compiled, cache, examined)
+    async with _turn(cache):
+        parts = await encode_manifests(merge(live, archived), fields)
     return await send(request, parts)
 
 

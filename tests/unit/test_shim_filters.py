@@ -19,66 +19,67 @@ DOC = {
 }
 
 
-@pytest.mark.parametrize(
-    ("query", "matches"),
-    [
-        ({}, True),
-        ({"scan_id": "abc"}, True),
-        ({"scan_id": "abd"}, False),
-        ({"event_metadata.run_id": 123, "event_metadata.is_real_event": True}, True),
-        ({"event_metadata.is_real_event": 1}, False),  # booleans are not numbers
-        ({"classifiers.tags": "a"}, True),  # array membership
-        ({"classifiers.tags": ["a", "b"]}, True),  # whole array
-        ({"classifiers.tags": ["b", "a"]}, False),
-        ({"items.k": 2}, True),  # across arrays of objects
-        ({"items.1.v": "y"}, True),  # array index
-        ({"classifiers": {"origin": "alert", "tags": ["a", "b"], "n": 3}}, True),
-        ({"classifiers": {"origin": "alert"}}, False),  # whole-object equality
-        ({"progress": None}, True),
-        ({"missing": None}, True),  # null matches a missing field
-        ({"priority": {"$eq": 5}}, True),
-        ({"priority": {"$ne": 5}}, False),
-        ({"priority": {"$gt": 4, "$lt": 6}}, True),
-        ({"priority": {"$gte": 5, "$lte": 5}}, True),
-        ({"priority": {"$gt": "4"}}, False),  # no ordering across types
-        ({"scan_id": {"$lt": "abd"}}, True),
-        ({"priority": {"$in": [1, 5]}}, True),
-        ({"priority": {"$nin": [1, 5]}}, False),
-        ({"classifiers.tags": {"$in": ["z", "b"]}}, True),
-        ({"scan_id": {"$in": [{"$regex": "^a"}]}}, True),
-        ({"progress": {"$exists": True}}, True),
-        ({"missing": {"$exists": False}}, True),
-        ({"classifiers.origin": {"$regex": "^AL", "$options": "i"}}, True),
-        ({"classifiers.origin": {"$regex": "^AL"}}, False),
-        ({"classifiers.origin": {"$not": {"$regex": "^al"}}}, False),
-        ({"priority": {"$not": {"$gt": 9}}}, True),
-        ({"classifiers.tags": {"$all": ["b", "a"]}}, True),
-        ({"classifiers.tags": {"$all": ["a", "c"]}}, False),
-        ({"classifiers.tags": {"$size": 2}}, True),
-        ({"items": {"$elemMatch": {"k": 2, "v": "y"}}}, True),
-        ({"items": {"$elemMatch": {"k": 2, "v": "x"}}}, False),
-        ({"classifiers.tags": {"$elemMatch": {"$in": ["b"]}}}, True),
-        ({"$and": [{"priority": 5}, {"scan_id": "abc"}]}, True),
-        ({"$or": [{"priority": 1}, {"scan_id": "abc"}]}, True),
-        ({"$nor": [{"priority": 1}, {"scan_id": "abc"}]}, False),
-        ({"$or": [{"priority": 1}], "scan_id": "abc"}, False),
-        # $in by hashing keeps `_same`'s types apart: booleans are not numbers, 5 == 5.0
-        ({"priority": {"$in": [True, "5"]}}, False),
-        ({"priority": {"$in": [5.0]}}, True),
-        ({"event_metadata.is_real_event": {"$in": [1]}}, False),
-        ({"event_metadata.is_real_event": {"$in": [True]}}, True),
-        ({"missing": {"$in": [None]}}, True),
-        ({"progress": {"$in": [None]}}, True),
-        ({"classifiers.tags": {"$in": [["a", "b"]]}}, True),  # a whole array
-        ({"items": {"$in": [{"k": 1, "v": "x"}]}}, True),  # an element, by whole-object equality
-        ({"classifiers.tags": {"$nin": ["z", {"$regex": "^b"}]}}, False),
-        ({"classifiers.n": {"$in": [{"$regex": "3"}]}}, False),  # patterns test strings only
-        ({"scan_id": {"$regex": "^ABC$", "$options": "i"}}, True),
-        ({"scan_id": {"$regex": "^ a b c $", "$options": "x"}}, True),
-        ({"classifiers.tags": {"$regex": "^b$"}}, True),  # on array elements
-        ({"scan_id": {"$not": "^x"}}, True),
-    ],
-)
+# (filter, whether it matches DOC); also run over the archive (tests/integration/test_find_archive.py)
+MATCH_CASES: list[tuple[dict[str, Any], bool]] = [
+    ({}, True),
+    ({"scan_id": "abc"}, True),
+    ({"scan_id": "abd"}, False),
+    ({"event_metadata.run_id": 123, "event_metadata.is_real_event": True}, True),
+    ({"event_metadata.is_real_event": 1}, False),  # booleans are not numbers
+    ({"classifiers.tags": "a"}, True),  # array membership
+    ({"classifiers.tags": ["a", "b"]}, True),  # whole array
+    ({"classifiers.tags": ["b", "a"]}, False),
+    ({"items.k": 2}, True),  # across arrays of objects
+    ({"items.1.v": "y"}, True),  # array index
+    ({"classifiers": {"origin": "alert", "tags": ["a", "b"], "n": 3}}, True),
+    ({"classifiers": {"origin": "alert"}}, False),  # whole-object equality
+    ({"progress": None}, True),
+    ({"missing": None}, True),  # null matches a missing field
+    ({"priority": {"$eq": 5}}, True),
+    ({"priority": {"$ne": 5}}, False),
+    ({"priority": {"$gt": 4, "$lt": 6}}, True),
+    ({"priority": {"$gte": 5, "$lte": 5}}, True),
+    ({"priority": {"$gt": "4"}}, False),  # no ordering across types
+    ({"scan_id": {"$lt": "abd"}}, True),
+    ({"priority": {"$in": [1, 5]}}, True),
+    ({"priority": {"$nin": [1, 5]}}, False),
+    ({"classifiers.tags": {"$in": ["z", "b"]}}, True),
+    ({"scan_id": {"$in": [{"$regex": "^a"}]}}, True),
+    ({"progress": {"$exists": True}}, True),
+    ({"missing": {"$exists": False}}, True),
+    ({"classifiers.origin": {"$regex": "^AL", "$options": "i"}}, True),
+    ({"classifiers.origin": {"$regex": "^AL"}}, False),
+    ({"classifiers.origin": {"$not": {"$regex": "^al"}}}, False),
+    ({"priority": {"$not": {"$gt": 9}}}, True),
+    ({"classifiers.tags": {"$all": ["b", "a"]}}, True),
+    ({"classifiers.tags": {"$all": ["a", "c"]}}, False),
+    ({"classifiers.tags": {"$size": 2}}, True),
+    ({"items": {"$elemMatch": {"k": 2, "v": "y"}}}, True),
+    ({"items": {"$elemMatch": {"k": 2, "v": "x"}}}, False),
+    ({"classifiers.tags": {"$elemMatch": {"$in": ["b"]}}}, True),
+    ({"$and": [{"priority": 5}, {"scan_id": "abc"}]}, True),
+    ({"$or": [{"priority": 1}, {"scan_id": "abc"}]}, True),
+    ({"$nor": [{"priority": 1}, {"scan_id": "abc"}]}, False),
+    ({"$or": [{"priority": 1}], "scan_id": "abc"}, False),
+    # $in by hashing keeps `_same`'s types apart: booleans are not numbers, 5 == 5.0
+    ({"priority": {"$in": [True, "5"]}}, False),
+    ({"priority": {"$in": [5.0]}}, True),
+    ({"event_metadata.is_real_event": {"$in": [1]}}, False),
+    ({"event_metadata.is_real_event": {"$in": [True]}}, True),
+    ({"missing": {"$in": [None]}}, True),
+    ({"progress": {"$in": [None]}}, True),
+    ({"classifiers.tags": {"$in": [["a", "b"]]}}, True),  # a whole array
+    ({"items": {"$in": [{"k": 1, "v": "x"}]}}, True),  # an element, by whole-object equality
+    ({"classifiers.tags": {"$nin": ["z", {"$regex": "^b"}]}}, False),
+    ({"classifiers.n": {"$in": [{"$regex": "3"}]}}, False),  # patterns test strings only
+    ({"scan_id": {"$regex": "^ABC$", "$options": "i"}}, True),
+    ({"scan_id": {"$regex": "^ a b c $", "$options": "x"}}, True),
+    ({"classifiers.tags": {"$regex": "^b$"}}, True),  # on array elements
+    ({"scan_id": {"$not": "^x"}}, True),
+]
+
+
+@pytest.mark.parametrize(("query", "matches"), MATCH_CASES)
 def test_matches(query: dict[str, Any], matches: bool) -> None:
     assert compile_filter(query)(DOC) is matches
 

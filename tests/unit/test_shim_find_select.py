@@ -91,3 +91,29 @@ async def test_select_yields_to_the_loop(cache: ScanCache) -> None:
     assert len(found) == sum(1 for i in range(count) if i % 3)
     assert len(gaps) > 10  # it did yield, many times
     assert max(gaps) < 0.05  # generous for a shared machine: a slice is 2 ms
+
+
+async def test_a_narrowed_select_finds_what_the_full_one_finds(cache: ScanCache) -> None:
+    for i in range(60):
+        obj = scan(f"scan-{i:03d}", i + 1, priority=i % 3)
+        obj["spec"]["classifiers"] = {"i": i % 5, "tag": ["x", "y"][i % 2]}
+        obj["status"] = {
+            "eventMetadata": {"runId": i % 4, "eventId": i, "eventType": "t", "mjd": 1.0, "isRealEvent": True}
+        }
+        cache.observe(obj)
+    cache.forget(scan("scan-000", 100))
+    queries: list[dict[str, Any]] = [
+        {"event_metadata.run_id": 1},
+        {"event_metadata.run_id": {"$in": [1, 2.0]}, "classifiers.tag": "x"},
+        {"$and": [{"classifiers.i": 0}, {"event_metadata.event_id": {"$in": [0, 5, 10, 15]}}]},
+        {"classifiers.i": 3, "priority": 0},
+        {"classifiers.i": 99},
+    ]
+    for query in queries:
+        names = find.candidates(cache, query)
+        assert names is not None and len(names) < len(cache)
+        matches = parse_filter(query).matches
+        narrowed = [m["scan_id"] for m in await find.select(cache, matches, names)]
+        assert narrowed == [m["scan_id"] for m in await find.select(cache, matches)], query
+    assert find.candidates(cache, {"priority": 1}) is None
+    assert len(list(await find.select(cache, parse_filter({"event_metadata.run_id": 0}).matches))) == 14

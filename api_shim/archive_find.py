@@ -1,0 +1,349 @@
+"""The archive's part of `POST /scans/find`: a filter as a SQL condition over the archive's `scans`
+table (`skyscan.archive`, schema v1), which selects the candidates the compiled filter then tests (pure).
+
+The condition is SOUND: it never excludes a row whose manifest the in-memory matcher accepts. What maps
+exactly is translated exactly, on the indexed columns where there is one:
+- `event_metadata.run_id` / `event_id` (bigint columns), `timestamp` (`created_at`), `last_updated`,
+  `is_deleted`, `scan_id`: equality, `$in`, `$nin`, `$ne`, ranges, `$exists`, with the matcher's
+  types (booleans are not numbers, no ordering across types; strings in code point order);
+- `classifiers.<key>`: equality and `$in` of scalars as containment (`@>`, the GIN index), a value or
+  an array holding it, as MongoDB does; `$exists`; `classifiers` as a whole object;
+- `$and`, `$or`, and `$nor`, `$ne`, `$nin`, `$not` over exact parts.
+Other paths get a lax jsonpath over `manifest` (which unwraps arrays as MongoDB's paths do) for equality
+with a scalar, number ranges and `$exists: true`: a superset of the matches, never negated. Anything else
+(`$regex`, `$size`, `$elemMatch`, null equality off the columns, array indexes in paths, numbers
+beyond 2**53 in jsonb, a negation of an inexact part) becomes TRUE: every row stays a candidate.
+
+The translation relies on the columns holding the manifest's values (`skyscan.archive.columns`): a
+run or event id is an integer or absent (NULL), timestamps are numbers, `is_deleted` a boolean.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from api_shim.filters import is_operator_doc, scalar_key
+from api_shim.find_index import CLASSIFIER, EVENT_ID, RUN_ID
+
+BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
+SAFE_NUMBER = 2**53  # below it a number's JSON text orders and equals as the number does (see `_safe`)
+_SQL_ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+
+
+@dataclass(frozen=True)
+class Sql:
+    """A condition; `exact` when it holds for a row exactly when the matcher accepts its manifest
+    (otherwise it holds at least then). It may evaluate to NULL where it does not hold."""
+
+    text: str
+    exact: bool
+
+
+TRUE = Sql("TRUE", True)
+FALSE = Sql("FALSE", True)
+UNTRANSLATED = Sql("TRUE", False)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str  # "bigint", "float8", "boolean" or "text": the manifest's type at the path
+    nullable: bool  # the manifest may lack the value
+
+
+COLUMNS = {
+    RUN_ID: Column("run_id", "bigint", True),
+    EVENT_ID: Column("event_id", "bigint", True),
+    "timestamp": Column("created_at", "float8", False),
+    "last_updated": Column("last_updated", "float8", False),
+    "is_deleted": Column("is_deleted", "boolean", False),
+    "scan_id": Column("scan_id", "text", False),
+}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _safe(value: Any) -> bool:
+    """Whether jsonb compares `value` as the matcher does. jsonb holds a float as its shortest decimal
+    text; below 2**53 no other float or integer lies between a float and that text, above it one can."""
+    if _number(value):
+        return math.isfinite(value) and abs(value) < SAFE_NUMBER
+    if isinstance(value, list):
+        return all(_safe(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(_safe(v) for v in value.values())
+    return True
+
+
+def _and(parts: Sequence[Sql]) -> Sql:
+    texts = [p.text for p in parts if p.text != "TRUE"]
+    exact = all(p.exact for p in parts)
+    if "FALSE" in texts:
+        return Sql("FALSE", exact)
+    if not texts:
+        return Sql("TRUE", exact)
+    return Sql(texts[0] if len(texts) == 1 else " AND ".join(f"({t})" for t in texts), exact)
+
+
+def _or(parts: Sequence[Sql]) -> Sql:
+    texts = [p.text for p in parts if p.text != "FALSE"]
+    exact = all(p.exact for p in parts)
+    if "TRUE" in texts:
+        return Sql("TRUE", exact)
+    if not texts:
+        return Sql("FALSE", exact)
+    return Sql(texts[0] if len(texts) == 1 else " OR ".join(f"({t})" for t in texts), exact)
+
+
+def _not(part: Sql) -> Sql:
+    if not part.exact:
+        return UNTRANSLATED
+    if part.text in ("TRUE", "FALSE"):
+        return FALSE if part.text == "TRUE" else TRUE
+    return Sql(f"({part.text}) IS NOT TRUE", True)  # NULL (no value) counts as not holding
+
+
+def _jsonpath(path: list[str]) -> str:
+    return "$" + "".join("." + json.dumps(key) for key in path)
+
+
+_PARAM = re.compile("\x00([0-9]+)\x00")
+
+
+@dataclass
+class Translation:
+    """The parameters of a condition; each is marked in the text until `translate` numbers those the
+    final text still uses (a part that became TRUE or FALSE drops its own)."""
+
+    params: list[Any] = field(default_factory=list)
+
+    def param(self, value: Any, cast: str) -> str:
+        self.params.append(value)
+        return f"\x00{len(self.params) - 1}\x00::{cast}"
+
+    # ---------------------------------------------------------------------------------- filters
+    def filter(self, query: Mapping[str, Any]) -> Sql:
+        parts: list[Sql] = []
+        for key, cond in query.items():
+            if key == "$and":
+                parts.append(_and([self.filter(q) for q in cond]))
+            elif key == "$or":
+                parts.append(_or([self.filter(q) for q in cond]))
+            elif key == "$nor":
+                parts.append(_not(_or([self.filter(q) for q in cond])))
+            else:
+                parts.append(self.condition(key, cond))
+        return _and(parts)
+
+    def condition(self, path: str, cond: Any) -> Sql:
+        tests = self._tests(path)
+        if not is_operator_doc(cond):
+            return tests.equals(cond)
+        return _and([self.operator(tests, op, arg) for op, arg in cond.items()])
+
+    def operator(self, tests: _Tests, op: str, arg: Any) -> Sql:
+        if op == "$eq":
+            return tests.equals(arg)
+        if op == "$ne":
+            return _not(tests.equals(arg))
+        if op in _SQL_ORDER:
+            return tests.order(op, arg)
+        if op in ("$in", "$nin"):
+            within = _or([UNTRANSLATED if is_operator_doc(a) else tests.equals(a) for a in arg])
+            return within if op == "$in" else _not(within)
+        if op == "$exists":
+            return tests.exists(bool(arg))
+        if op == "$all" and not any(is_operator_doc(a) for a in arg):
+            return _and([tests.equals(a) for a in arg]) if arg else FALSE
+        if op == "$not" and is_operator_doc(arg):
+            return _not(_and([self.operator(tests, o, a) for o, a in arg.items()]))
+        if op == "$options":
+            return TRUE
+        return UNTRANSLATED  # $regex, $size, $elemMatch, $all of $elemMatch, $not of a pattern
+
+    def _tests(self, path: str) -> _Tests:
+        if path in COLUMNS:
+            return _ColumnTests(self, COLUMNS[path])
+        if path == "classifiers":
+            return _ClassifiersTests(self)
+        if path.startswith(CLASSIFIER) and "." not in path[len(CLASSIFIER) :]:
+            return _ClassifierTests(self, path[len(CLASSIFIER) :])
+        return _ManifestTests(self, path.split("."))
+
+
+class _Tests:
+    """The translations of the tests on one path (each kind of path its own subclass)."""
+
+    def __init__(self, sql: Translation) -> None:
+        self.sql = sql
+
+    def equals(self, value: Any) -> Sql:
+        return UNTRANSLATED
+
+    def order(self, op: str, value: Any) -> Sql:
+        return UNTRANSLATED
+
+    def exists(self, present: bool) -> Sql:
+        return UNTRANSLATED
+
+
+class _ColumnTests(_Tests):
+    def __init__(self, sql: Translation, column: Column) -> None:
+        super().__init__(sql)
+        self.column = column
+
+    def _kind(self, value: Any) -> str | None:
+        """The column kind a value of this type can equal or order with."""
+        if isinstance(value, bool):
+            return "boolean"
+        if _number(value):
+            return "number"
+        if isinstance(value, str):
+            return "text"
+        return None
+
+    def equals(self, value: Any) -> Sql:
+        col = self.column
+        if value is None:
+            return Sql(f"{col.name} IS NULL", True) if col.nullable else FALSE
+        kind = self._kind(value)
+        if kind == "number" and col.kind == "bigint":
+            if not (math.isfinite(value) and value == int(value) and BIGINT_MIN <= value <= BIGINT_MAX):
+                return FALSE
+            return Sql(f"{col.name} = {self.sql.param(int(value), 'bigint')}", True)
+        if kind == "number" and col.kind == "float8":
+            if isinstance(value, int) and abs(value) >= SAFE_NUMBER:
+                return UNTRANSLATED  # not one float: compared exactly by Python, rounded by SQL
+            return Sql(f"{col.name} = {self.sql.param(float(value), 'float8')}", True)
+        if kind == col.kind == "boolean":
+            return Sql(col.name if value else f"NOT {col.name}", True)
+        if kind == col.kind == "text":
+            return Sql(f"{col.name} = {self.sql.param(value, 'text')}", True)
+        return FALSE  # another type, an array or an object: never equal to this column's scalar
+
+    def order(self, op: str, value: Any) -> Sql:
+        col, kind = self.column, self._kind(value)
+        if kind == "text" and col.kind == "text":
+            return Sql(f'{col.name} COLLATE "C" {_SQL_ORDER[op]} {self.sql.param(value, "text")}', True)
+        if kind != "number" or col.kind not in ("bigint", "float8"):
+            return FALSE  # no ordering across types
+        if not math.isfinite(value):
+            return UNTRANSLATED
+        if col.kind == "float8":
+            if isinstance(value, int) and abs(value) >= SAFE_NUMBER:
+                return UNTRANSLATED
+            return Sql(f"{col.name} {_SQL_ORDER[op]} {self.sql.param(float(value), 'float8')}", True)
+        return self._integer_order(op, value)
+
+    def _integer_order(self, op: str, value: float) -> Sql:
+        """An integer column against any number: a fraction becomes the integer bound it implies."""
+        col = self.column
+        if value != int(value):
+            op, value = ("$gt", math.floor(value)) if op in ("$gt", "$gte") else ("$lt", math.ceil(value))
+        bound = int(value)
+        below, above = bound < BIGINT_MIN, bound > BIGINT_MAX
+        if below or above:  # every id is on one side of it
+            every = (below and op in ("$gt", "$gte")) or (above and op in ("$lt", "$lte"))
+            return Sql(f"{col.name} IS NOT NULL", True) if every else FALSE
+        return Sql(f"{col.name} {_SQL_ORDER[op]} {self.sql.param(bound, 'bigint')}", True)
+
+    def exists(self, present: bool) -> Sql:
+        if self.column.nullable:
+            return Sql(f"{self.column.name} IS {'NOT ' if present else ''}NULL", True)
+        return TRUE if present else FALSE
+
+
+class _ClassifierTests(_Tests):
+    """`classifiers.<key>`: any JSON value under a key of the `classifiers` object."""
+
+    def __init__(self, sql: Translation, key: str) -> None:
+        super().__init__(sql)
+        self.key = key
+
+    def _contains(self, value: Any) -> str:
+        return f"classifiers @> {self.sql.param({self.key: value}, 'jsonb')}"
+
+    def equals(self, value: Any) -> Sql:
+        if not _safe(value) or scalar_key(value) is None:
+            return UNTRANSLATED  # an array or object: containment is not equality
+        # The value itself or an array holding it (containment does not look into nested arrays,
+        # and neither does the matcher).
+        equal = f"{self._contains(value)} OR {self._contains([value])}"
+        if value is None:  # null also matches a missing key
+            equal += f" OR NOT classifiers ? {self.sql.param(self.key, 'text')}"
+        return Sql(equal, True)
+
+    def order(self, op: str, value: Any) -> Sql:
+        return _ManifestTests(self.sql, ["classifiers", self.key]).order(op, value)
+
+    def exists(self, present: bool) -> Sql:
+        has = f"classifiers ? {self.sql.param(self.key, 'text')}"
+        return Sql(has if present else f"NOT {has}", True)
+
+
+class _ClassifiersTests(_Tests):
+    """`classifiers` itself: always an object."""
+
+    def equals(self, value: Any) -> Sql:
+        if not isinstance(value, Mapping) or not _safe(value):
+            return FALSE if _safe(value) else UNTRANSLATED
+        return Sql(f"classifiers = {self.sql.param(dict(value), 'jsonb')}", True)
+
+    def exists(self, present: bool) -> Sql:
+        return TRUE if present else FALSE
+
+
+class _ManifestTests(_Tests):
+    """Any other path: a lax jsonpath over the manifest (arrays on the way and at the end unwrapped,
+    as the matcher does, and more: nested arrays too), so only a superset of the matches."""
+
+    def __init__(self, sql: Translation, path: list[str]) -> None:
+        super().__init__(sql)
+        self.path = path
+        self.indexes = any(key.isdigit() for key in path)  # an array index, or a key: not translated
+
+    def _exists(self, predicate: str, value: Any = None) -> Sql:
+        jsonpath = self.sql.param(f"lax {_jsonpath(self.path)}{predicate}", "text::jsonpath")
+        variables = self.sql.param({"v": value}, "jsonb")
+        return Sql(f"jsonb_path_exists(manifest, {jsonpath}, {variables}, true)", False)
+
+    def equals(self, value: Any) -> Sql:
+        if self.indexes or value is None or scalar_key(value) is None or not _safe(value):
+            return UNTRANSLATED
+        return self._exists(" ? (@ == $v)", value)
+
+    def order(self, op: str, value: Any) -> Sql:
+        if self.indexes or not _number(value) or not _safe(value):
+            return UNTRANSLATED  # jsonpath orders strings by another rule than code points
+        return self._exists(f" ? (@ {_SQL_ORDER[op]} $v)", value)
+
+    def exists(self, present: bool) -> Sql:
+        return self._exists("") if present and not self.indexes else UNTRANSLATED
+
+
+def translate(query: Mapping[str, Any], first_param: int = 1) -> tuple[Sql, list[Any]]:
+    """The condition for a (checked) filter, and its parameters numbered from `first_param`."""
+    translation = Translation()
+    where = translation.filter(query)
+    used: list[Any] = []
+
+    def number(marker: re.Match[str]) -> str:
+        used.append(translation.params[int(marker[1])])
+        return f"${first_param + len(used) - 1}"
+
+    return Sql(_PARAM.sub(number, where.text), where.exact), used
+
+
+def queries(where: str, first_param: int) -> tuple[str, str]:
+    """(how many candidates, at most a limit given as parameter `first_param`; the candidates'
+    manifests in scan id order), for the candidates of namespace $1."""
+    rows = f"FROM scans WHERE namespace = $1 AND ({where})"
+    count = f"SELECT count(*) FROM (SELECT 1 {rows} LIMIT ${first_param}::bigint) AS candidates"
+    return count, f'SELECT manifest {rows} ORDER BY scan_id COLLATE "C"'
