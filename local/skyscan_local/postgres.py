@@ -12,6 +12,7 @@ server runs as the `postgres` user the package creates, and the directory must b
 from __future__ import annotations
 
 import contextlib
+import grp
 import json
 import os
 import pwd
@@ -19,6 +20,7 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -113,6 +115,22 @@ def _server_user() -> pwd.struct_passwd | None:
         ) from None
 
 
+def _closed_ancestor(path: Path, user: pwd.struct_passwd) -> Path | None:
+    """The first directory on the way to `path` that `user` may not pass through, if any."""
+    groups = {user.pw_gid, *(g.gr_gid for g in grp.getgrall() if user.pw_name in g.gr_mem)}
+    for d in reversed(path.parents):
+        st = d.stat()
+        if st.st_uid == user.pw_uid:
+            allowed = st.st_mode & stat.S_IXUSR
+        elif st.st_gid in groups:
+            allowed = st.st_mode & stat.S_IXGRP
+        else:
+            allowed = st.st_mode & stat.S_IXOTH
+        if not allowed:
+            return d
+    return None
+
+
 def _init(root: Path, bindir: Path, user: pwd.struct_passwd | None, durable: bool) -> None:
     """A new cluster in root/data whose superuser has a generated password (TCP logins need it;
     the unix socket, inside the data directory only its owner may enter, trusts)."""
@@ -190,6 +208,8 @@ def start(
     bindir, user = ensure_bindir(), _server_user()
     root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
+    if user is not None and (closed := _closed_ancestor(root, user)):
+        raise PostgresError(f"user {user.pw_name} cannot reach {root}: {closed} is closed to it")
     _init(root, bindir, user, durable)
     port = processes.pick_port(port)
     argv = _argv(bindir, root / "data", port, durable)

@@ -2,7 +2,8 @@
 
 `up` brings the stack to the requested configuration and is safe to repeat:
   control plane (or the cluster of SKYSCAN_KUBECONFIG) -> Scan CRD -> namespace, scanner token Secret
-  -> WMS simulator -> REST shim -> operator -> scanner simulator (SIMULATE_SCANNER=1 only)
+  -> PostgreSQL archive (or the one of SKYSCAN_LOCAL_ARCHIVE_DSN) -> WMS simulator -> REST shim
+  -> operator -> scanner simulator (SIMULATE_SCANNER=1 only)
 Each component is a background process (new session, log in `.skyscan/logs/`); `.skyscan/stack.json`
 records its pid, command line and configuration. A component already running with the same
 configuration is left alone; one whose configuration changed is restarted. Each must pass its
@@ -11,7 +12,8 @@ The shim and the operator share a generated presign key (`.skyscan/presign.key`,
 workers' presigned startup.json URLs; the WMS simulator's workers fetch through them.
 
 `down` stops exactly the recorded processes (a pid counts only while its command line is still the
-recorded one), then the local control plane if `up` started it.
+recorded one), then PostgreSQL and the local control plane if `up` started them. PostgreSQL's data
+(`.skyscan/postgres`) stays for the next `up`: it holds the archived history.
 
 Every component setting can be overridden from the environment: `up` starts from `LOCAL_DEFAULTS`
 and lets any variable already set in the environment win (see README, "Settings").
@@ -34,6 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from kubernetes_asyncio import client
@@ -43,7 +46,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from skyscan import install, kube
 from skyscan_local import control_plane as localcluster
-from skyscan_local import processes
+from skyscan_local import postgres, processes
 from skyscan_local import scanner_simulator as scanner_sim
 from skyscan_local.processes import tail as tail  # the e2e tests read logs through it
 
@@ -52,8 +55,9 @@ STATE_FILE, ENV_FILE, TOKEN_FILE, PRESIGN_KEY_FILE = "stack.json", "env", "token
 LOCK_FILE = "stack.lock"
 ENV_KEYS = (
     "SKYSCAN_URL", "SKYSCAN_USER_TOKEN", "SKYSCAN_SYSTEM_TOKEN", "SKYSCAN_WMS_URL", "KUBECONFIG",
-    "SKYSCAN_NAMESPACE",
+    "SKYSCAN_NAMESPACE", "SKYSCAN_ARCHIVE_DSN",
 )  # fmt: skip
+ARCHIVE_DATABASE = "skyscan"
 
 # The local configuration of each component (short timers, the local clusters and tag catalog).
 # A variable already set in the environment wins over these.
@@ -107,6 +111,16 @@ class LocalStackSettings(BaseSettings):
         validation_alias="SKYSCAN_NAMESPACE",
         description="Namespace of the Scans (created if missing).",
     )
+    archive_dsn: str | None = Field(
+        default=None,
+        validation_alias="SKYSCAN_LOCAL_ARCHIVE_DSN",
+        description="Use this PostgreSQL database as the archive instead of starting a local server.",
+    )
+    postgres_port: int = Field(
+        default=55432,
+        validation_alias="SKYSCAN_LOCAL_POSTGRES_PORT",
+        description="Preferred port of the local PostgreSQL (a free one when taken; 0: always a free one).",
+    )
     simulate_scanner: bool = Field(
         default=False,
         validation_alias="SIMULATE_SCANNER",
@@ -143,6 +157,10 @@ class LocalStackSettings(BaseSettings):
     @property
     def cluster_dir(self) -> Path:
         return self.dir / "cluster"
+
+    @property
+    def postgres_dir(self) -> Path:
+        return self.dir / "postgres"
 
 
 class StackError(RuntimeError):
@@ -216,7 +234,10 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
     ports, kubeconfig = state["ports"], state["kubeconfig"]
     shim_url = f"http://127.0.0.1:{ports['shim']}"
     wms_url = f"http://127.0.0.1:{ports['wms']}"
-    where = {"SKYSCAN_KUBECONFIG": kubeconfig, "SKYSCAN_NAMESPACE": s.namespace}
+    where = {
+        "SKYSCAN_KUBECONFIG": kubeconfig, "SKYSCAN_NAMESPACE": s.namespace,
+        "SKYSCAN_ARCHIVE_DSN": state["archive_dsn"],
+    }  # fmt: skip
     presign_key = {"SKYSCAN_PRESIGN_KEY_FILE": str(s.dir / PRESIGN_KEY_FILE)}  # the shim's and the operator's
     stack = [
         Component(
@@ -292,6 +313,20 @@ def ensure_cluster(s: LocalStackSettings, state: dict[str, Any]) -> str:
     return localcluster.ensure(s.cluster_dir, tie_to_parent=s.tie_to_parent).kubeconfig
 
 
+def ensure_archive(s: LocalStackSettings, state: dict[str, Any]) -> str:
+    """The archive's DSN: the given one, or database `skyscan` on the local PostgreSQL (started if
+    it is not running; its data is kept across `down` and `up`)."""
+    if s.archive_dsn:
+        state["local_postgres"] = False
+        return s.archive_dsn
+    state["local_postgres"] = True
+    try:
+        server = postgres.ensure(s.postgres_dir, port=s.postgres_port, tie_to_parent=s.tie_to_parent)
+        return asyncio.run(postgres.create_database(server.dsn(), ARCHIVE_DATABASE, exist_ok=True))
+    except postgres.PostgresError as e:
+        raise StackError(str(e)) from e
+
+
 async def prepare_cluster(kubeconfig: str, namespace: str, timeout: float) -> None:
     """The CRD, the namespace (ready for Pods) and the scanners' ServiceAccount."""
     await install.install(kubeconfig)
@@ -344,6 +379,7 @@ def env_lines(state: dict[str, Any], namespace: str) -> dict[str, str]:
         "SKYSCAN_WMS_URL": f"http://127.0.0.1:{state['ports']['wms']}",
         "KUBECONFIG": state["kubeconfig"],
         "SKYSCAN_NAMESPACE": namespace,
+        "SKYSCAN_ARCHIVE_DSN": state["archive_dsn"],
     }
 
 
@@ -416,6 +452,8 @@ def _up(s: LocalStackSettings) -> dict[str, str]:
     state["tokens"] = ensure_tokens(s, state)
     ensure_presign_key(s)
     save_state(s.dir, state)
+    state["archive_dsn"] = ensure_archive(s, state)
+    save_state(s.dir, state)
     asyncio.run(prepare_cluster(state["kubeconfig"], s.namespace, s.ready_timeout))
 
     wanted = components(s, state)
@@ -463,6 +501,8 @@ def _down(s: LocalStackSettings) -> list[str]:
         if alive(record):
             stopped.append(name)
         stop_process(record)
+    if state.get("local_postgres", not s.archive_dsn) and postgres.stop(s.postgres_dir):
+        stopped.append("postgres")
     if state.get("local_cluster", not s.kubeconfig):
         if localcluster.load(s.cluster_dir):
             stopped.append("control plane")
@@ -474,7 +514,17 @@ def _down(s: LocalStackSettings) -> list[str]:
 
 def status(s: LocalStackSettings) -> dict[str, bool]:
     state = load_state(s.dir)
-    return {name: alive(r) for name, r in (state.get("components") or {}).items()}
+    running = {name: alive(r) for name, r in (state.get("components") or {}).items()}
+    if state.get("local_postgres"):
+        server = postgres.load(s.postgres_dir)
+        running["postgres"] = bool(server and server.running())
+    return running
+
+
+def _without_password(dsn: str) -> str:
+    parts = urlsplit(dsn)
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{parts.username}@{host}" if parts.username else host).geturl()
 
 
 def usage(values: dict[str, str], env_file: Path, simulate: bool) -> str:
@@ -484,6 +534,7 @@ Skyscan is up. Scanner simulator: {sim}.
   REST API        {values["SKYSCAN_URL"]}   (spec: {values["SKYSCAN_URL"]}/openapi.json)
   WMS simulator   {values["SKYSCAN_WMS_URL"]}
   namespace       {values["SKYSCAN_NAMESPACE"]}
+  archive         {_without_password(values["SKYSCAN_ARCHIVE_DSN"])}   (psql "$SKYSCAN_ARCHIVE_DSN")
   logs            {env_file.parent / "logs"}/
 
   source {env_file}

@@ -18,8 +18,9 @@ import pytest
 from kubernetes_asyncio import client
 
 from skyscan import kube
+from skyscan_local import postgres
 from skyscan_local import stack as localstack
-from tests.conftest import Cluster
+from tests.conftest import ArchiveServer, Cluster
 from tests.helpers import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,14 +74,20 @@ async def _delete_namespace(kubeconfig: str, name: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def stack(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """One stack for the e2e session (scans are independent by id, so tests share it)."""
+def stack(
+    cluster: Cluster, archive_server: ArchiveServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """One stack for the e2e session (scans are independent by id, so tests share it), archiving to a
+    database of its own on the session's PostgreSQL."""
     namespace = f"e2e-{secrets.token_hex(4)}"
     asyncio.run(_create_namespace(cluster.kubeconfig, namespace))
+    database = f"e2e_{secrets.token_hex(4)}"
+    archive_dsn = asyncio.run(postgres.create_database(archive_server.admin_dsn, database))
     settings = localstack.LocalStackSettings(  # by the environment variables' names
         SKYSCAN_LOCAL_DIR=tmp_path_factory.mktemp("stack"),
         SKYSCAN_KUBECONFIG=cluster.kubeconfig,
         SKYSCAN_NAMESPACE=namespace,
+        SKYSCAN_LOCAL_ARCHIVE_DSN=archive_dsn,
         SIMULATE_SCANNER=True,
         SKYSCAN_LOCAL_SHIM_PORT=0,
         SKYSCAN_LOCAL_WMS_PORT=0,
@@ -106,6 +113,7 @@ def stack(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         for log in sorted((settings.dir / "logs").glob("*.log")):
             print(f"--- {log.name} (shown when a test fails) ---\n{localstack.tail(log, 4000)}")
         asyncio.run(_delete_namespace(cluster.kubeconfig, namespace))
+        asyncio.run(postgres.drop_database(archive_server.admin_dsn, database))
 
 
 @dataclass

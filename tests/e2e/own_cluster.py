@@ -33,16 +33,18 @@ class OwnCluster:
 
 @contextlib.contextmanager
 def own_cluster(
-    workdir: Path, component_overrides: dict[str, dict[str, str]] | None = None
+    workdir: Path, component_overrides: dict[str, dict[str, str]] | None = None, *, archive_dsn: str
 ) -> Iterator[OwnCluster]:
-    """Start a control plane (about 5 s) and the stack with the e2e suite's fast timers; stop both after.
-    Call from the main thread: the processes die with the thread that started them."""
+    """Start a control plane (about 5 s) and the stack with the e2e suite's fast timers, archiving to
+    `archive_dsn`; stop both after. Call from the main thread: the processes die with the thread that
+    started them."""
     cluster_dir = workdir / "cluster"
     cluster = control_plane.start(cluster_dir, tie_to_parent=True)
     settings = localstack.LocalStackSettings(  # by the environment variables' names
         SKYSCAN_LOCAL_DIR=workdir / "stack",
         SKYSCAN_KUBECONFIG=cluster.kubeconfig,
         SKYSCAN_NAMESPACE=NAMESPACE,
+        SKYSCAN_LOCAL_ARCHIVE_DSN=archive_dsn,
         SIMULATE_SCANNER=True,
         SKYSCAN_LOCAL_SHIM_PORT=0,
         SKYSCAN_LOCAL_WMS_PORT=0,

@@ -41,13 +41,13 @@ JANITOR_PERIOD = 10 + 2 + 5  # grace + interval + slack
 
 
 @pytest.fixture
-def own(tmp_path: Path) -> Iterator[OwnCluster]:
+def own(tmp_path: Path, archive_dsn: str) -> Iterator[OwnCluster]:
     overrides = {
         "operator": OPERATOR,
         # The WMS keeps its workflows across a crash, as the real one does.
         "wms-simulator": {"SKYSCAN_WMS_SIM_STATE_FILE": str(tmp_path / "wms-state.json")},
     }
-    with own_cluster(tmp_path, overrides) as cluster:
+    with own_cluster(tmp_path, overrides, archive_dsn=archive_dsn) as cluster:
         yield cluster
 
 

@@ -184,7 +184,7 @@ async def service_account_kubeconfig(kubeconfig: str, namespace: str, account: s
 
 
 async def test_the_stack_runs_on_its_least_privilege_service_accounts(
-    cluster: Cluster, namespace: str, api: client.ApiClient, tmp_path: Path
+    cluster: Cluster, namespace: str, api: client.ApiClient, tmp_path: Path, archive_dsn: str
 ) -> None:
     """The shim and the operator, each with only its Role, carry a scan through start and soft delete."""
     cluster_scoped = await apply_rbac(
@@ -198,6 +198,7 @@ async def test_the_stack_runs_on_its_least_privilege_service_accounts(
         SKYSCAN_LOCAL_DIR=tmp_path / "stack",
         SKYSCAN_KUBECONFIG=cluster.kubeconfig,  # the admin installs the CRD and prepares the namespace
         SKYSCAN_NAMESPACE=namespace,
+        SKYSCAN_LOCAL_ARCHIVE_DSN=archive_dsn,
         SKYSCAN_LOCAL_SHIM_PORT=0,
         SKYSCAN_LOCAL_WMS_PORT=0,
         SKYSCAN_LOCAL_READY_TIMEOUT=60,

@@ -25,8 +25,8 @@ INTERRUPTED = {"shim": "scan watch interrupted", "scanner-simulator": "pod watch
 
 
 @pytest.fixture
-def own(tmp_path: Path) -> Iterator[OwnCluster]:
-    with own_cluster(tmp_path) as cluster:
+def own(tmp_path: Path, archive_dsn: str) -> Iterator[OwnCluster]:
+    with own_cluster(tmp_path, archive_dsn=archive_dsn) as cluster:
         yield cluster
 
 
