@@ -30,7 +30,7 @@ from skyscan.status import ScanRecord
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
 IDENTITY = web.RequestKey("identity", Identity)
-FOUND = web.RequestKey("found", dict[str, Any])  # the scan named in the path, once read from the archive
+FOUND = web.RequestKey("found", dict[str, Any])  # the scan named in the path: one archive query a request
 INLINE_DECODE_BYTES = 64 * 1024  # a larger archived payload is unpacked in a thread
 
 

@@ -169,7 +169,9 @@ class ScanWrites:
     async def _mark(self, scan: Obj, spec: dict[str, Any]) -> Obj:
         """Merge `spec` into the scan and record the manifest change, live or archived. A live Scan
         archived meanwhile (404) is marked in the archive: the operator deletes a Scan only under a
-        resourceVersion precondition, so a mark that reached the live Scan is in its archived copy."""
+        resourceVersion precondition, so a mark that reached the live Scan is in its archived copy.
+        An archived copy is read again just before it is replaced, so a concurrent mark (a delete
+        during a rescan) is lost only if it lands within those two statements."""
         name = view.scan_id(scan)
         if ScanRecord(scan).archived_at is None:
             try:
@@ -177,12 +179,11 @@ class ScanWrites:
             except ApiError as e:
                 if e.status != 404 or self.archive is None:
                     raise
-            found = await self.archive.get(self.namespace, name)
-            if found is None:
-                raise not_found()
-            scan = found
         assert self.archive is not None  # an archived scan comes from the archive
-        updated = marked(scan, spec, now())
+        current = await self.archive.get(self.namespace, name)
+        if current is None:
+            raise not_found()
+        updated = marked(current, spec, now())
         await self.archive.replace(self.namespace, updated, manifest.of(updated))
         return updated
 
