@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CLUSTER_DIR ?= .skyscan/cluster
 
-.PHONY: venv binaries crds check-crds lint test test-unit cluster-up cluster-down up down status demo clean
+.PHONY: venv binaries crds check-crds lint test test-unit bench cluster-up cluster-down up down status demo clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml local/pyproject.toml
@@ -35,6 +35,10 @@ test: lint              ## lint, then the whole suite against a real control pla
 
 test-unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+QUICK ?=
+bench: venv             ## the benchmark suite, one markdown table (README, Benchmarks); QUICK=1: CI's small size
+	bin=$$(bash tools/k8s/build.sh) && SKYSCAN_K8S_BIN_READY=$$bin $(PY) tools/bench/suite.py $(if $(QUICK),--quick)
 
 cluster-up: venv binaries   ## start the local control plane; prints the kubeconfig path
 	$(VENV)/bin/skyscan-cluster up --dir $(CLUSTER_DIR)

@@ -27,7 +27,6 @@ import json
 import os
 import random
 import secrets
-import statistics
 import sys
 import tempfile
 import time
@@ -45,11 +44,11 @@ from jwt.algorithms import RSAAlgorithm
 from kubernetes_asyncio import client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from manifest_bench import store_scans
+import harness
 
 from api_shim.auth import make_token
 from skyscan import install, kube, names, payloads
-from skyscan_local import control_plane as localcluster
+from skyscan_local import processes
 from skyscan_operator import scanner_job
 
 AUDIENCE = "skyscan"
@@ -71,7 +70,7 @@ class BenchIssuer:
     def __init__(self) -> None:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.kid = secrets.token_hex(8)
-        self.port = localcluster.free_port()
+        self.port = processes.free_port()
         self.issuer = f"http://127.0.0.1:{self.port}/realms/bench"
         self.requests = 0
 
@@ -150,65 +149,28 @@ async def measure(
 ) -> float:
     """GET the manifest of random `ids` `requests` times with bearer `tokens()`; append each latency;
     return the elapsed seconds."""
-    todo = iter(range(requests))
 
-    async def worker() -> None:
-        for _ in todo:
-            token, name = tokens(), random.choice(ids)
-            start = time.perf_counter()
-            await get(token, name)
-            latencies.append(time.perf_counter() - start)
+    async def one(_: int) -> None:
+        await get(tokens(), random.choice(ids))
 
-    began = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return time.perf_counter() - began
-
-
-def figures(latencies: list[float], elapsed: float) -> dict[str, float]:
-    latencies = sorted(latencies)
-    return {
-        "requests_per_s": round(len(latencies) / elapsed, 1),
-        "p50_ms": round(statistics.median(latencies) * 1000, 2),
-        "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 2),
-    }
+    elapsed, took = await harness.load_loop(one, requests, concurrency)
+    latencies += took
+    return elapsed
 
 
 async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
-    await install.install(kubeconfig)
     api = await kube.api_client(kubeconfig)
-    namespace = f"bench-{secrets.token_hex(3)}"
-    core = client.CoreV1Api(api)
-    await core.create_namespace({"metadata": {"name": namespace}})
-    shim: asyncio.subprocess.Process | None = None
     issuer = BenchIssuer()
-    try:
-        ids = await store_scans(api, namespace, args.scans)
+    async with api, harness.namespace(api) as namespace:
+        ids = await harness.create_scans(api, namespace, args.scans)
         with tempfile.TemporaryDirectory() as tmp:
-            token_file = Path(tmp) / "tokens.json"
-            static = make_token(token_file, "bench", ["user"])
-            system = make_token(token_file, "bench-system", ["system"])
-            port = localcluster.free_port()
-            env = {
-                **os.environ,
-                "SKYSCAN_NAMESPACE": namespace,
-                "SKYSCAN_KUBECONFIG": kubeconfig,
-                "SKYSCAN_TOKEN_FILE": str(token_file),
-                "SKYSCAN_OIDC_ISSUERS": json.dumps(issuer.config()),
-                "SKYSCAN_HOST": "127.0.0.1",
-                "SKYSCAN_PORT": str(port),
-            }
-            async with issuer.serving():
-                shim = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "api_shim.app", "serve", env=env
-                )
-                base = f"http://127.0.0.1:{port}"
-                return await drive_all(api, namespace, base, ids, (static, system), issuer, args)
-    finally:
-        if shim:
-            shim.terminate()
-            await asyncio.wait_for(shim.wait(), 10)
-        await core.delete_namespace(namespace)
-        await api.close()
+            config = harness.ShimConfig.make(
+                kubeconfig, namespace, Path(tmp), SKYSCAN_OIDC_ISSUERS=json.dumps(issuer.config())
+            )
+            system = make_token(config.token_file, "bench-system", ["system"])
+            async with issuer.serving(), harness.running(harness.start_shim(config)) as shim:
+                await shim.wait_ok()
+                return await drive_all(api, namespace, shim.base, ids, (config.token, system), issuer, args)
 
 
 async def drive_all(
@@ -228,16 +190,6 @@ async def drive_all(
             async with http.get(f"{base}/scan/{name}/manifest", headers=headers) as r:
                 assert r.status == 200, (r.status, await r.text())
                 await r.read()
-
-        deadline = time.monotonic() + 60
-        while True:  # the shim is ready when the static token reads a manifest
-            try:
-                await get(static, ids[-1])
-                break
-            except (aiohttp.ClientError, AssertionError):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("shim did not become ready") from None
-                await asyncio.sleep(0.2)
 
         oidc = issuer.token()
         rounds = args.rounds
@@ -271,8 +223,8 @@ async def drive_all(
                 )
             if time.monotonic() > stop_at:
                 break
-    results = {name: figures(latencies[name], elapsed[name]) for name in kinds}
-    static_rps = results["(a) static token"]["requests_per_s"]
+    results = {name: harness.stats(latencies[name], elapsed[name]).as_dict() for name in kinds}
+    static_rps = results["(a) static token"]["per_s"]
     return {
         "scans_stored": len(ids),
         "requests_per_kind": {name: len(latencies[name]) for name in kinds},
@@ -280,11 +232,11 @@ async def drive_all(
         "rounds": args.rounds,
         "shim GET /scan/{id}/manifest": results,
         "throughput relative to (a)": {
-            kind: round(r["requests_per_s"] / static_rps, 3) for kind, r in results.items()
+            kind: round(r["per_s"] / static_rps, 3) for kind, r in results.items()
         },
         "(c) relative to (a')": round(
-            results["(c) scanner token, cached after its first request"]["requests_per_s"]
-            / results["(a') static system token, its scan's manifest with the event"]["requests_per_s"],
+            results["(c) scanner token, cached after its first request"]["per_s"]
+            / results["(a') static system token, its scan's manifest with the event"]["per_s"],
             3,
         ),
         "issuer requests (discovery + JWKS)": issuer.requests,
@@ -299,19 +251,12 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--deadline", type=float, default=300.0, help="seconds; no new round after it")
     args = parser.parse_args()
-    kubeconfig = os.environ.get("SKYSCAN_TEST_KUBECONFIG")
-    state = None
-    if not kubeconfig:
-        state = localcluster.start(Path(tempfile.mkdtemp(prefix="skyscan-bench-")), tie_to_parent=True)
-        kubeconfig = state.kubeconfig
-    try:
-        load_before = os.getloadavg()
-        result = asyncio.run(asyncio.wait_for(bench(kubeconfig, args), args.deadline + 120))
-        result["load_average_before_after"] = [list(load_before), list(os.getloadavg())]
-        print(json.dumps(result, indent=2))
-    finally:
-        if state:
-            localcluster.stop(Path(state.workdir))
+    load_before = os.getloadavg()
+    result = asyncio.run(
+        asyncio.wait_for(harness.on_control_plane(lambda kc: bench(kc, args)), args.deadline + 120)
+    )
+    result["load_average_before_after"] = [list(load_before), list(os.getloadavg())]
+    print(json.dumps(result, indent=2))
     return 0
 
 

@@ -32,7 +32,6 @@ import json
 import os
 import random
 import secrets
-import statistics
 import sys
 import tempfile
 import time
@@ -42,13 +41,11 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from kubernetes_asyncio import client
 
-from skyscan import install, kube, model
-from skyscan_local import control_plane as localcluster
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
 
-sys.path.insert(0, str(Path(__file__).parent))
-from manifest_bench import store_scans
+from skyscan import kube, model
 
 REGEXES = [
     ("scan_id", r"^\w{8}(\w+)+!"),
@@ -78,13 +75,7 @@ HERE = str(Path(__file__).resolve())
 def figures(latencies: list[float]) -> dict[str, float]:
     if not latencies:
         return {"n": 0}
-    ordered = sorted(latencies)
-    return {
-        "n": len(ordered),
-        "p50_ms": round(statistics.median(ordered) * 1000, 2),
-        "p99_ms": round(ordered[max(0, int(len(ordered) * 0.99) - 1)] * 1000, 2),
-        "max_ms": round(ordered[-1] * 1000, 2),
-    }
+    return {k: v for k, v in harness.stats(latencies, 1.0).as_dict().items() if k != "per_s"}
 
 
 def stamp() -> str:
@@ -93,23 +84,6 @@ def stamp() -> str:
 
 def phase(name: str) -> None:
     print(f"{stamp()} bench: {name}", file=sys.stderr)
-
-
-def load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy() -> tuple[float, float]:
@@ -126,14 +100,14 @@ class CpuShares:
 
     def __init__(self, pid: int) -> None:
         self.pid, self.wall = pid, time.perf_counter()
-        self.shim, self.here, self.machine = cpu_seconds(pid), time.process_time(), machine_busy()
+        self.shim, self.here, self.machine = harness.cpu_seconds(pid), time.process_time(), machine_busy()
 
     def shares(self) -> dict[str, float]:
         wall = time.perf_counter() - self.wall
         busy, total = machine_busy()
         cores = (total - self.machine[1]) / wall
         return {
-            "shim %": round(100 * (cpu_seconds(self.pid) - self.shim) / wall, 1),
+            "shim %": round(100 * (harness.cpu_seconds(self.pid) - self.shim) / wall, 1),
             "load generator %": round(100 * (time.process_time() - self.here) / wall, 1),
             "machine busy % (of all cores)": round(100 * (busy - self.machine[0]) / wall, 1),
             "cores": round(cores, 1),
@@ -187,6 +161,23 @@ class Driver:
         stop.set()
         return {"answers": answers, "healthz meanwhile": figures(await prober)}
 
+    async def selective_finds(self, n: int = 500) -> dict[str, Any]:
+        """p50/p99 of `n` finds, one at a time, by run and event id, by run id, and by a classifier, each
+        for a random bench Scan (`harness.scan_status`: run id 100,000 + i // 10, event id i)."""
+        kinds: dict[str, Callable[[int], dict[str, Any]]] = {
+            "run_id + event_id": lambda i: {
+                "event_metadata.run_id": 100_000 + i // 10,
+                "event_metadata.event_id": i,
+            },
+            "run_id (10 scans)": lambda i: {"event_metadata.run_id": 100_000 + i // 10},
+            "classifiers.i": lambda i: {"classifiers.i": i},
+        }
+        out: dict[str, Any] = {}
+        for name, make in kinds.items():
+            runs = [await self.find({"filter": make(random.randrange(len(self.ids)))}) for _ in range(n)]
+            out[name] = {"found": sorted({r[2] for r in runs}), **figures([r[1] for r in runs])}
+        return out
+
     async def find_latencies(self, repeat: int = 3) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, body in FINDS.items():
@@ -220,32 +211,27 @@ class Driver:
 
 
 async def measure(
-    base: str, token: str, ids: list[str], pid: int, args: argparse.Namespace
+    shim: harness.Server, config: harness.ShimConfig, ids: list[str], args: argparse.Namespace
 ) -> dict[str, Any]:
-    headers = {"Authorization": f"Bearer {token}"}
-    async with aiohttp.ClientSession(headers=headers, timeout=TIMEOUT) as http:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                async with http.get(f"{base}/scan/{ids[-1]}/manifest") as r:
-                    if r.status == 200:
-                        break
-            except aiohttp.ClientError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("shim did not become ready")
-            await asyncio.sleep(0.5)
+    await shim.wait_ok(timeout=600)
+    base, pid = shim.base, shim.pid
+    async with aiohttp.ClientSession(headers=config.headers, timeout=TIMEOUT) as http:
         driver = Driver(http, base, ids, pid)
         phase("first find")
-        result: dict[str, Any] = {"load before": load(), "shim RSS MB before finds": rss_mb(pid)}
+        result: dict[str, Any] = {
+            "load before": harness.uptime(),
+            "shim RSS MB before finds": harness.rss_mib(pid),
+        }
         _, first, found = await driver.find({"filter": {}, "manifest_projection": ["scan_id"]})
         result["scans served"] = found
         result["first find after start (builds documents), ms"] = round(first * 1000, 1)
-        result["shim RSS MB after"] = rss_mb(pid)
+        result["shim RSS MB after"] = harness.rss_mib(pid)
         phase("regexes")
         result["regex acceptance"] = await driver.regexes()
         phase("find latency")
         result["find latency"] = await driver.find_latencies()
+        phase("selective find latency")
+        result["selective find latency (one at a time)"] = await driver.selective_finds()
         phase("GET manifest alone")
         alone = await driver.gets_with_finds(args.seconds, args.get_concurrency, 0)
         result["GET manifest alone"] = {**alone["GET manifest"], "CPU": alone["CPU"]}
@@ -258,67 +244,28 @@ async def measure(
             args.seconds, args.get_concurrency, 8
         )
         phase("done")
-        result["load after"] = load()
+        result["load after"] = harness.uptime()
         return result
 
 
-async def serve(env: dict[str, str], args: list[str]) -> tuple[asyncio.subprocess.Process, str]:
-    port = localcluster.free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *args,
-        env={**env, "SKYSCAN_HOST": "127.0.0.1", "SKYSCAN_PORT": str(port)},
-        stdout=asyncio.subprocess.DEVNULL,  # aiohttp's banner; logs go to stderr
-    )
-    return proc, f"http://127.0.0.1:{port}"
-
-
-async def stop(proc: asyncio.subprocess.Process) -> None:
-    proc.terminate()
-    await asyncio.wait_for(proc.wait(), 30)
-
-
 async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
-    await install.install(kubeconfig)
     api = await kube.api_client(kubeconfig)
-    namespace = f"bench-{secrets.token_hex(3)}"
-    core = client.CoreV1Api(api)
-    await core.create_namespace({"metadata": {"name": namespace}})
     out: dict[str, Any] = {}
-    try:
-        t0 = time.perf_counter()
-        ids = await store_scans(api, namespace, args.scans)
+    async with api, harness.namespace(api) as namespace:
+        began = time.perf_counter()
+        ids = await harness.create_scans(api, namespace, args.scans)
         out["scans stored in the API server"] = len(ids)
-        out["store seconds"] = round(time.perf_counter() - t0, 1)
+        out["store seconds"] = round(time.perf_counter() - began, 1)
         with tempfile.TemporaryDirectory() as tmp:
-            from api_shim.auth import make_token
-
-            token_file = Path(tmp) / "tokens.json"
-            token = make_token(token_file, "bench", ["user"])
-            env = {
-                **os.environ,
-                "SKYSCAN_NAMESPACE": namespace,
-                "SKYSCAN_KUBECONFIG": kubeconfig,
-                "SKYSCAN_TOKEN_FILE": str(token_file),
-            }
-            proc, base = await serve(env, ["-m", "api_shim.app", "serve"])
-            try:
-                key = f"shim over the API server ({args.scans} Scans)"
-                out[key] = await measure(base, token, ids, proc.pid, args)
-            finally:
-                await stop(proc)
+            config = harness.ShimConfig.make(kubeconfig, namespace, Path(tmp))
+            async with harness.running(harness.start_shim(config)) as shim:
+                out[f"shim over the API server ({args.scans} Scans)"] = await measure(shim, config, ids, args)
             if args.padded_scans > args.scans:
-                proc, base = await serve(env, [HERE, "--serve-padded", str(args.padded_scans)])
-                try:
-                    out[f"shim with its cache padded to {args.padded_scans} Scans"] = await measure(
-                        base, token, ids, proc.pid, args
-                    )
-                finally:
-                    await stop(proc)
-        return out
-    finally:
-        await core.delete_namespace(namespace)
-        await api.close()
+                padded = harness.start_shim(config, [HERE, "--serve-padded", str(args.padded_scans)])
+                async with harness.running(padded) as shim:
+                    key = f"shim with its cache padded to {args.padded_scans} Scans"
+                    out[key] = await measure(shim, config, ids, args)
+    return out
 
 
 def serve_padded(total: int) -> None:
@@ -393,16 +340,7 @@ def main() -> int:
     if args.serve_padded:
         serve_padded(args.serve_padded)
         return 0
-    kubeconfig = os.environ.get("SKYSCAN_TEST_KUBECONFIG")
-    state = None
-    if not kubeconfig:
-        state = localcluster.start(Path(tempfile.mkdtemp(prefix="skyscan-bench-")), tie_to_parent=True)
-        kubeconfig = state.kubeconfig
-    try:
-        print(json.dumps(asyncio.run(bench(kubeconfig, args)), indent=2))
-    finally:
-        if state:
-            localcluster.stop(Path(state.workdir))
+    print(json.dumps(asyncio.run(harness.on_control_plane(lambda kc: bench(kc, args))), indent=2))
     return 0
 
 

@@ -1,0 +1,112 @@
+"""The benchmark harness's own arithmetic and bookkeeping (tools/bench): percentiles, the load loop,
+the report's verdicts, and the archived-history rows it COPYs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "bench"))
+import harness
+import history
+import suite
+
+from skyscan import manifest
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert harness.percentile(values, 99) == 99.0  # not the largest of 100
+    assert harness.percentile(values, 50) == 50.0
+    assert harness.percentile(values, 100) == 100.0
+    assert harness.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
+    assert harness.percentile([7.0], 99) == 7.0
+    with pytest.raises(ValueError):
+        harness.percentile([], 50)
+    with pytest.raises(ValueError):
+        harness.percentile([1.0], 0)
+
+
+def test_stats_in_milliseconds_and_per_second() -> None:
+    got = harness.stats([0.004, 0.001, 0.002, 0.003], elapsed=2.0)
+    assert got == harness.Stats(n=4, per_s=2.0, p50_ms=2.0, p99_ms=4.0, max_ms=4.0)
+
+
+async def test_load_loop_calls_each_index_once_at_the_concurrency() -> None:
+    seen: list[int] = []
+    running = peak = 0
+
+    async def call(i: int) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.001)
+        seen.append(i)
+        running -= 1
+
+    elapsed, latencies = await harness.load_loop(call, 50, 4)
+    assert sorted(seen) == list(range(50))
+    assert peak == 4
+    assert len(latencies) == 50 and all(0 < t <= elapsed for t in latencies)
+
+
+async def test_side_by_side_alternates_the_order_of_kinds() -> None:
+    order: list[str] = []
+
+    def kind(name: str) -> Callable[[int], Awaitable[None]]:
+        async def call(_: int) -> None:
+            order.append(name)
+
+        return call
+
+    got = await harness.side_by_side({"a": kind("a"), "b": kind("b")}, 8, 1, rounds=4)
+    warm_up, ab, ba = ["a", "a", "b", "b"], ["a", "a", "b", "b"], ["b", "b", "a", "a"]
+    assert order == warm_up + ab + ba + ab + ba
+    assert got["a"].n == got["b"].n == 8
+
+
+async def test_own_process_figures() -> None:
+    assert harness.rss_mib(os.getpid()) > 1
+    assert harness.cpu_seconds(os.getpid()) > 0
+    assert 0 <= await harness.cpu_percent(os.getpid(), 0.05) < 300
+
+
+def test_goal_verdicts_and_table() -> None:
+    passed = suite.measured("shim RSS", 120.4, "MiB", "shim RSS, MiB")
+    failed = suite.measured("cold start", 3.2, "s", "shim cold start, s")
+    plain = suite.measured("idle CPU", 1.5, "% of a core")
+    assert (passed.verdict, passed.goal) == ("PASS", "< 150 MiB")
+    assert failed.verdict == "FAIL"
+    assert plain.verdict == plain.goal == ""
+    lines = suite.markdown([passed, failed]).splitlines()
+    assert lines[0].startswith("| measure |") and len(lines) == 4
+    assert lines[2] == "| shim RSS | 120.4 MiB |  | < 150 MiB | PASS |"
+
+
+def test_history_rows_are_the_products_manifests() -> None:
+    template = history.Template.make("ns")
+    rows = list(history.scan_rows(template, "ns", 40, 2, now=2_000_000_000.0))
+    assert [r["event_id"] for r in rows] == [40, 41]
+    row = rows[1]
+    scan, mani = json.loads(row["scan"]), json.loads(row["manifest"])
+    assert mani == manifest.of(scan)  # the stored manifest is what the product computes
+    assert scan["metadata"]["name"] == mani["scan_id"] == row["scan_id"]
+    assert scan["status"]["archivedAt"] == row["archived_at"]
+    assert mani["event_metadata"]["run_id"] == row["run_id"] == history.ARCHIVED_RUN0 + 4
+    assert mani["classifiers"] == json.loads(row["classifiers"]) == {"origin": "bench", "i": 10_000_041}
+    assert mani["sensor_event_id"] == row["sensor_event_id"] == history.event_id(41) == history.event_id(40)
+
+
+def test_history_records_follow_the_table_and_refuse_drift() -> None:
+    template = history.Template.make("ns")
+    row = next(history.scan_rows(template, "ns", 0, 1, now=2_000_000_000.0))
+    columns = list(reversed(row))
+    assert history.as_records(iter([row]), columns) == [tuple(row[c] for c in columns)]
+    with pytest.raises(ValueError, match="new_column"):
+        history.as_records(iter([row]), [*columns, "new_column"])

@@ -1,0 +1,472 @@
+"""`make bench`: the issue 11 benchmark suite, one run on one machine, printed as a markdown table.
+
+Side by side, in one run against one local control plane (or SKYSCAN_TEST_KUBECONFIG's cluster):
+1. shim GET manifest and GET status vs a bare aiohttp server returning the same bytes, and vs a direct
+   API-server GET of the Scan;
+2. POST /scan vs a raw Scan create (create_namespaced_custom_object, what kubectl does);
+3. Scan created -> its Job created (the operator and the WMS simulator running, short timers);
+4. RSS and idle CPU of the shim and the operator with `live` Scans waiting;
+5. shim cold start (spawn -> /healthz 200) at that size;
+6. with `archived` scans COPYed into the archive: GET manifest of archived scans, and POST /scans/find
+   by run/event id and by a classifier over live + archived (each is skipped with a "not available
+   yet" line while the product lacks that piece).
+The load generator is this process, on the same machine: `uptime` is printed before and after.
+
+    python tools/bench/suite.py [--quick]     (make bench, make bench QUICK=1)
+
+Sizes: 10,000 live and 1,000,000 archived scans; `--quick` 1,000 and 10,000 (CI's smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+import history
+from harness import SCAN, Server, ShimConfig, Stats
+
+from skyscan import kube
+
+
+@dataclass(frozen=True)
+class Size:
+    live: int
+    archived: int
+    requests: int  # per kind, in the side-by-side GETs
+    creates: int  # per kind, POST vs raw create
+    finds: int  # per kind of find or archived read
+    latency_scans: int  # created one after another, each timed to its Job
+    idle_seconds: float
+    deadline_seconds: float
+
+
+FULL = Size(10_000, 1_000_000, 4000, 800, 1000, 20, 10.0, 1800.0)
+QUICK = Size(1_000, 10_000, 800, 200, 200, 5, 5.0, 600.0)
+CONCURRENCY = 16
+OPERATOR_SETTINGS = {
+    "SKYSCAN_BACKLOG_TICK_SECONDS": "0.25",
+    "SKYSCAN_QUEUE_POLL_SECONDS": "0.2",
+    "SKYSCAN_WMS_POLL_INTERVAL_SECONDS": "5",
+    "SKYSCAN_LOW_PRIORITY_INTERVAL_SECONDS": "36000",  # the bulk scans wait: one low-priority start
+    "SKYSCAN_EVENT_GRACE_SECONDS": "36000",  # raw-created scans without an event wait, never fail
+    "SKYSCAN_SCANNER_EPHEMERAL_STORAGE": "",
+}
+GOALS = {  # the issue's goals: upper limits
+    "shim RSS, MiB": 150.0,
+    "operator RSS, MiB": 150.0,
+    "operator idle CPU, % of a core": 5.0,
+    "shim cold start, s": 3.0,
+    "archived GET manifest p99, ms": 10.0,
+    "find p99 over live, ms": 10.0,
+    "find p99 over live + archived, ms": 50.0,
+}
+
+
+# ---------------------------------------------------------------- the report (pure)
+
+
+@dataclass(frozen=True)
+class Row:
+    what: str
+    figure: str
+    compared: str = ""
+    goal: str = ""
+    verdict: str = ""
+
+
+def measured(what: str, value: float, unit: str, goal: str | None = None) -> Row:
+    """A row for one number; with `goal` (a GOALS key) it says the limit and PASS or FAIL."""
+    if goal is None:
+        return Row(what, f"{value:g} {unit}")
+    limit = GOALS[goal]
+    return Row(
+        what, f"{value:g} {unit}", goal=f"< {limit:g} {unit}", verdict="PASS" if value < limit else "FAIL"
+    )
+
+
+def latency(s: Stats) -> str:
+    return f"{s.per_s:g}/s, p50 {s.p50_ms:g} ms, p99 {s.p99_ms:g} ms"
+
+
+def ratio(a: Stats, b: Stats, b_name: str) -> str:
+    """a's throughput and p99 relative to b's."""
+    return f"{a.per_s / b.per_s:.2f}x the throughput of {b_name}, p99 {a.p99_ms / b.p99_ms:.1f}x"
+
+
+def markdown(rows: list[Row]) -> str:
+    lines = ["| measure | figure | compared | goal | |", "|---|---|---|---|---|"]
+    lines += [f"| {r.what} | {r.figure} | {r.compared} | {r.goal} | {r.verdict} |" for r in rows]
+    return "\n".join(lines)
+
+
+@dataclass
+class Report:
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    began: float = field(default_factory=time.monotonic)
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        print(f"  {row.what}: {row.figure} {row.compared} {row.verdict}".rstrip(), file=sys.stderr)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        print(f"  {text}", file=sys.stderr)
+
+    def phase(self, name: str) -> None:
+        print(f"[{time.monotonic() - self.began:6.1f} s] {name}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- the run
+
+
+@dataclass
+class Bench:
+    size: Size
+    api: client.ApiClient
+    kubeconfig: str
+    ns: str
+    workdir: Path
+    report: Report
+    live: list[str] = field(default_factory=list)
+
+    @property
+    def objs(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def session(self, config: ShimConfig) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(limit=CONCURRENCY)
+        return aiohttp.ClientSession(headers=config.headers, connector=connector, timeout=harness.TIMEOUT)
+
+
+async def get_ok(http: aiohttp.ClientSession, url: str) -> bytes:
+    async with http.get(url) as r:
+        body = await r.read()
+        if r.status != 200:
+            raise AssertionError(f"GET {url}: {r.status} {body[:200]!r}")
+        return body
+
+
+async def find(http: aiohttp.ClientSession, base: str, flt: dict[str, Any]) -> list[dict[str, Any]]:
+    async with http.post(f"{base}/scans/find", json={"filter": flt}) as r:
+        body = await r.json()
+        if r.status != 200:
+            raise AssertionError(f"find {flt}: {r.status} {body}")
+        return list(body["manifests"])
+
+
+async def reads(b: Bench, config: ShimConfig, shim: Server) -> None:
+    """1. GET manifest and status: the shim vs a bare server with the same bytes vs the API server."""
+    b.report.phase("GET manifest and status: shim, bare aiohttp, API server")
+    async with b.session(config) as http:
+        manifest = await get_ok(http, f"{shim.base}/scan/{b.live[0]}/manifest")
+        status = await get_ok(http, f"{shim.base}/scan/{b.live[0]}/status")
+        async with (
+            harness.running(harness.start_bare_server(manifest, b.workdir)) as bare_m,
+            harness.running(harness.start_bare_server(status, b.workdir)) as bare_s,
+        ):
+
+            def getter(base: str, suffix: str) -> Callable[[int], Awaitable[None]]:
+                async def get(_: int) -> None:
+                    await get_ok(http, f"{base}/scan/{random.choice(b.live)}/{suffix}")
+
+                return get
+
+            async def direct(_: int) -> None:
+                await b.objs.get_namespaced_custom_object(**SCAN, namespace=b.ns, name=random.choice(b.live))
+
+            kinds = {
+                "shim manifest": getter(shim.base, "manifest"),
+                "bare manifest": getter(bare_m.base, "manifest"),
+                "shim status": getter(shim.base, "status"),
+                "bare status": getter(bare_s.base, "status"),
+                "api": direct,
+            }
+            got = await harness.side_by_side(kinds, b.size.requests, CONCURRENCY)
+    add = b.report.add
+    add(Row(f"shim GET /scan/{{id}}/manifest ({len(manifest)} B)", latency(got["shim manifest"]),
+            ratio(got["shim manifest"], got["bare manifest"], "bare aiohttp")))  # fmt: skip
+    add(Row("", "", ratio(got["shim manifest"], got["api"], "an API-server GET")))
+    add(Row(f"shim GET /scan/{{id}}/status ({len(status)} B)", latency(got["shim status"]),
+            ratio(got["shim status"], got["bare status"], "bare aiohttp")))  # fmt: skip
+    add(Row("", "", ratio(got["shim status"], got["api"], "an API-server GET")))
+    add(Row("bare aiohttp server, manifest bytes", latency(got["bare manifest"])))
+    add(Row("API-server GET of the Scan (kubernetes_asyncio)", latency(got["api"])))
+
+
+async def timed_finds(
+    http: aiohttp.ClientSession, base: str, filters: list[dict[str, Any]], n: int
+) -> tuple[Stats, int]:
+    """`n` finds over `filters` round robin, one at a time; (latencies, finds with no answer)."""
+    empty = 0
+
+    async def one(i: int) -> None:
+        nonlocal empty
+        empty += not await find(http, base, filters[i % len(filters)])
+
+    elapsed, lat = await harness.load_loop(one, n, 1)
+    return harness.stats(lat, elapsed), empty
+
+
+def live_filters(b: Bench, kind: str, n: int) -> list[dict[str, Any]]:
+    picks = random.sample(range(b.size.live), min(n, b.size.live))
+    if kind == "run":
+        return [{"event_metadata.run_id": 100_000 + i // 10, "event_metadata.event_id": i} for i in picks]
+    return [{"classifiers.i": i} for i in picks]
+
+
+async def live_finds(b: Bench, config: ShimConfig, shim: Server) -> None:
+    b.report.phase("find over live scans")
+    async with b.session(config) as http:
+        for kind, label in (("run", "run_id + event_id"), ("classifier", "a classifier")):
+            filters = live_filters(b, kind, 200)
+            await timed_finds(http, shim.base, filters[:10], 10)  # warm up: the shim builds its index
+            got, empty = await timed_finds(http, shim.base, filters, b.size.finds)
+            if empty:
+                b.report.note(f"find by {label}: {empty} of {got.n} finds found nothing (expected one)")
+            row = measured(f"POST /scans/find by {label}, {b.size.live:,} live", got.p99_ms, "ms",
+                           "find p99 over live, ms")  # fmt: skip
+            b.report.add(Row(row.what, f"p99 {row.figure}, p50 {got.p50_ms:g} ms", goal=row.goal,
+                             verdict=row.verdict))  # fmt: skip
+
+
+async def creates(b: Bench, config: ShimConfig, shim: Server) -> None:
+    """2. POST /scan vs a raw Scan create. The scans made here are deleted again: the operator then
+    sees exactly `live` waiting Scans."""
+    b.report.phase("POST /scan vs raw create")
+    made: list[str] = []
+    async with b.session(config) as http:
+
+        async def post(_: int) -> None:
+            async with http.post(f"{shim.base}/scan", json=harness.POST_REQUEST) as r:
+                if r.status != 200:
+                    raise AssertionError(f"POST /scan: {r.status} {await r.text()}")
+                made.append((await r.json())["scan_id"])
+
+        async def raw(i: int) -> None:
+            made.append(await harness.create_scan(b.api, b.ns, harness.scan_spec(b.size.live + i)))
+
+        got = await harness.side_by_side({"post": post, "raw": raw}, b.size.creates, CONCURRENCY)
+    b.report.add(Row("POST /scan through the shim (scan + its event)", latency(got["post"]),
+                     ratio(got["post"], got["raw"], "a raw Scan create")))  # fmt: skip
+    b.report.add(Row("raw Scan create (create_namespaced_custom_object)", latency(got["raw"])))
+
+    async def delete(i: int) -> None:
+        await b.objs.delete_namespaced_custom_object(**SCAN, namespace=b.ns, name=made[i])
+
+    await harness.load_loop(delete, len(made), CONCURRENCY)
+
+
+async def cold_start(b: Bench, config: ShimConfig, label: str) -> Server:
+    """5. Spawn the shim; seconds to /healthz 200."""
+    b.report.phase(f"shim cold start, {label}")
+    shim = await harness.start_shim(config)
+    took = await shim.wait_ok()
+    b.report.add(
+        measured(f"shim cold start to /healthz 200, {label}", round(took, 2), "s", "shim cold start, s")
+    )
+    return shim
+
+
+async def operator(b: Bench, config: ShimConfig, total: int) -> None:
+    """5. Shim cold start once the operator has written its status on every Scan, then 4. RSS and idle
+    CPU of both processes with every Scan waiting; 3. created -> Job."""
+    b.report.phase(f"operator start, reconciling {total:,} Scans")
+    async with AsyncExitStack() as stack:
+        wms = await stack.enter_async_context(harness.running(harness.start_wms_simulator()))
+        op = await stack.enter_async_context(
+            harness.running(harness.start_operator(b.kubeconfig, b.ns, wms.base, **OPERATOR_SETTINGS))
+        )
+        try:
+            took = await harness.all_reconciled(b.api, b.ns, total, b.size.deadline_seconds / 3)
+            b.report.note(f"the operator saw all {total:,} Scans {took:.0f} s after its start")
+        except TimeoutError:
+            b.report.note(
+                f"the operator had not seen all {total:,} Scans by {b.size.deadline_seconds / 3:.0f} s"
+            )
+        shim = await stack.enter_async_context(harness.running(cold_start(b, config, f"{total:,} live")))
+        b.report.phase(f"idle CPU over {b.size.idle_seconds:g} s")
+        shim_cpu, op_cpu = await asyncio.gather(
+            harness.cpu_percent(shim.pid, b.size.idle_seconds),
+            harness.cpu_percent(op.pid, b.size.idle_seconds),
+        )
+        live = f"{total:,} live"
+        b.report.add(measured(f"shim RSS, {live}", harness.rss_mib(shim.pid), "MiB", "shim RSS, MiB"))
+        b.report.add(measured(f"shim idle CPU, {live}", shim_cpu, "% of a core"))
+        b.report.add(measured(f"operator RSS, {live}", harness.rss_mib(op.pid), "MiB", "operator RSS, MiB"))
+        b.report.add(measured(f"operator idle CPU, {live} waiting", op_cpu, "% of a core",
+                              "operator idle CPU, % of a core"))  # fmt: skip
+        b.report.note(f"operator settings: {json.dumps(OPERATOR_SETTINGS)}")
+        b.report.phase("Scan created -> Job created")
+        took_s = await harness.created_to_job(b.api, b.ns, b.size.latency_scans, 2 * b.size.live)
+        got = harness.stats(took_s, sum(took_s))
+        tick = OPERATOR_SETTINGS["SKYSCAN_BACKLOG_TICK_SECONDS"]
+        b.report.add(Row(f"Scan created → Job created ({got.n} scans, one at a time)",
+                         f"p50 {got.p50_ms / 1000:.2f} s, max {got.max_ms / 1000:.2f} s",
+                         f"backlog tick {tick} s, WMS queue activation 0 s, queue poll "
+                         f"{OPERATOR_SETTINGS['SKYSCAN_QUEUE_POLL_SECONDS']} s"))  # fmt: skip
+
+
+# ---------------------------------------------------------------- the archive
+
+
+def archive_missing() -> str | None:
+    """Why the archive benchmarks cannot run yet, or None."""
+    if importlib.util.find_spec("skyscan.archive") is None:
+        return "skyscan.archive (the archive) is not available yet"
+    if importlib.util.find_spec("skyscan_local.postgres") is None and not harness.external_archive_dsn():
+        return "skyscan_local.postgres (a local PostgreSQL) is not available yet"
+    return None
+
+
+async def sample(dsn: str, n: int) -> list[dict[str, Any]]:
+    """About `n` archived scans picked at random: scan_id, run_id, event_id, classifier i."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT scan_id, run_id, event_id, (classifiers->>'i')::bigint AS i FROM scans"
+            " ORDER BY random() LIMIT $1",
+            n,
+        )
+    finally:
+        await conn.close()
+    return [dict(r) for r in rows]
+
+
+async def archived(b: Bench, config: ShimConfig) -> None:
+    """6. Archived reads and finds, `b.size.archived` scans COPYed into the archive."""
+    if why := archive_missing():
+        b.report.add(Row(f"archived reads and finds, {b.size.archived:,} archived", f"skipped: {why}"))
+        return
+    from skyscan.archive import Archive
+
+    async with harness.postgres() as dsn:
+        b.report.phase(f"COPY {b.size.archived:,} archived scans")
+        archive = await Archive.connect(dsn)
+        await archive.close()
+        took = await history.load(dsn, b.ns, b.size.archived)
+        b.report.note(f"archive load ({b.size.archived:,} scans, COPY): {json.dumps(took)}")
+        picks = await sample(dsn, 500)
+        with_archive = ShimConfig(
+            **{**config.__dict__, "extra": {**config.extra, "SKYSCAN_ARCHIVE_DSN": dsn}}
+        )
+        label = f"{b.size.live:,} live + {b.size.archived:,} archived"
+        async with harness.running(cold_start(b, with_archive, label)) as shim, b.session(config) as http:
+            await archived_reads(b, http, shim, picks)
+            await archived_finds(b, http, shim, picks, label)
+            b.report.add(measured(f"shim RSS, {label}", harness.rss_mib(shim.pid), "MiB", "shim RSS, MiB"))
+
+
+async def archived_reads(
+    b: Bench, http: aiohttp.ClientSession, shim: Server, picks: list[dict[str, Any]]
+) -> None:
+    b.report.phase("GET manifest of archived scans")
+    what = f"shim GET /scan/{{id}}/manifest of archived scans, {b.size.archived:,} archived"
+    async with http.get(f"{shim.base}/scan/{picks[0]['scan_id']}/manifest") as r:
+        if r.status != 200:
+            b.report.add(Row(what, f"skipped: not available yet (the shim answers {r.status})"))
+            return
+
+    async def one(_: int) -> None:
+        await get_ok(http, f"{shim.base}/scan/{random.choice(picks)['scan_id']}/manifest")
+
+    elapsed, lat = await harness.load_loop(one, b.size.finds, 1)
+    got = harness.stats(lat, elapsed)
+    row = measured(what, got.p99_ms, "ms", "archived GET manifest p99, ms")
+    b.report.add(Row(what, f"p99 {row.figure}, p50 {got.p50_ms:g} ms", goal=row.goal, verdict=row.verdict))
+
+
+async def archived_finds(
+    b: Bench, http: aiohttp.ClientSession, shim: Server, picks: list[dict[str, Any]], label: str
+) -> None:
+    b.report.phase("find over live + archived")
+    if not await find(http, shim.base, {"classifiers.i": picks[0]["i"]}):
+        b.report.add(
+            Row(f"POST /scans/find over {label}", "skipped: not available yet (no archived answers)")
+        )
+        return
+    for kind, text in (("run", "run_id + event_id"), ("classifier", "a classifier")):
+        if kind == "run":
+            old = [
+                {"event_metadata.run_id": p["run_id"], "event_metadata.event_id": p["event_id"]}
+                for p in picks
+            ]
+        else:
+            old = [{"classifiers.i": p["i"]} for p in picks]
+        filters = [f for pair in zip(live_filters(b, kind, len(old)), old, strict=False) for f in pair]
+        got, empty = await timed_finds(http, shim.base, filters, b.size.finds)
+        if empty:
+            b.report.note(f"find by {text} over {label}: {empty} of {got.n} finds found nothing")
+        row = measured(f"POST /scans/find by {text}, {label} (half each)", got.p99_ms, "ms",
+                       "find p99 over live + archived, ms")  # fmt: skip
+        b.report.add(
+            Row(row.what, f"p99 {row.figure}, p50 {got.p50_ms:g} ms", goal=row.goal, verdict=row.verdict)
+        )
+
+
+# ---------------------------------------------------------------- main
+
+
+async def run(size: Size, report: Report) -> None:
+    report.phase("control plane")
+    async with AsyncExitStack() as stack:
+        kubeconfig = await stack.enter_async_context(harness.control_plane())
+        api = await stack.enter_async_context(await kube.api_client(kubeconfig))
+        ns = await stack.enter_async_context(harness.namespace(api))
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="skyscan-bench-")))
+        b = Bench(size, api, kubeconfig, ns, workdir, report)
+        report.phase(f"storing {size.live:,} Scans with their events and reported status")
+        began = time.monotonic()
+        b.live = await harness.create_scans(api, ns, size.live, concurrency=CONCURRENCY, event=True)
+        report.note(f"{size.live:,} Scans stored in {time.monotonic() - began:.0f} s")
+        config = ShimConfig.make(kubeconfig, ns, workdir)
+        async with harness.running(harness.start_shim(config)) as shim:
+            took = await shim.wait_ok()
+            report.note(f"first shim start (status by one field manager): /healthz 200 after {took:.2f} s")
+            await reads(b, config, shim)
+            await live_finds(b, config, shim)
+            await creates(b, config, shim)
+        await operator(b, config, size.live)
+        await archived(b, config)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1,000 live and 10,000 archived scans")
+    args = parser.parse_args()
+    size = QUICK if args.quick else FULL
+    before = harness.uptime()
+    report = Report()
+    try:
+        asyncio.run(asyncio.wait_for(run(size, report), size.deadline_seconds))
+    finally:
+        after = harness.uptime()
+        print(f"## Skyscan benchmarks ({'quick' if args.quick else 'full'}: {size.live:,} live, "
+              f"{size.archived:,} archived; {time.monotonic() - report.began:.0f} s)\n")  # fmt: skip
+        print(f"before: `{before}`  \nafter: `{after}`\n")
+        print(markdown(report.rows))
+        if report.notes:
+            print("\n" + "\n".join(f"- {n}" for n in report.notes))
+    return 0  # a goal missed is a finding (FAIL in the table), not a broken run
+
+
+if __name__ == "__main__":
+    sys.exit(main())
