@@ -11,7 +11,6 @@ server runs as the `postgres` user the package creates, and the directory must b
 
 from __future__ import annotations
 
-import contextlib
 import grp
 import json
 import os
@@ -240,13 +239,15 @@ def stop(root: Path, timeout: float = 30.0) -> bool:
 
 
 def ensure(root: Path, *, port: int = 0, tie_to_parent: bool = False) -> Server:
-    """The server recorded in `root` if it runs, else a new start on the same data."""
+    """The server recorded in `root` if it runs, else a new start on the same data: on `port` if free,
+    else on the port it had (so the DSN stays), else on any."""
     current = load(root)
     if current and current.running():
         return current
-    with contextlib.suppress(FileNotFoundError):
-        (root / STATE_FILE).unlink()
-    return start(root, port=port or (current.port if current else 0), tie_to_parent=tie_to_parent)
+    (root / STATE_FILE).unlink(missing_ok=True)
+    candidates = (port, current.port if current else 0)
+    chosen = next((p for p in candidates if p and processes.port_free(p)), 0)
+    return start(root, port=chosen, tie_to_parent=tie_to_parent)
 
 
 def _checked(name: str) -> str:
@@ -264,11 +265,12 @@ def with_database(dsn: str, name: str) -> str:
 async def create_database(admin_dsn: str, name: str, *, exist_ok: bool = False) -> str:
     """Create database `name` (from template0: nothing anyone added to template1); returns its DSN.
     `admin_dsn`: a login allowed to create databases."""
+    quoted = f'"{_checked(name)}"'
     conn = await asyncpg.connect(admin_dsn)
     try:
         exists = await conn.fetchval("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name)
         if not (exists and exist_ok):
-            await conn.execute(f'CREATE DATABASE "{_checked(name)}" TEMPLATE template0')
+            await conn.execute(f"CREATE DATABASE {quoted} TEMPLATE template0")
     finally:
         await conn.close()
     return with_database(admin_dsn, name)
@@ -276,8 +278,9 @@ async def create_database(admin_dsn: str, name: str, *, exist_ok: bool = False) 
 
 async def drop_database(admin_dsn: str, name: str) -> None:
     """Drop database `name`, disconnecting whoever still uses it."""
+    quoted = f'"{_checked(name)}"'
     conn = await asyncpg.connect(admin_dsn)
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{_checked(name)}" WITH (FORCE)')
+        await conn.execute(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)")
     finally:
         await conn.close()

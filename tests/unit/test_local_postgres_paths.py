@@ -1,0 +1,37 @@
+"""Where the local PostgreSQL comes from and how its DSNs are spelled (no server started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from skyscan_local import postgres
+from skyscan_local import stack as localstack
+
+
+def test_the_newest_debian_server_is_chosen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    installed = {"9": ["postgres", "initdb"], "15": ["postgres", "initdb"], "16": ["psql"]}
+    for version, programs in installed.items():
+        (tmp_path / version / "bin").mkdir(parents=True)
+        for program in programs:
+            (tmp_path / version / "bin" / program).touch()
+    monkeypatch.setattr(postgres, "DEBIAN_BINARIES", tmp_path)
+    assert postgres._debian_bindir() == tmp_path / "15" / "bin"  # 16 has the client only
+
+
+def test_a_dsn_for_another_database_keeps_the_login() -> None:
+    dsn = "postgresql://postgres:pw@127.0.0.1:5432/postgres"
+    assert postgres.with_database(dsn, "skyscan") == "postgresql://postgres:pw@127.0.0.1:5432/skyscan"
+
+
+def test_make_up_prints_the_archive_without_its_password() -> None:
+    shown = localstack._without_password("postgresql://postgres:secret@127.0.0.1:55432/skyscan")
+    assert shown == "postgresql://postgres@127.0.0.1:55432/skyscan"
+
+
+@pytest.mark.parametrize("name", ["Upper", "drop;", 'x"y', ""])
+async def test_only_plain_database_names_are_quoted_into_sql(name: str) -> None:
+    for statement in (postgres.create_database, postgres.drop_database):
+        with pytest.raises(ValueError):  # before connecting: there is no server at port 1
+            await statement("postgresql://u@127.0.0.1:1/postgres", name)
