@@ -70,11 +70,16 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _infinite(value: Any) -> bool:
+    """NaN or an infinity (JSON bodies may spell them): SQL orders and equals them otherwise."""
+    return isinstance(value, float) and not math.isfinite(value)
+
+
 def _safe(value: Any) -> bool:
     """Whether jsonb compares `value` as the matcher does. jsonb holds a float as its shortest decimal
     text; below 2**53 no other float or integer lies between a float and that text, above it one can."""
     if _number(value):
-        return math.isfinite(value) and abs(value) < SAFE_NUMBER
+        return not _infinite(value) and abs(value) < SAFE_NUMBER
     if isinstance(value, list):
         return all(_safe(v) for v in value)
     if isinstance(value, Mapping):
@@ -211,11 +216,13 @@ class _ColumnTests(_Tests):
 
     def equals(self, value: Any) -> Sql:
         col = self.column
+        if _infinite(value):
+            return UNTRANSLATED
         if value is None:
             return Sql(f"{col.name} IS NULL", True) if col.nullable else FALSE
         kind = self._kind(value)
         if kind == "number" and col.kind == "bigint":
-            if not (math.isfinite(value) and value == int(value) and BIGINT_MIN <= value <= BIGINT_MAX):
+            if not (value == int(value) and BIGINT_MIN <= value <= BIGINT_MAX):
                 return FALSE
             return Sql(f"{col.name} = {self.sql.param(int(value), 'bigint')}", True)
         if kind == "number" and col.kind == "float8":
@@ -234,7 +241,7 @@ class _ColumnTests(_Tests):
             return Sql(f'{col.name} COLLATE "C" {_SQL_ORDER[op]} {self.sql.param(value, "text")}', True)
         if kind != "number" or col.kind not in ("bigint", "float8"):
             return FALSE  # no ordering across types
-        if not math.isfinite(value):
+        if _infinite(value):
             return UNTRANSLATED
         if col.kind == "float8":
             if isinstance(value, int) and abs(value) >= SAFE_NUMBER:
