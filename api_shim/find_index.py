@@ -3,27 +3,22 @@ and `classifiers.<key>`. The cache keeps it as Scans change, so a find naming on
 scans that can match (`api_shim.narrowing` picks the conditions; the filter still decides each one).
 
 A Scan is indexed by the values its manifest (`skyscan.manifest.of`) has at those paths, read from the
-object without building the manifest, keyed as the matcher compares them (`filters.scalar_key`: 1 and
-1.0 are one key, True is not 1). An array is indexed by each of its elements too, as equality tests
-them. Only non-null scalars are indexed: a null condition also matches a missing field, which an
-index of values cannot list.
+object without building the manifest, keyed as the matcher compares them (1 and 1.0 are one key, True
+is not 1). An array is indexed by each of its elements too, as equality tests them. Only non-null
+scalars are indexed: a null condition also matches a missing field, which an index of values cannot
+list.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from api_shim.filters import scalar_key
 from skyscan import manifest
 
 RUN_ID = "event_metadata.run_id"
 EVENT_ID = "event_metadata.event_id"
 CLASSIFIER = "classifiers."
-_EVENT_KEYS = ((RUN_ID, "runId", "run_id"), (EVENT_ID, "eventId", "event_id"))
-
-Entry = tuple[str, tuple[str, Any]]  # (path, scalar key)
 
 
 def indexed(path: str) -> bool:
@@ -33,69 +28,102 @@ def indexed(path: str) -> bool:
     return path in (RUN_ID, EVENT_ID)
 
 
-def _keys(value: Any) -> list[tuple[str, Any]]:
-    found = [value, *value] if isinstance(value, list) else [value]
-    return [key for v in found if v is not None and (key := scalar_key(v)) is not None]
+def _add(found: list[tuple[str, Any]], path: str, value: Any) -> None:
+    if isinstance(value, str | int | float):  # booleans too; not null
+        found.append((path, value))
+    elif isinstance(value, list):
+        found += [(path, v) for v in value if isinstance(v, str | int | float)]
 
 
-def _event_values(scan: Mapping[str, Any]) -> dict[str, Any]:
-    """The manifest's run and event ids, from the stored camelCase metadata; a value that is not a plain
-    number there (the manifest's model would convert it) is read through the manifest's own code."""
-    stored = (scan.get("status") or {}).get("eventMetadata")
-    if not stored or not isinstance(stored, Mapping):
-        return {}
-    raw = {path: stored.get(camel) for path, camel, _ in _EVENT_KEYS}
-    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in raw.values()):
-        return raw
-    try:
-        converted = manifest.event_metadata(scan) or {}
-    except ValueError:  # not valid metadata: the manifest cannot be built, nothing can match
-        return {}
-    return {path: converted.get(snake) for path, _, snake in _EVENT_KEYS}
+def _plain_number(value: Any) -> bool:
+    return type(value) is int or type(value) is float
 
 
-def _classifiers(scan: Mapping[str, Any]) -> dict[str, Any]:
-    """`manifest.classifiers` over the stored spec: the request's, plus a rescan's own."""
+def entries(scan: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(path, value) for each non-null scalar the Scan's manifest has at an indexed path, or has as an
+    element of an array there (pure). Run and event ids come from the stored camelCase metadata; one
+    that is not a plain number there (the manifest's model converts it) is read through the manifest's
+    own code. Classifiers are `manifest.classifiers`: the request's, plus a rescan's own."""
+    found: list[tuple[str, Any]] = []
+    status = scan.get("status")
+    stored = status.get("eventMetadata") if isinstance(status, dict) else None
+    if stored and isinstance(stored, dict):
+        run, event = stored.get("runId"), stored.get("eventId")
+        if not (_plain_number(run) and _plain_number(event)):
+            try:
+                converted = manifest.event_metadata(scan) or {}
+            except ValueError:  # not valid metadata: the manifest cannot be built, nothing can match
+                converted = {}
+            run, event = converted.get("run_id"), converted.get("event_id")
+        _add(found, RUN_ID, run)
+        _add(found, EVENT_ID, event)
     spec = scan.get("spec") or {}
-    found = dict(spec.get("classifiers") or {})
+    classifiers = dict(spec.get("classifiers") or {})
     if spec.get("rescanOf"):
-        found.update(rescan=True, origin_scan_id=spec["rescanOf"])
+        classifiers.update(rescan=True, origin_scan_id=spec["rescanOf"])
+    for key, value in classifiers.items():
+        _add(found, CLASSIFIER + key, value)
     return found
 
 
-def entries(scan: Mapping[str, Any]) -> list[Entry]:
-    """What the index holds for one Scan (pure)."""
-    values = {**_event_values(scan), **{CLASSIFIER + k: v for k, v in _classifiers(scan).items()}}
-    return [(sys.intern(path), key) for path, value in values.items() for key in _keys(value)]
+class _Bucket(dict[Any, "str | set[str]"]):
+    """The scans by value at one path (booleans apart: True == 1 in a dict, not in the matcher); one
+    scan is held as its name, more as a set."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[str, bool]) -> None:
+        super().__init__()
+        self.key = key
 
 
 class FindIndex:
     def __init__(self) -> None:
-        self._names: dict[Entry, set[str]] = {}
-        self._entries: dict[str, list[Entry]] = {}
+        self._buckets: dict[tuple[str, bool], _Bucket] = {}
+        self._held: dict[str, tuple[Any, ...]] = {}  # name -> (bucket, value, bucket, value, ...)
 
     def put(self, name: str, scan: Mapping[str, Any]) -> None:
         """Index (the new version of) a Scan."""
         self.discard(name)
-        found = entries(scan)
-        if found:
-            self._entries[name] = found
-            for entry in found:
-                self._names.setdefault(entry, set()).add(name)
+        held: list[Any] = []
+        for path, value in entries(scan):
+            key = (path, type(value) is bool)
+            bucket = self._buckets.get(key)
+            if bucket is None:
+                bucket = self._buckets[key] = _Bucket(key)
+            names = bucket.get(value)
+            if names is None:
+                bucket[value] = name
+            elif isinstance(names, set):
+                names.add(name)
+            elif names != name:
+                bucket[value] = {names, name}
+            held += (bucket, value)
+        if held:
+            self._held[name] = tuple(held)
 
     def discard(self, name: str) -> None:
-        for entry in self._entries.pop(name, ()):
-            names = self._names[entry]
-            names.discard(name)
-            if not names:
-                del self._names[entry]
+        held = self._held.pop(name, ())
+        for bucket, value in zip(held[::2], held[1::2], strict=True):
+            names = bucket.get(value)
+            if isinstance(names, set):
+                names.discard(name)
+                if len(names) == 1:
+                    bucket[value] = next(iter(names))
+            elif names == name:
+                del bucket[value]
+                if not bucket:
+                    del self._buckets[bucket.key]
 
     def names(self, path: str, values: Iterable[Any]) -> set[str]:
         """The scans whose value at `path` (an `indexed` one) is, or has as an element, one of `values`
         (non-null scalars)."""
         found: set[str] = set()
         for value in values:
-            key = scalar_key(value)
-            if key is not None:
-                found |= self._names.get((path, key), set())
+            bucket = self._buckets.get((path, type(value) is bool))
+            names = bucket.get(value) if bucket is not None and value is not None else None
+            if isinstance(names, set):
+                found |= names
+            elif names is not None:
+                found.add(names)
         return found

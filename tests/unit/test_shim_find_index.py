@@ -74,7 +74,7 @@ def test_a_new_version_replaces_the_old_and_a_discard_removes_it() -> None:
     index.discard("a")
     index.discard("a")  # twice is harmless
     assert index.names("classifiers.origin", ["gfu"]) == set()
-    assert index._names == {} and index._entries == {}
+    assert index._buckets == {} and index._held == {}
 
 
 def test_indexed_paths() -> None:
