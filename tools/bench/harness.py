@@ -291,12 +291,12 @@ async def all_reconciled(api: client.ApiClient, ns: str, total: int, timeout: fl
     """Seconds until `total` Scans in `ns` have been seen by the operator (status.observedGeneration)."""
     objs, began = client.CustomObjectsApi(api), time.monotonic()
 
-    async def done() -> bool:
-        listed = await objs.list_namespaced_custom_object(**SCAN, namespace=ns)
+    async def done() -> bool:  # from the API server's watch cache (resourceVersion 0): no etcd read
+        listed = await objs.list_namespaced_custom_object(**SCAN, namespace=ns, resource_version="0")
         seen = sum(1 for s in listed["items"] if (s.get("status") or {}).get("observedGeneration"))
         return seen >= total
 
-    await eventually(done, timeout, 2.0)
+    await eventually(done, timeout, 5.0)
     return time.monotonic() - began
 
 
@@ -416,6 +416,11 @@ class ShimConfig:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
+    def session(self, concurrency: int) -> aiohttp.ClientSession:
+        """A client of the shim as its user, with up to `concurrency` connections."""
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        return aiohttp.ClientSession(headers=self.headers, connector=connector, timeout=TIMEOUT)
+
 
 def shim_env(config: ShimConfig, port: int) -> dict[str, str]:
     """The settings of a bench shim serving on 127.0.0.1:`port`."""
@@ -435,6 +440,18 @@ async def start_shim(config: ShimConfig, args: Sequence[str] = ("-m", "api_shim.
     `wait_ok` times its cold start."""
     port = processes.free_port()
     return await spawn(args, shim_env(config, port), port)
+
+
+@asynccontextmanager
+async def serving_shim(
+    kubeconfig: str, ns: str, concurrency: int
+) -> AsyncIterator[tuple[Server, aiohttp.ClientSession]]:
+    """A shim over `ns`, answering /healthz, and a session of its user."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = ShimConfig.make(kubeconfig, ns, Path(tmp))
+        async with running(start_shim(config)) as shim, config.session(concurrency) as http:
+            await shim.wait_ok()
+            yield shim, http
 
 
 async def start_wms_simulator(activation_delay: float = 0.0) -> Server:

@@ -19,12 +19,10 @@ import asyncio
 import json
 import random
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from kubernetes_asyncio import client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,30 +38,21 @@ async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
         ids = await harness.create_scans(api, ns, args.scans)
         stored_s = time.perf_counter() - began
         objs = client.CustomObjectsApi(api)
-        with tempfile.TemporaryDirectory() as tmp:
-            config = harness.ShimConfig.make(kubeconfig, ns, Path(tmp))
-            connector = aiohttp.TCPConnector(limit=args.concurrency)
-            async with (
-                harness.running(harness.start_shim(config)) as shim,
-                aiohttp.ClientSession(headers=config.headers, connector=connector) as http,
-            ):
-                await shim.wait_ok()
+        async with harness.serving_shim(kubeconfig, ns, args.concurrency) as (shim, http):
 
-                async def via_shim(_: int) -> None:
-                    async with http.get(f"{shim.base}/scan/{random.choice(ids)}/manifest") as r:
-                        assert r.status == 200, r.status
-                        await r.read()
+            async def via_shim(_: int) -> None:
+                async with http.get(f"{shim.base}/scan/{random.choice(ids)}/manifest") as r:
+                    assert r.status == 200, r.status
+                    await r.read()
 
-                async def direct(_: int) -> None:
-                    await objs.get_namespaced_custom_object(
-                        **harness.SCAN, namespace=ns, name=random.choice(ids)
-                    )
+            async def direct(_: int) -> None:
+                await objs.get_namespaced_custom_object(**harness.SCAN, namespace=ns, name=random.choice(ids))
 
-                kinds = {
-                    "shim GET /scan/{id}/manifest": via_shim,
-                    "API server GET scan (kubernetes_asyncio)": direct,
-                }
-                got = await harness.side_by_side(kinds, args.requests, args.concurrency)
+            kinds = {
+                "shim GET /scan/{id}/manifest": via_shim,
+                "API server GET scan (kubernetes_asyncio)": direct,
+            }
+            got = await harness.side_by_side(kinds, args.requests, args.concurrency)
     return {
         "scans_stored": len(ids),
         "store_seconds": round(stored_s, 1),

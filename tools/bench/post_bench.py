@@ -17,11 +17,8 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
-
-import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
@@ -34,26 +31,19 @@ RAW, POST = "raw Scan create (kubernetes_asyncio)", "POST /scan through the shim
 async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
     api = await kube.api_client(kubeconfig)
     async with api, harness.namespace(api) as ns:
-        with tempfile.TemporaryDirectory() as tmp:
-            config = harness.ShimConfig.make(kubeconfig, ns, Path(tmp))
-            connector = aiohttp.TCPConnector(limit=args.concurrency)
-            async with (
-                harness.running(harness.start_shim(config)) as shim,
-                aiohttp.ClientSession(headers=config.headers, connector=connector) as http,
-            ):
-                await shim.wait_ok()
+        async with harness.serving_shim(kubeconfig, ns, args.concurrency) as (shim, http):
 
-                async def post(_: int) -> None:
-                    async with http.post(f"{shim.base}/scan", json=harness.POST_REQUEST) as r:
-                        assert r.status == 200, (r.status, await r.text())
-                        await r.read()
+            async def post(_: int) -> None:
+                async with http.post(f"{shim.base}/scan", json=harness.POST_REQUEST) as r:
+                    assert r.status == 200, (r.status, await r.text())
+                    await r.read()
 
-                async def raw(i: int) -> None:
-                    await harness.create_scan(api, ns, harness.scan_spec(i))
+            async def raw(i: int) -> None:
+                await harness.create_scan(api, ns, harness.scan_spec(i))
 
-                got = await harness.side_by_side(
-                    {RAW: raw, POST: post}, args.scans, args.concurrency, args.rounds
-                )
+            got = await harness.side_by_side(
+                {RAW: raw, POST: post}, args.scans, args.concurrency, args.rounds
+            )
     return {
         "scans_per_kind": got[RAW].n,
         "concurrency": args.concurrency,

@@ -24,6 +24,7 @@ import asyncio
 import importlib.util
 import json
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -151,8 +152,7 @@ class Bench:
         return client.CustomObjectsApi(self.api)
 
     def session(self, config: ShimConfig) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(limit=CONCURRENCY)
-        return aiohttp.ClientSession(headers=config.headers, connector=connector, timeout=harness.TIMEOUT)
+        return config.session(CONCURRENCY)
 
 
 async def get_ok(http: aiohttp.ClientSession, url: str) -> bytes:
@@ -453,6 +453,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="1,000 live and 10,000 archived scans")
     args = parser.parse_args()
     size = QUICK if args.quick else FULL
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # killed: still stop what we started
     before = harness.uptime()
     report = Report()
     try:
