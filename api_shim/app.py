@@ -13,13 +13,13 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import asyncpg
 from aiohttp import web
 
 from api_shim import auth, oidc, openapi
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, error_middleware
 from api_shim.plumbing import (
+    ARCHIVE_ERRORS,
     FOUND,
     IDENTITY,
     ROUTE_TABLE,
@@ -27,6 +27,7 @@ from api_shim.plumbing import (
     Handler,
     Route,
     Shim,
+    archive_unavailable,
     body_flag,
     query_bool,
 )
@@ -57,11 +58,8 @@ def guard(route: Route) -> Handler:
     async def guarded(request: web.Request) -> web.StreamResponse:
         try:
             return await checked(request)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError) as e:  # a timeout or a lost connection
-            log.warning("archive unavailable on %s %s: %r", request.method, request.path, e)
-            raise ApiError(
-                503, "archive unavailable", f"The archive of finished scans did not answer: {e}"
-            ) from None
+        except ARCHIVE_ERRORS as e:  # a query that timed out, a lost or refused connection
+            raise archive_unavailable(e) from None
 
     async def checked(request: web.Request) -> web.StreamResponse:
         if route.roles is not None:

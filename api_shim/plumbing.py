@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import asyncpg
 from aiohttp import web
 from kubernetes_asyncio import client
 from pydantic import BaseModel, ValidationError
@@ -18,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from api_shim import models, view
 from api_shim.auth import Identity
 from api_shim.cache import ScanCache
-from api_shim.errors import bad_request, not_found
+from api_shim.errors import ApiError, bad_request, not_found
 from api_shim.settings import ShimSettings
 from api_shim.store import ScanStore
 from api_shim.tags import TagCatalog
@@ -29,6 +31,7 @@ from skyscan.status import ScanRecord
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger(__name__)
 IDENTITY = web.RequestKey("identity", Identity)
 FOUND = web.RequestKey("found", dict[str, Any])  # the scan named in the path: one archive query a request
 INLINE_DECODE_BYTES = 64 * 1024  # a larger archived payload is unpacked in a thread
@@ -41,6 +44,15 @@ async def unpacked(data: bytes) -> Any:
         return json.loads(gzip.decompress(data))
 
     return unpack() if len(data) <= INLINE_DECODE_BYTES else await asyncio.to_thread(unpack)
+
+
+# What the archive's driver raises when PostgreSQL is away, slow (statement timeout) or cut the connection.
+ARCHIVE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
+
+
+def archive_unavailable(e: BaseException) -> ApiError:
+    log.warning("the archive did not answer: %r", e)
+    return ApiError(503, "archive unavailable", f"The archive of finished scans did not answer: {e!r}")
 
 
 def archived(scan: dict[str, Any]) -> bool:
@@ -70,7 +82,10 @@ class Shim:
         deletion, so a scan archived between the two reads is still found in the second."""
         scan = self.cache.get(scan_id)
         if scan is None and self.archive is not None:
-            scan = await self.archive.get(self.namespace, scan_id)
+            try:
+                scan = await self.archive.get(self.namespace, scan_id)
+            except (*ARCHIVE_ERRORS, OSError, TimeoutError) as e:  # here surely the archive's
+                raise archive_unavailable(e) from None
         return scan
 
     async def rescan_ids(self, scan_id: str) -> list[str]:
