@@ -21,7 +21,7 @@ import heapq
 import itertools
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from operator import itemgetter
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -109,10 +109,7 @@ async def select_archived(
     count, candidates_sql = archive_find.queries(where.text, len(params) + 2)
     found: list[dict[str, Any]] = []
     try:
-        async with (
-            archive.pool.acquire() as conn,
-            conn.transaction(isolation="repeatable_read", readonly=True),
-        ):
+        async with archive.pool.acquire() as conn:
             archived = await conn.fetchval(count, namespace, *params, LIMITS.max_archived + 1)
             if archived > LIMITS.max_archived:
                 raise bad_request(
@@ -124,9 +121,8 @@ async def select_archived(
                     f"archived) exceeds the work budget of {LIMITS.max_work}",
                     NARROW,
                 )
-            cursor = await conn.cursor(candidates_sql, namespace, *params)
             turn = _Slice()
-            while rows := await cursor.fetch(ARCHIVE_BATCH):
+            async for rows in _batches(conn, candidates_sql, [namespace, *params], archived <= ARCHIVE_BATCH):
                 for (document,) in rows:
                     if compiled.matches(document) and live.get(document["scan_id"]) is None:
                         found.append(document)
@@ -136,6 +132,20 @@ async def select_archived(
             "filter too slow over the archive: its statement timeout ended the query", NARROW
         ) from None
     return found
+
+
+async def _batches(
+    conn: asyncpg.Connection, query: str, args: list[Any], few: bool
+) -> AsyncIterator[list[asyncpg.Record]]:
+    """The rows of `query`: `few` (about a batch, by a count just made) at once, more through a cursor
+    `ARCHIVE_BATCH` at a time (a cursor costs a transaction and more round trips)."""
+    if few:
+        yield await conn.fetch(query, *args)
+        return
+    async with conn.transaction(readonly=True):
+        cursor = await conn.cursor(query, *args)
+        while rows := await cursor.fetch(ARCHIVE_BATCH):
+            yield rows
 
 
 def merge(live: Iterator[dict[str, Any]], archived: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:

@@ -156,7 +156,11 @@ async def archived_ids(archive: Archive, live: ScanCache, query: dict[str, Any])
     return [m["scan_id"] for m in found]
 
 
-async def test_the_archive_answers_every_filter_as_the_matcher(stored: Archive, live: ScanCache) -> None:
+@pytest.mark.parametrize("batch", [64, 2], ids=["one fetch", "a cursor"])
+async def test_the_archive_answers_every_filter_as_the_matcher(
+    stored: Archive, live: ScanCache, batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(find, "ARCHIVE_BATCH", batch)
     mismatches = []
     for query in CASES:
         matches = parse_filter(query).matches
