@@ -4,6 +4,8 @@ Stores N Scans (default 10,000, as manifest_bench does: spec and a progress repo
 namespace, starts `skyscan-shim serve` as a subprocess against them, and measures over real HTTP:
 - the first find after start (it builds the per-Scan find documents) and the find latency of a few
   filters (selective, broad with a projection, everything);
+- p50/p99 of 500 finds each, one at a time, by run and event id, by run id, and by a classifier (the
+  shim's find index; goal p99 < 10 ms at 10,000 Scans);
 - the regexes that backtrack exponentially (`^\\w{8}(\\w+)+!` on scan_id with include_deleted,
   `^(\\w+)+!`, `(a|aa)+$`, `(.*a){20}`): each answer's status and latency, and `/healthz` latency
   measured concurrently (acceptance: each answer within 200 ms, /healthz under 50 ms);
