@@ -9,6 +9,7 @@ import pytest
 
 from api_shim.archive_find import queries, translate
 from api_shim.filters import parse_filter
+from api_shim.handlers import find
 
 
 @pytest.mark.parametrize(
@@ -77,3 +78,12 @@ def test_queries_select_one_namespace_in_code_point_order() -> None:
     assert count.endswith("LIMIT $3::bigint) AS candidates")
     assert "namespace = $1 AND (run_id = $2::bigint)" in select
     assert select.endswith('ORDER BY scan_id COLLATE "C"')
+
+
+def test_live_and_archived_answers_merge_in_id_order_a_scan_in_both_once_as_it_is_live() -> None:
+    live = [{"scan_id": "a", "from": "live"}, {"scan_id": "c", "from": "live"}]
+    archived = [{"scan_id": "b", "from": "archive"}, {"scan_id": "c", "from": "archive"}, {"scan_id": "d"}]
+    merged = list(find.merge(iter(live), archived))
+    assert [(m["scan_id"], m.get("from")) for m in merged] == [
+        ("a", "live"), ("b", "archive"), ("c", "live"), ("d", None)
+    ]  # fmt: skip
