@@ -126,16 +126,13 @@ class ScanWrites:
             if e.status != 404:
                 raise
         try:
-            restored = await self._restore_event(scan)
+            if not await self._restore_event(scan):
+                raise bad_request("sensor event not found", "The sensor event was deleted meanwhile.")
         except Exception:
             with contextlib.suppress(Exception):  # should this fail too, the operator fails the scan
                 await self.store.delete(view.scan_id(scan))
             self.cache.forget(scan)
             raise
-        if not restored:
-            await self.store.delete(view.scan_id(scan))
-            self.cache.forget(scan)
-            raise bad_request("sensor event not found", "The sensor event was deleted meanwhile.")
 
     async def _restore_event(self, scan: Obj) -> bool:
         """Store the archived event again, owned by `scan`; False when the archive does not have it."""

@@ -291,6 +291,23 @@ async def test_an_archived_event_can_be_reused_by_id(shim: ShimUnderTest, archiv
     assert (await shim.call("GET", f"/scan/{reply.body['scan_id']}/sensor-event")).status == 200
 
 
+async def test_a_rescan_whose_event_is_in_neither_store_is_undone(
+    shim: ShimUnderTest, archive: Archive
+) -> None:
+    a = str((await shim.launch())["scan_id"])
+    event_id = (await shim.kube_scan(a))["spec"]["sensorEventId"]
+    await client.CoreV1Api(shim.api).delete_namespaced_config_map(
+        names.event_object_name(event_id), shim.namespace
+    )
+    refused = await shim.call("POST", f"/scan/{a}/actions/rescan")
+    assert refused.status == 400 and refused.body["reason"] == "sensor event not found", refused.body
+    listed = await client.CustomObjectsApi(shim.api).list_namespaced_custom_object(
+        **kube.SCAN_RESOURCE, namespace=shim.namespace
+    )
+    assert [scan["metadata"]["name"] for scan in listed["items"]] == [a]
+    assert await event_configmap(shim, event_id) is None
+
+
 async def test_a_scanner_credential_never_acts_on_an_archived_scan(
     shim: ShimUnderTest, archive: Archive
 ) -> None:
