@@ -167,8 +167,7 @@ class ScanWrites:
         """Merge `spec` into the scan and record the manifest change, live or archived. A live Scan
         archived meanwhile (404) is marked in the archive: the operator deletes a Scan only under a
         resourceVersion precondition, so a mark that reached the live Scan is in its archived copy.
-        An archived copy is read again just before it is replaced, so a concurrent mark (a delete
-        during a rescan) is lost only if it lands within those two statements."""
+        An archived copy is changed under a row lock, so concurrent marks never undo each other."""
         name = view.scan_id(scan)
         if ScanRecord(scan).archived_at is None:
             try:
@@ -177,11 +176,9 @@ class ScanWrites:
                 if e.status != 404 or self.archive is None:
                     raise
         assert self.archive is not None  # an archived scan comes from the archive
-        current = await self.archive.get(self.namespace, name)
-        if current is None:
+        updated = await self.archive.update(self.namespace, name, lambda stored: marked(stored, spec, now()))
+        if updated is None:
             raise not_found()
-        updated = marked(current, spec, now())
-        await self.archive.replace(self.namespace, updated, manifest.of(updated))
         return updated
 
     async def add_workers(self, name: str, location: str, n_workers: int) -> model.WorkerRequestOutcome:

@@ -15,12 +15,13 @@ archived (`skyscan.status.ScanRecord.archived_at`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
+from skyscan import manifest
 from skyscan.status import resource_version
 
 SCHEMA_V1 = """
@@ -234,16 +235,21 @@ class Archive:
         )
         return [str(r["scan_id"]) for r in rows]
 
-    async def replace(self, namespace: str, scan: Mapping[str, Any], manifest: Mapping[str, Any]) -> None:
-        """Store a changed copy of an archived scan (a soft delete); LookupError if it is not archived."""
-        searched = _searched(scan, manifest)
-        status = scan.get("status") or {}  # jsonb_set needs the parent object to exist
-        updated = await self.pool.execute(
-            _REPLACE,
-            namespace,
-            scan["metadata"]["name"],
-            *(searched[c] for c in REPLACED_COLUMNS),
-            {**scan, "status": status},
-        )
-        if updated != "UPDATE 1":
-            raise LookupError(f"scan {namespace}/{scan['metadata']['name']} is not archived")
+    async def update(
+        self, namespace: str, scan_id: str, change: Callable[[dict[str, Any]], dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        """Store `change(stored copy)` of an archived scan (a soft delete, a replacement mark), its
+        manifest recomputed; the row is locked from read to write, so concurrent changes never undo
+        each other. None if the scan is not archived."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            stored = await conn.fetchval(
+                "SELECT scan FROM scans WHERE namespace = $1 AND scan_id = $2 FOR UPDATE", namespace, scan_id
+            )
+            if stored is None:
+                return None
+            scan = change(stored)
+            searched = _searched(scan, manifest.of(scan))
+            status = scan.get("status") or {}  # jsonb_set needs the parent object to exist
+            values = (searched[c] for c in REPLACED_COLUMNS)
+            await conn.execute(_REPLACE, namespace, scan_id, *values, {**scan, "status": status})
+            return with_archived_at(scan, float(stored["status"]["archivedAt"]))

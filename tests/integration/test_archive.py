@@ -145,16 +145,18 @@ async def test_rescans_of_lists_direct_children_only_oldest_first(archive: Archi
     assert await archive.rescans_of("ns", []) == []
 
 
-async def test_replace_soft_deletes_an_archived_scan_and_keeps_its_archive_time(archive: Archive) -> None:
+async def test_update_soft_deletes_an_archived_scan_and_keeps_its_archive_time(archive: Archive) -> None:
     scan = scan_object("ns")
     name = scan["metadata"]["name"]
     await archive.put(record(scan, archived_at=42.0))
-    stored = await archive.get("ns", name)
-    assert stored is not None
-    deleted = {**stored, "spec": {**stored["spec"], "deleted": True, "replacedBy": "other-scan"}}
-    deleted["status"] = {k: v for k, v in deleted["status"].items() if k != "archivedAt"}
-    await archive.replace("ns", deleted, manifest.of(deleted))
 
+    def delete(stored: dict[str, Any]) -> dict[str, Any]:
+        changed = {**stored, "spec": {**stored["spec"], "deleted": True, "replacedBy": "other-scan"}}
+        changed["status"] = {k: v for k, v in changed["status"].items() if k != "archivedAt"}
+        return changed
+
+    updated = await archive.update("ns", name, delete)
+    assert updated is not None and ScanRecord(updated).archived_at == 42.0
     got = await archive.get("ns", name)
     assert got is not None and got["spec"]["deleted"] is True and ScanRecord(got).archived_at == 42.0
     row = await archive.pool.fetchrow("SELECT is_deleted, manifest, archived_at FROM scans")
@@ -162,8 +164,26 @@ async def test_replace_soft_deletes_an_archived_scan_and_keeps_its_archive_time(
     assert row["manifest"]["replaced_by_scan_id"] == "other-scan"
     await archive.put(record(scan))  # the same copy again (a retried move) does not undo it
     assert (await archive.get("ns", name) or {})["spec"]["deleted"] is True
-    with pytest.raises(LookupError):
-        await archive.replace("elsewhere", deleted, manifest.of(deleted))
+    assert await archive.update("elsewhere", name, delete) is None
+
+
+async def test_concurrent_updates_of_one_archived_scan_never_undo_each_other(archive: Archive) -> None:
+    scan = scan_object("ns")
+    name = scan["metadata"]["name"]
+    await archive.put(record(scan))
+
+    def mark(key: str) -> Any:
+        def change(stored: dict[str, Any]) -> dict[str, Any]:
+            return {
+                **stored,
+                "spec": {**stored["spec"], "classifiers": {**stored["spec"].get("classifiers", {}), key: 1}},
+            }
+
+        return change
+
+    await asyncio.gather(*(archive.update("ns", name, mark(f"k{i}")) for i in range(8)))
+    got = await archive.get("ns", name)
+    assert got is not None and set(got["spec"]["classifiers"]) >= {f"k{i}" for i in range(8)}
 
 
 async def test_a_put_failing_midway_leaves_nothing(archive: Archive) -> None:
