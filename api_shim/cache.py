@@ -86,6 +86,9 @@ class ScanCache:
     def __iter__(self) -> Iterator[Obj]:
         return map(_decode, list(self._scans.values()))
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._scans
+
     def __len__(self) -> int:
         return len(self._scans)
 

@@ -124,7 +124,7 @@ async def select_archived(
             turn = _Slice()
             async for rows in _batches(conn, candidates_sql, [namespace, *params], archived <= ARCHIVE_BATCH):
                 for (document,) in rows:
-                    if compiled.matches(document) and live.get(document["scan_id"]) is None:
+                    if compiled.matches(document) and document["scan_id"] not in live:
                         found.append(document)
                 await turn.end_if_due()
     except asyncpg.QueryCanceledError:
