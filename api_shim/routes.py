@@ -26,8 +26,8 @@ SCAN_ID = "/scan/{scan_id}"
 def scan_read(
     path: str, handler: Handler, summary: str, roles: frozenset[str], response: type[BaseModel], *query: Query
 ) -> Route:
-    """A GET of one scan (`path` below `SCAN_ID`): 404 for an unknown scan, users redirected from a
-    replaced one unless they ask `no_redirect`."""
+    """A GET of one scan (`path` below `SCAN_ID`): 404 for an unknown scan, 503 while the archive it may
+    be in cannot answer, users redirected from a replaced one unless they ask `no_redirect`."""
     return Route(
         "GET",
         SCAN_ID + path,
@@ -36,7 +36,7 @@ def scan_read(
         roles,
         response,
         query=(NO_REDIRECT, *query),
-        errors=(404,),
+        errors=(404, 503),
         redirect=True,
     )
 
@@ -61,7 +61,7 @@ ROUTES: tuple[Route, ...] = (
         U,
         models.FindResponse,
         body=models.FindBody,
-        errors=(400,),
+        errors=(400, 503),
     ),
     Route("GET", "/scans/backlog", find.backlog, "Scans waiting on the backlog.", U, models.BacklogResponse),
     Route(
@@ -81,7 +81,7 @@ ROUTES: tuple[Route, ...] = (
         "The request that started a scan.",
         U,
         models.ScanRequestObj,
-        errors=(404,),
+        errors=(404, 503),
     ),
     Route(
         "POST",
