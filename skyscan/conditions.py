@@ -14,6 +14,12 @@ WMS_AVAILABLE = "WMSAvailable"  # the last WMS call for this scan, and the last 
 COMPLETE = "Complete"  # a final result was recorded
 FAILED = "Failed"  # terminal: the scan will not make progress (reason says why)
 DELETED = "Deleted"  # soft-deleted (or replaced); terminal once its workflow and Job are gone
+# The summary, in kstatus's terms (Flux reads these; Argo CD's health check too): Reconciling and
+# Stalled are "abnormal-true", never both True; Ready is True once nothing is left to do.
+READY = "Ready"  # the scan reached its end: a final result, or the abort its deletion asked for
+RECONCILING = "Reconciling"  # the operator still works on it: waiting, starting, running, aborting
+STALLED = "Stalled"  # failed: it will not progress without someone acting (reason and message say why)
+SUMMARY = (READY, RECONCILING, STALLED)
 
 
 def iso(ts: float) -> str:
@@ -45,12 +51,48 @@ def reason(conditions: list[dict[str, Any]], type_: str) -> str | None:
 
 def message(conditions: list[dict[str, Any]], type_: str) -> str:
     c = find(conditions, type_)
-    return str(c.get("message", "")) if c else ""
+    return message_of(c) if c else ""
+
+
+def message_of(condition: dict[str, Any]) -> str:
+    return str(condition.get("message", ""))
 
 
 def is_true(conditions: list[dict[str, Any]], type_: str) -> bool:
     c = find(conditions, type_)
     return c is not None and c.get("status") == "True"
+
+
+def summary(conditions: list[dict[str, Any]], *, deleting: bool, released: bool) -> tuple[str, str, str]:
+    """Which summary condition holds (READY, RECONCILING or STALLED), with its reason and message, from
+    the other conditions; `released`: no workflow held and no Job running (a deletion's abort is done)."""
+    if deleting:
+        return RECONCILING, "Deleting", "deleted: its workflow and Job go first"
+    for type_ in (FAILED, DELETED, COMPLETE):
+        if is_true(conditions, type_):
+            c = find(conditions, type_) or {}
+            why, text = c.get("reason") or type_, message_of(c)
+            if type_ == FAILED:
+                return STALLED, why, text
+            if type_ == DELETED and not released:
+                return RECONCILING, why, f"{text}: stopping its workflow and Job"
+            return READY, why, text
+    if find(conditions, SCANNER_RUNNING):  # its Job exists
+        return RECONCILING, "Running", message(conditions, SCANNER_RUNNING)
+    if is_true(conditions, ADMITTED):
+        return RECONCILING, "Starting", message(conditions, WORKFLOW_READY) or message(conditions, ADMITTED)
+    return RECONCILING, "Waiting", message(conditions, ADMITTED) or "waiting in the backlog"
+
+
+def summarized(
+    conditions: list[dict[str, Any]], *, deleting: bool, released: bool, now: float, at: int | None
+) -> list[dict[str, Any]]:
+    """`conditions` with Ready, Reconciling and Stalled brought in line with the others (`at`: the
+    generation observed)."""
+    holds, why, text = summary(conditions, deleting=deleting, released=released)
+    for type_ in SUMMARY:
+        conditions = put(conditions, type_, type_ == holds, why, text, now, at)
+    return conditions
 
 
 def put(

@@ -255,9 +255,10 @@ class Draft:
     credential: model.ScannerCredential | None
     now: float
     generation: int | None
+    deleting: bool = False  # hard-deleted (deletionTimestamp set)
 
     @classmethod
-    def of(cls, record: ScanRecord, now: float, generation: int | None) -> Draft:
+    def of(cls, record: ScanRecord, now: float, generation: int | None, deleting: bool = False) -> Draft:
         return cls(
             conditions=record.conditions,
             backlog=record.backlog(),
@@ -269,10 +270,16 @@ class Draft:
             credential=record.scanner_credential(),
             now=now,
             generation=generation,
+            deleting=deleting,
         )
 
     def wire(self) -> dict[str, Any]:
-        """The operator's keys except observedGeneration and state, in wire form."""
+        """The operator's keys except observedGeneration and state, in wire form; the summary
+        conditions (Ready, Reconciling, Stalled) are first brought in line with the rest, so every
+        status write, the planner's or the applier's after an action, keeps them consistent."""
+        self.conditions = cond.summarized(
+            self.conditions, deleting=self.deleting, released=self.released, now=self.now, at=self.generation
+        )
         workflow = self.workflow.to_kube()
         return {
             "conditions": self.conditions,
@@ -284,6 +291,12 @@ class Draft:
             "workerRequests": [o.to_kube() for o in self.worker_requests] if self.worker_requests else None,
             "scannerCredential": self.credential.to_kube() if self.credential else None,
         }
+
+    @property
+    def released(self) -> bool:
+        """No workflow held and no Job running: what a deletion's abort waits for."""
+        ended = self.job is None or self.job.state in ENDED_JOB_STATES
+        return ended and not holds_workflow(self.workflow)
 
     def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.conditions = cond.put(self.conditions, type_, status, reason, message, self.now, self.generation)
@@ -300,7 +313,7 @@ class Draft:
 
 def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) -> Plan:
     record = scan.record
-    d = Draft.of(record, now, scan.generation)
+    d = Draft.of(record, now, scan.generation, scan.deleting)
     p = Plan(status={}, draft=d)
     _observe_workflow(d, obs)
     _observe_job(d, obs)

@@ -392,3 +392,97 @@ def test_a_failing_wms_poll_is_visible_until_it_recovers() -> None:
     assert p.status["workforce"]["nRunning"] == 2
     queued = plan(scan(admitted()), down, NOW, S)  # no workflow yet: the poll is not this scan's concern
     assert cond.find(queued.status["conditions"], cond.WMS_AVAILABLE) is None
+
+
+# --- the summary conditions (kstatus: Ready, Reconciling, Stalled) ---
+
+RUNNING = Observed(
+    job=JobView("skyscan-s1", cond.iso(NOW - 4)), pods=(PodView("p", "Running", started_at=NOW - 3),)
+)
+
+
+def planned(state: str) -> dict[str, Any]:
+    """A Scan object (generation 1) as the planner leaves it in `state`."""
+    status, obs, deleting = started(), RUNNING, False
+    changes: dict[str, Any] = {}
+    released = {**status, "workflow": {**status["workflow"], "deactivated": "ABORTED"}, "job": None}
+    if state == "waiting":
+        status, obs = {}, STORED
+    elif state == "held":
+        status = plan(scan(), STORED, NOW, S).status
+        obs = Observed(event=True, admission=Admission(False, "ConcurrencyLimit", "at most 2"))
+    elif state == "starting":
+        status, obs = admitted(id="WF-1", requestedAt=cond.iso(NOW - 3)), Observed()
+    elif state == "final result":
+        status["result"] = {"isFinal": True, "updatedAt": NOW - 1}
+    elif state == "failed":
+        pod = PodView("p", "Failed", "Error", exit_code=1)
+        obs = Observed(job=JobView("skyscan-s1", None, failed=True), pods=(pod,))
+    elif state == "soft-deleting":
+        changes = {"deleted": True}
+    elif state in ("soft-deleted", "replaced"):
+        status, obs, changes = released, Observed(), {"deleted": True}
+        if state == "replaced":
+            changes["replacedBy"] = "s2"
+    elif state == "hard-deleting":
+        deleting = True
+    record = scan(status, finalizers=[FINALIZER], deleting=deleting, **changes)
+    meta: dict[str, Any] = {"name": "s1", "generation": 1}
+    if deleting:
+        meta["deletionTimestamp"] = cond.iso(NOW)
+    return {"metadata": meta, "spec": record.raw_spec, "status": plan(record, obs, NOW, S).status}
+
+
+# state -> (the summary condition that is True, its reason)
+SUMMARIES = {
+    "waiting": (cond.RECONCILING, "Waiting"),
+    "held": (cond.RECONCILING, "Waiting"),
+    "starting": (cond.RECONCILING, "Starting"),
+    "running": (cond.RECONCILING, "Running"),
+    "final result": (cond.READY, "FinalResult"),
+    "failed": (cond.STALLED, "ScannerFailed"),
+    "soft-deleting": (cond.RECONCILING, "SoftDeleted"),
+    "soft-deleted": (cond.READY, "SoftDeleted"),
+    "replaced": (cond.READY, "Replaced"),
+    "hard-deleting": (cond.RECONCILING, "Deleting"),
+}
+
+
+@pytest.mark.parametrize("state", SUMMARIES)
+def test_exactly_one_summary_condition_holds_in_each_state(state: str) -> None:
+    status = planned(state)["status"]
+    holds, why = SUMMARIES[state]
+    summary = {t: cond.find(status["conditions"], t) for t in cond.SUMMARY}
+    assert {t for t, c in summary.items() if c and c["status"] == "True"} == {holds}
+    assert all(c and c["reason"] == why and c["observedGeneration"] == 1 for c in summary.values())
+    assert status["observedGeneration"] == 1
+
+
+def test_summary_messages_say_what_the_scan_waits_for() -> None:
+    assert cond.message(planned("held")["status"]["conditions"], cond.RECONCILING) == "at most 2"
+    assert "message queues" in cond.message(planned("starting")["status"]["conditions"], cond.RECONCILING)
+    assert cond.message(planned("running")["status"]["conditions"], cond.RECONCILING) == "pod p is Running"
+    assert (
+        cond.message(planned("failed")["status"]["conditions"], cond.STALLED) == "the scanner failed: Error"
+    )
+    assert cond.message(planned("replaced")["status"]["conditions"], cond.READY) == "replaced by scan s2"
+
+
+def test_the_summary_moves_only_when_its_verdict_does() -> None:
+    running = planned("running")["status"]
+    again = plan(scan(running, finalizers=[FINALIZER]), RUNNING, NOW + 60, S).status
+    assert again["conditions"] == running["conditions"]  # nothing changed, nothing rewritten
+    done = {**running, "result": {"isFinal": True, "updatedAt": NOW + 59}}
+    ready = cond.find(
+        plan(scan(done, finalizers=[FINALIZER]), RUNNING, NOW + 60, S).status["conditions"], cond.READY
+    )
+    assert ready is not None and ready["lastTransitionTime"] == cond.iso(NOW + 60)
+
+
+def test_the_applier_keeps_the_summary_in_line_as_actions_succeed() -> None:
+    p = plan(
+        scan(admitted(id="WF-1", requestedAt=cond.iso(NOW - 3)), finalizers=[FINALIZER]), Observed(), NOW, S
+    )
+    p.draft.set(cond.FAILED, True, "StartFailed", "the Job was refused")  # as an applier records an outcome
+    stalled = cond.find(p.draft.wire()["conditions"], cond.STALLED)
+    assert stalled is not None and (stalled["status"], stalled["reason"]) == ("True", "StartFailed")
