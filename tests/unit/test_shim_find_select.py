@@ -34,20 +34,30 @@ async def cache() -> AsyncIterator[ScanCache]:
         yield ScanCache(api, "skyscan")
 
 
-async def test_documents_are_built_once_per_version(cache: ScanCache) -> None:
+async def test_documents_are_built_once_per_version(
+    cache: ScanCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[str] = []
+
+    def build(obj: dict[str, Any]) -> dict[str, Any]:
+        built.append(obj["metadata"]["name"])
+        return manifest_of(obj)
+
+    manifest_of = manifest.of
+    monkeypatch.setattr(manifest, "of", build)
     first = scan("a", 1)
     cache.observe(first)
     (document,) = cache.find_documents()
-    assert document == manifest.of(first)
-    assert next(cache.find_documents()) is document  # kept
+    assert document == manifest_of(first)
+    assert next(cache.find_documents()) == document and built == ["a"]  # kept
     cache.observe(scan("b", 2))
     snapshot = cache.find_documents()
-    assert next(snapshot) is document
+    assert next(snapshot) == document
     cache.observe(scan("b", 3, priority=7))
     assert next(snapshot)["priority"] == 0  # a snapshot reads Scans as they were when it began
     _, document = cache.find_documents()
-    assert document["priority"] == 7  # rebuilt for the new version
-    assert list(cache.find_documents())[1] is document
+    assert document["priority"] == 7 and built == ["a", "b", "b"]  # rebuilt for the new version
+    assert list(cache.find_documents())[1] == document and built == ["a", "b", "b"]
     cache.forget(scan("a", 4))
     cache.forget(scan("b", 4))
     assert list(cache.find_documents()) == []
