@@ -110,3 +110,20 @@ def test_history_records_follow_the_table_and_refuse_drift() -> None:
     assert history.as_records(iter([row]), columns) == [tuple(row[c] for c in columns)]
     with pytest.raises(ValueError, match="new_column"):
         history.as_records(iter([row]), [*columns, "new_column"])
+
+
+async def test_a_broken_measurement_is_a_row_and_the_run_goes_on() -> None:
+    report = suite.Report()
+
+    async def broken() -> None:
+        raise TimeoutError("no Job within 60 s")
+
+    async def fine() -> None:
+        report.add(suite.Row("next", "1 s"))
+
+    await report.section("Scan created → Job created", broken())
+    await report.section("next", fine())
+    assert [(r.what, r.figure) for r in report.rows] == [
+        ("Scan created → Job created", "error: TimeoutError: no Job within 60 s"),
+        ("next", "1 s"),
+    ]

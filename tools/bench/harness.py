@@ -287,13 +287,20 @@ async def create_scans(
     return names
 
 
+async def scans_in(api: client.ApiClient, ns: str) -> list[dict[str, Any]]:
+    """The Scans in `ns`, from the API server's watch cache (resourceVersion 0: no etcd read)."""
+    listed = await client.CustomObjectsApi(api).list_namespaced_custom_object(
+        **SCAN, namespace=ns, resource_version="0"
+    )
+    return list(listed["items"])
+
+
 async def all_reconciled(api: client.ApiClient, ns: str, total: int, timeout: float) -> float:
     """Seconds until `total` Scans in `ns` have been seen by the operator (status.observedGeneration)."""
-    objs, began = client.CustomObjectsApi(api), time.monotonic()
+    began = time.monotonic()
 
-    async def done() -> bool:  # from the API server's watch cache (resourceVersion 0): no etcd read
-        listed = await objs.list_namespaced_custom_object(**SCAN, namespace=ns, resource_version="0")
-        seen = sum(1 for s in listed["items"] if (s.get("status") or {}).get("observedGeneration"))
+    async def done() -> bool:
+        seen = sum(1 for s in await scans_in(api, ns) if (s.get("status") or {}).get("observedGeneration"))
         return seen >= total
 
     await eventually(done, timeout, 5.0)
