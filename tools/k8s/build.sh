@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Build the local control-plane binaries once per machine into a version-stamped cache outside the
-# repo: kube-apiserver, kube-controller-manager, kube-scheduler (from ./kube) and kwok.
+# repo: kube-apiserver, kube-controller-manager, kube-scheduler (from ./kube), kwok, and helm (the
+# chart's lint and render in the suite).
 # Prints the cache directory. A binary is rebuilt only when missing or reporting another version.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 KUBE_VERSION=${KUBE_VERSION:-v1.33.13}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
 bin=${SKYSCAN_K8S_BIN:-${XDG_CACHE_HOME:-$HOME/.cache}/skyscan/k8s/$KUBE_VERSION}
 mkdir -p "$bin"
 
@@ -35,6 +37,19 @@ fi
 if stale kwok "${KWOK_VERSION#v}"; then
   echo "building kwok $KWOK_VERSION into $bin" >&2
   GOFLAGS=-trimpath GOBIN="$bin" go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+fi
+
+# helm names its version with a subcommand, not --version.
+if ! { [ -x "$bin/helm" ] && "$bin/helm" version --short 2>/dev/null | grep -qxF -- "$HELM_VERSION"; }; then
+  echo "building helm $HELM_VERSION into $bin" >&2
+  # go install leaves what a release stamps at its source defaults (version v3.x, Kubernetes 1.20):
+  # stamp the tag, and the control plane's Kubernetes version as what `helm template` renders for.
+  minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
+  ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  for pkg in pkg/chartutil pkg/lint/rules; do
+    ldflags="$ldflags -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$minor"
+  done
+  GOFLAGS=-trimpath GOBIN="$bin" go install -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 fi
 
 # kwok >= 0.8 has no built-in stages; always hand it the fast ones shipped in its module.
