@@ -14,16 +14,18 @@ $(STAMP): pyproject.toml local/pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]' -e ./local   # the product, then the local harness
 	touch $@
 
-binaries:               ## build the control-plane binaries once into ~/.cache/skyscan/k8s/<version>
+binaries:               ## build the control-plane binaries and helm once into ~/.cache/skyscan/k8s/<version>
 	bash tools/k8s/build.sh
 
-crds: venv              ## regenerate crds/ from the domain model (and its copy in manifests/crds/)
+crds: venv              ## regenerate crds/ from the domain model (and its copies in manifests/crds/, the chart's crds/)
 	$(PY) -m skyscan.crd
 	cp crds/*.yaml manifests/crds/
+	cp crds/*.yaml charts/skyscan/crds/
 
 check-crds: venv
 	$(PY) -m skyscan.crd --check
 	diff -r crds manifests/crds
+	diff -r crds charts/skyscan/crds
 
 lint: venv              ## ruff, mypy strict, and the layering contracts (pyproject's [tool.importlinter])
 	$(VENV)/bin/ruff check .

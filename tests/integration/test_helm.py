@@ -1,0 +1,232 @@
+"""The Helm chart (charts/skyscan): `helm lint` passes, the schema refuses what cannot work, the values
+show in what it renders, the API server accepts it (server-side dry run), and it renders what the
+kustomize manifests hold (objects, RBAC rules, Pod specs, settings), so the two never drift.
+
+helm comes from tools/k8s/build.sh, cached beside the control-plane binaries."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from skyscan import crd
+from skyscan_local import control_plane as localcluster
+from tests.conftest import Cluster
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "skyscan"
+KUBECTL = os.environ.get("KUBECTL", "kubectl")
+Doc = dict[str, Any]
+
+# Every value set away from its default (release "prod": names prod-skyscan-*).
+EVERYTHING: Doc = {
+    "image": {"repository": "registry.example.org/skyscan", "tag": "9.9.9", "pullPolicy": "Always"},
+    "operator": {"replicas": 1, "resources": {"requests": {"cpu": "250m"}, "limits": {"memory": "512Mi"}}},
+    "shim": {"replicas": 0, "resources": {"limits": {"cpu": 2, "memory": "2Gi"}}},
+    "settings": {
+        "SKYSCAN_KNOWN_CLUSTERS": {"osg": 10, "sub-2": None},  # maps merge: null drops a default key
+        "SKYSCAN_WORKERS": 8,
+        "SKYSCAN_AUTH_DISABLED": False,
+        "SKYSCAN_LOG_LEVEL": "DEBUG",
+        "SKYSCAN_REST_ADDRESS": "http://rest.example.org",
+    },
+    "oidc": {"issuers": [{"issuer": "https://kc.example.org/realms/r", "audience": "skyscan"}]},
+    "wms": {"address": "https://wms.example.org", "oidcIssuer": "", "credentialsSecret": "wms-client"},
+    "archive": {"dsnSecret": "archive-dsn"},
+    "presignKey": {"secretName": "presign"},
+    "tokens": {"secretName": ""},
+}
+
+
+@functools.cache
+def helm_binary() -> Path:
+    path = localcluster.ensure_binaries() / "helm"
+    assert path.is_file(), f"{path} is missing: run `bash tools/k8s/build.sh` (it builds helm)"
+    return path
+
+
+def run(*args: str | Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in args], input=stdin, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def values_file(tmp_path: Path, values: Doc) -> Path:
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def template(*args: str | Path, release: str = "skyscan", namespace: str = "skyscan") -> list[Doc]:
+    done = run(helm_binary(), "template", release, CHART, "--namespace", namespace, *args)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def kustomized() -> list[Doc]:
+    """`kubectl kustomize manifests`, the settings ConfigMap under its name without the hash suffix
+    (the chart rolls the Pods with a checksum annotation instead) and without the Namespace (Helm's
+    `--create-namespace`)."""
+    done = run(KUBECTL, "kustomize", REPO / "manifests")
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] != "Namespace"]
+    (settings,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    hashed = settings["metadata"]["name"]
+    assert hashed.startswith("skyscan-settings-")
+    return [yaml.safe_load(yaml.safe_dump(d).replace(hashed, "skyscan-settings")) for d in docs]
+
+
+def find(docs: list[Doc], kind: str, name: str) -> Doc:
+    (doc,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    return doc
+
+
+def settings_data(docs: list[Doc]) -> dict[str, Any]:
+    """The settings ConfigMap's data, JSON values parsed (the chart writes JSON compactly)."""
+    (doc,) = [d for d in docs if d["kind"] == "ConfigMap"]
+
+    def value(text: str) -> Any:
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    return {k: value(v) for k, v in doc["data"].items()}
+
+
+def pod_spec(doc: Doc) -> Doc:
+    """A Deployment's Pod spec without the pull policy, which only the chart states."""
+    spec: Doc = copy.deepcopy(doc["spec"]["template"]["spec"])
+    for container in spec["containers"]:
+        container.pop("imagePullPolicy", None)
+    return spec
+
+
+def test_the_chart_lints(tmp_path: Path) -> None:
+    for extra in ([], ["--values", str(values_file(tmp_path, EVERYTHING))]):
+        done = run(helm_binary(), "lint", "--strict", CHART, *extra)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "1 chart(s) linted, 0 chart(s) failed" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"operator": {"replicas": 2}}, "/operator/replicas"),
+        ({"shim": {"replicas": 3}}, "/shim/replicas"),
+        ({"settings": {"SKYSCAN_WMS_ADDRESS": "https://x"}}, "SKYSCAN_WMS_ADDRESS"),  # owned by wms
+        ({"settings": {"log_level": "INFO"}}, "log_level"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"archive": {"dsnSecret": "Not A Name"}}, "/archive/dsnSecret"),
+        ({"oidc": {"issuers": [{"issuer": "https://kc.example.org"}]}}, "audience"),
+        ({"replicas": 2}, "replicas"),
+        ({"tokens": {"secretName": ""}}, "the shim needs people's credentials"),
+    ],
+)
+def test_values_that_cannot_work_are_refused(tmp_path: Path, values: Doc, complaint: str) -> None:
+    done = run(helm_binary(), "template", "skyscan", CHART, "--values", values_file(tmp_path, values))
+    assert done.returncode != 0
+    assert complaint in done.stderr, done.stderr
+
+
+def test_the_values_show_in_what_the_chart_renders(tmp_path: Path) -> None:
+    docs = template("--values", values_file(tmp_path, EVERYTHING), release="prod", namespace="ops")
+    operator = find(docs, "Deployment", "prod-skyscan-operator")
+    shim = find(docs, "Deployment", "prod-skyscan-shim")
+    assert (operator["spec"]["replicas"], shim["spec"]["replicas"]) == (1, 0)
+    (op,) = operator["spec"]["template"]["spec"]["containers"]
+    (sh,) = shim["spec"]["template"]["spec"]["containers"]
+    assert op["image"] == sh["image"] == "registry.example.org/skyscan:9.9.9"
+    assert op["imagePullPolicy"] == "Always"
+    # Helm merges maps with the defaults: a value replaces only what it names.
+    assert op["resources"] == {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
+    assert sh["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"cpu": 2, "memory": "2Gi"},
+    }
+    secrets = {
+        c["name"]: [s["secretRef"]["name"] for s in c["envFrom"] if "secretRef" in s] for c in (op, sh)
+    }
+    assert secrets == {"operator": ["wms-client", "archive-dsn"], "shim": ["archive-dsn"]}
+    # No token Secret: the shim mounts only the presign key.
+    assert [v["secret"]["secretName"] for v in shim["spec"]["template"]["spec"]["volumes"]] == ["presign"]
+    assert find(docs, "Service", "prod-skyscan-shim")["metadata"]["namespace"] == "ops"
+    assert settings_data(docs) == {
+        "SKYSCAN_KNOWN_CLUSTERS": {"osg": 10},
+        "SKYSCAN_MIN_TAG": "4.0.0",  # defaults left as they are
+        "SKYSCAN_TAGS": ["4.0.0", "4.1.2", "4.2.0", "4.2.1"],
+        "SKYSCAN_WORKERS": 8,
+        "SKYSCAN_AUTH_DISABLED": False,
+        "SKYSCAN_LOG_LEVEL": "DEBUG",
+        "SKYSCAN_REST_ADDRESS": "http://rest.example.org",  # settings win over the derived address
+        "SKYSCAN_SIDECAR_IMAGE": "registry.example.org/skyscan:9.9.9",
+        "SKYSCAN_SCANNER_SERVICE_ACCOUNT": "prod-skyscan-scanner",
+        "SKYSCAN_OIDC_ISSUERS": EVERYTHING["oidc"]["issuers"],
+        "SKYSCAN_WMS_ADDRESS": "https://wms.example.org",
+        "SKYSCAN_PRESIGN_KEY_FILE": "/etc/skyscan/presign/key",
+    }
+    token_rule = next(r for r in find(docs, "Role", "prod-skyscan-operator")["rules"] if "resourceNames" in r)
+    assert token_rule["resourceNames"] == ["prod-skyscan-scanner"]
+    # A settings change rolls both Deployments.
+    changed = template("--set", "settings.SKYSCAN_LOG_LEVEL=WARNING")
+    default = template()
+    for name in ("skyscan-operator", "skyscan-shim"):
+        checksums = [
+            find(d, "Deployment", name)["spec"]["template"]["metadata"]["annotations"]["checksum/settings"]
+            for d in (changed, default)
+        ]
+        assert checksums[0] != checksums[1]
+
+
+def test_the_chart_renders_what_the_kustomize_manifests_hold() -> None:
+    chart, manifests = template("--include-crds"), kustomized()
+    names = sorted((d["kind"], d["metadata"]["name"]) for d in chart)
+    assert names == sorted((d["kind"], d["metadata"]["name"]) for d in manifests)
+    for kind, name in names:
+        ours, theirs = find(chart, kind, name), find(manifests, kind, name)
+        if kind in ("Role", "ClusterRole"):
+            assert ours["rules"] == theirs["rules"], name
+        elif kind in ("RoleBinding", "ClusterRoleBinding"):
+            assert (ours["roleRef"], ours["subjects"]) == (theirs["roleRef"], theirs["subjects"]), name
+        elif kind == "Deployment":
+            assert pod_spec(ours) == pod_spec(theirs), name
+            assert ours["spec"].get("strategy") == theirs["spec"].get("strategy"), name
+            assert ours["spec"]["replicas"] == theirs["spec"]["replicas"], name
+        elif kind == "ServiceAccount":
+            assert ours.get("automountServiceAccountToken") == theirs.get("automountServiceAccountToken")
+        elif kind == "Service":
+            assert ours["spec"]["ports"] == theirs["spec"]["ports"]
+            pods = find(chart, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
+            assert ours["spec"]["selector"].items() <= pods.items()
+        elif kind == "CustomResourceDefinition":
+            assert ours["spec"] == theirs["spec"] == yaml.safe_load(crd.render())["spec"]
+    # The chart states two settings the manifests leave at their defaults (the same values).
+    derived = {
+        "SKYSCAN_SCANNER_SERVICE_ACCOUNT": "skyscan-scanner",
+        "SKYSCAN_SIDECAR_IMAGE": "ghcr.io/skyscan/skyscan:0.1.0",
+    }
+    assert settings_data(chart) == settings_data(manifests) | derived
+    assert (CHART / "crds" / crd.CRD_FILE.name).read_text() == crd.render(), "run `make crds`"
+
+
+@pytest.mark.timeout(240)
+async def test_the_api_server_accepts_the_chart(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    for release, extra in (("skyscan", []), ("prod", ["--values", str(values_file(tmp_path, EVERYTHING))])):
+        docs = await asyncio.to_thread(
+            template, "--include-crds", *extra, release=release, namespace=namespace
+        )
+        done = await asyncio.to_thread(
+            run, KUBECTL, "--kubeconfig", cluster.kubeconfig, "apply", "--dry-run=server", "-f", "-",
+            stdin=yaml.safe_dump_all(docs),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.count("(server dry run)") == len(docs), done.stdout
