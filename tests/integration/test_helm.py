@@ -230,3 +230,9 @@ async def test_the_api_server_accepts_the_chart(cluster: Cluster, namespace: str
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stdout.count("(server dry run)") == len(docs), done.stdout
+    # The README's CRD upgrade, over the CRD the cluster has.
+    done = await asyncio.to_thread(
+        run, KUBECTL, "--kubeconfig", cluster.kubeconfig, "apply", "--server-side", "--force-conflicts",
+        "--dry-run=server", "-f", CHART / "crds",
+    )  # fmt: skip
+    assert done.returncode == 0 and "serverside-applied (server dry run)" in done.stdout, done.stderr
