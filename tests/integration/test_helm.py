@@ -130,6 +130,10 @@ def test_the_chart_lints(tmp_path: Path) -> None:
         ({"oidc": {"issuers": [{"issuer": "https://kc.example.org"}]}}, "audience"),
         ({"replicas": 2}, "replicas"),
         ({"tokens": {"secretName": ""}}, "the shim needs people's credentials"),
+        (
+            {"tokens": {"secretName": ""}, "settings": {"SKYSCAN_AUTH_DISABLED": "false"}},
+            "the shim needs people's credentials",
+        ),
     ],
 )
 def test_values_that_cannot_work_are_refused(tmp_path: Path, values: Doc, complaint: str) -> None:
@@ -176,6 +180,9 @@ def test_the_values_show_in_what_the_chart_renders(tmp_path: Path) -> None:
     }
     token_rule = next(r for r in find(docs, "Role", "prod-skyscan-operator")["rules"] if "resourceNames" in r)
     assert token_rule["resourceNames"] == ["prod-skyscan-scanner"]
+    # Authentication off (local use only) needs no credentials.
+    off = template("--set", "tokens.secretName=", "--set", "settings.SKYSCAN_AUTH_DISABLED=true")
+    assert settings_data(off)["SKYSCAN_AUTH_DISABLED"] is True
     # A settings change rolls both Deployments.
     changed = template("--set", "settings.SKYSCAN_LOG_LEVEL=WARNING")
     default = template()
