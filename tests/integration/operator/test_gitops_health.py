@@ -43,20 +43,25 @@ def summary_is(type_: str, reason: str | None = None) -> Any:
     return check
 
 
-async def record(api: client.ApiClient, namespace: str, into: list[dict[str, Any]]) -> None:
-    """Every version of every Scan in the namespace, as a watch delivers them."""
-    objs, version = client.CustomObjectsApi(api), ""
-    while True:
-        try:
-            async with watch.Watch().stream(
-                objs.list_namespaced_custom_object, **SCAN, namespace=namespace, resource_version=version,
-                timeout_seconds=120,
-            ) as stream:  # fmt: skip
-                async for event in stream:
-                    into.append(event["object"])
-                    version = event["object"]["metadata"]["resourceVersion"]
-        except ApiException:
-            await asyncio.sleep(0.2)
+async def record(api: client.ApiClient, namespace: str, into: list[dict[str, Any]]) -> asyncio.Task[None]:
+    """Every version of every Scan in the namespace from now on, as a watch delivers them."""
+    objs = client.CustomObjectsApi(api)
+    listed = await objs.list_namespaced_custom_object(**SCAN, namespace=namespace)
+
+    async def follow(version: str) -> None:
+        while True:
+            try:
+                async with watch.Watch().stream(
+                    objs.list_namespaced_custom_object, **SCAN, namespace=namespace, resource_version=version,
+                    timeout_seconds=120,
+                ) as stream:  # fmt: skip
+                    async for event in stream:
+                        into.append(event["object"])
+                        version = event["object"]["metadata"]["resourceVersion"]
+            except ApiException:
+                await asyncio.sleep(0.2)
+
+    return asyncio.create_task(follow(listed["metadata"]["resourceVersion"]))
 
 
 async def test_a_scan_is_progressing_until_its_final_result_then_healthy(
@@ -64,7 +69,7 @@ async def test_a_scan_is_progressing_until_its_final_result_then_healthy(
 ) -> None:
     operator(**HOLD)
     snapshots: list[dict[str, Any]] = []
-    recorder = asyncio.create_task(record(api, namespace, snapshots))
+    recorder = await record(api, namespace, snapshots)  # from before the scan exists
     scan = await running_scan(api, namespace)
     name = scan["metadata"]["name"]
     assert verdict(scan) == (
