@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 # Condition types the operator writes.
 ADMITTED = "Admitted"  # the backlog let the scan start (False: why it waits, or why an attempt failed)
@@ -63,35 +63,45 @@ def is_true(conditions: list[dict[str, Any]], type_: str) -> bool:
     return c is not None and c.get("status") == "True"
 
 
-def summary(conditions: list[dict[str, Any]], *, deleting: bool, released: bool) -> tuple[str, str, str]:
-    """Which summary condition holds (READY, RECONCILING or STALLED), with its reason and message, from
-    the other conditions; `released`: no workflow held and no Job running (a deletion's abort is done)."""
+class Summary(NamedTuple):
+    holds: str  # READY, RECONCILING or STALLED
+    reason: str
+    message: str
+    since: float | None  # when the condition that ended the scan (Failed, Deleted, Complete) turned True
+
+
+def summary(conditions: list[dict[str, Any]], *, deleting: bool, released: bool) -> Summary:
+    """Which summary condition holds, with its reason and message, from the other conditions;
+    `released`: no workflow held and no Job running (a deletion's abort is done)."""
     if deleting:
-        return RECONCILING, "Deleting", "deleted: its workflow and Job go first"
+        return Summary(RECONCILING, "Deleting", "deleted: its workflow and Job go first", None)
     for type_ in (FAILED, DELETED, COMPLETE):
         if is_true(conditions, type_):
             c = find(conditions, type_) or {}
-            why, text = c.get("reason") or type_, message_of(c)
+            why, text, since = c.get("reason") or type_, message_of(c), epoch(c.get("lastTransitionTime"))
             if type_ == FAILED:
-                return STALLED, why, text
+                return Summary(STALLED, why, text, since)
             if type_ == DELETED and not released:
-                return RECONCILING, why, f"{text}: stopping its workflow and Job"
-            return READY, why, text
+                return Summary(RECONCILING, why, f"{text}: stopping its workflow and Job", None)
+            return Summary(READY, why, text, since)
     if find(conditions, SCANNER_RUNNING):  # its Job exists
-        return RECONCILING, "Running", message(conditions, SCANNER_RUNNING)
+        return Summary(RECONCILING, "Running", message(conditions, SCANNER_RUNNING), None)
     if is_true(conditions, ADMITTED):
-        return RECONCILING, "Starting", message(conditions, WORKFLOW_READY) or message(conditions, ADMITTED)
-    return RECONCILING, "Waiting", message(conditions, ADMITTED) or "waiting in the backlog"
+        text = message(conditions, WORKFLOW_READY) or message(conditions, ADMITTED)
+        return Summary(RECONCILING, "Starting", text, None)
+    return Summary(RECONCILING, "Waiting", message(conditions, ADMITTED) or "waiting in the backlog", None)
 
 
 def summarized(
     conditions: list[dict[str, Any]], *, deleting: bool, released: bool, now: float, at: int | None
 ) -> list[dict[str, Any]]:
     """`conditions` with Ready, Reconciling and Stalled brought in line with the others (`at`: the
-    generation observed)."""
-    holds, why, text = summary(conditions, deleting=deleting, released=released)
+    generation observed). A scan that ended before it had them (an older operator's) gets them dated
+    from its end, not now: the archiver's clock runs from a scan's latest transition."""
+    s = summary(conditions, deleting=deleting, released=released)
+    when = s.since if s.since is not None and find(conditions, READY) is None else now
     for type_ in SUMMARY:
-        conditions = put(conditions, type_, type_ == holds, why, text, now, at)
+        conditions = put(conditions, type_, type_ == s.holds, s.reason, s.message, when, at)
     return conditions
 
 

@@ -9,6 +9,7 @@ import pytest
 from skyscan import conditions as cond
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from skyscan.status import ScanRecord
+from skyscan_operator.archiver import finished_at
 from skyscan_operator.planner import (
     INTERRUPTIONS,
     AddWorkers,
@@ -486,3 +487,22 @@ def test_the_applier_keeps_the_summary_in_line_as_actions_succeed() -> None:
     p.draft.set(cond.FAILED, True, "StartFailed", "the Job was refused")  # as an applier records an outcome
     stalled = cond.find(p.draft.wire()["conditions"], cond.STALLED)
     assert stalled is not None and (stalled["status"], stalled["reason"]) == ("True", "StartFailed")
+
+
+def test_a_scan_that_ended_under_an_older_operator_keeps_its_end_time() -> None:
+    status = started()  # no summary conditions: written before they existed
+    status["conditions"] = cond.put(
+        status["conditions"], cond.COMPLETE, True, "FinalResult", "x", NOW - 900, 1
+    )
+    status["result"] = {"isFinal": True, "updatedAt": NOW - 900}
+    status["workflow"]["deactivated"] = "FINISHED"
+    status["job"]["state"] = "Succeeded"
+    before = ScanRecord({"metadata": {"name": "s1"}, "spec": {}, "status": status})
+    after = plan(scan(status), Observed(), NOW, S).status
+    ready = cond.find(after["conditions"], cond.READY)
+    assert (
+        ready is not None and ready["status"] == "True" and ready["lastTransitionTime"] == cond.iso(NOW - 900)
+    )
+    assert finished_at(ScanRecord({"metadata": {"name": "s1"}, "spec": {}, "status": after})) == finished_at(
+        before
+    )
