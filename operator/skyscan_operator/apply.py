@@ -169,7 +169,7 @@ class Run:
         self.draft.set(type_, status, reason, message)
 
     async def patch_status(self) -> None:
-        wanted = {**self.head, **self.draft.wire()}
+        wanted = {**self.head, "state": self.draft.state(self.scan.record), **self.draft.wire()}
         delta = merge_patch(self.written, wanted)
         if not delta:
             return

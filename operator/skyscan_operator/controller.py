@@ -4,12 +4,14 @@
   scan concerned.
 - Workers take scans off the `WorkQueue`, build `Observed` from the store, run the pure planner
   and apply the plan.
-- The backlog loop decides admissions every tick over the waiting scans only (an index, not a list
-  of every scan) and queues the scans whose decision changed.
+- The backlog loop admits from the head of the backlog's line (kept in the store per event) and
+  queues the scans admitted and those whose hold changed; a tick with nothing to do does no work.
 - The WMS poller asks the WMS about every live workflow in two batched queries per interval and
   queues the scans whose workflow changed.
 - The payload janitor lists payload ConfigMaps (metadata only) per interval and deletes those left
   without an owner, or lets the Scans naming them adopt them (`janitor`).
+- A terminal scan is reconciled on its events and then forgotten (`Store.settle`): the operator's
+  memory follows live work, not history.
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ from pydantic import ValidationError
 
 from skyscan import conditions as cond
 from skyscan import kube, model, payloads
-from skyscan.status import ScanRecord
-from skyscan_operator import backlog, janitor, planner
+from skyscan.status import ENDED_JOB_STATES, ScanRecord
+from skyscan_operator import janitor, planner
 from skyscan_operator.apply import Applier, is_api_outage
 from skyscan_operator.archiver import Archiver
 from skyscan_operator.events import EventPoster
-from skyscan_operator.planner import Admission, Observed, ScanView, WorkflowView
+from skyscan_operator.planner import Observed, ScanView, WorkflowView
 from skyscan_operator.settings import OperatorSettings
 from skyscan_operator.store import Key, Store, key_of
 from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable
@@ -40,12 +42,15 @@ from skyscan_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 JANITOR_BUDGET = 200  # payload changes per namespace and sweep
+# How long a Job recorded in a scan's status may stay unseen by the Job watch (which can lag behind
+# the Scan watch, e.g. right after the Job's creation or the operator's start) before it counts as gone.
+JOB_WATCH_GRACE = 10.0
 
 
 class Controller:
     def __init__(self, settings: OperatorSettings, clock: Callable[[], float] = time.time) -> None:
         self.settings, self.clock = settings, clock
-        self.store = Store()
+        self.store = Store(settings, clock)
         self.queue: WorkQueue[Key] = WorkQueue()
         self.last_low_priority_admission: float | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -153,8 +158,6 @@ class Controller:
         workflow_id = scan.record.workflow_id
         pods = store.pods_of(key)
         transient = any(p.transient_failure for p in pods)
-        job = scan.record.job()
-        replacement = scan.spec.replaced_by or (job.replacement if job else None)
         return Observed(
             job=store.job_of(key, scan.uid),
             pods=pods,
@@ -162,16 +165,24 @@ class Controller:
             wms_poll_error=self.wms_poll_error if workflow_id else None,
             healthy_since=max(self.started_at, store.outage_at),
             event=store.event_stored(key, now - planner.EVENT_RECHECK_SECONDS),
-            admission=store.admissions.pop(key, None),
+            admission=store.take_admission(key),
             lineage_recent=(
                 store.lineage_recent(key, now - self.settings.replacement_window_seconds) if transient else 0
             ),
             fresh_id=model.new_scan_id(now, uuid.uuid4().hex),
-            replacement_exists=bool(replacement) and (key[0], replacement) in store.scans,
+            # The operator names the replacement in the spec only once it is created; it may have ended
+            # or been archived since, and is never created again.
+            replacement_exists=bool(scan.spec.replaced_by),
         )
 
     async def reconcile(self, key: Key) -> float | None:
-        body = self.store.scans.get(key)
+        try:
+            return await self._reconcile(key)
+        finally:
+            self.store.refresh(key)
+
+    async def _reconcile(self, key: Key) -> float | None:
+        version, body = self.store.version(key), self.store.scan(key)
         if body is None or self.applier is None:
             return None
         try:
@@ -180,13 +191,28 @@ class Controller:
             self._report_invalid(key, body, e)
             return None
         now = self.clock()
+        if self._job_not_seen_yet(key, scan, now):
+            return 1.0  # planning now would take the Job for deleted
         plan = planner.plan(scan, self.observe(key, scan, now), now, self.settings)
         try:
-            return await self.applier.apply(scan, body, plan)
+            wake = await self.applier.apply(scan, body, plan)
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
+        if wake is None and self.store.version(key) == version and settled(scan.record):
+            self.store.settle(key)
+        return wake
+
+    def _job_not_seen_yet(self, key: Key, scan: ScanView, now: float) -> bool:
+        """The status records a live Job that the Job watch has shown neither present nor deleted."""
+        job = scan.record.job()
+        if job is None or job.state in ENDED_JOB_STATES or self.store.job_of(key, scan.uid):
+            return False
+        if self.store.deleted_jobs.get(key) == job.name:
+            return False
+        since = max(cond.epoch(job.created_at) or 0.0, self.started_at)
+        return now - since < JOB_WATCH_GRACE
 
     def _report_invalid(self, key: Key, body: dict[str, Any], e: ValidationError) -> None:
         rv = body["metadata"].get("resourceVersion", "")
@@ -208,47 +234,19 @@ class Controller:
                 log.exception("%s failed", getattr(tick, "__name__", tick))
 
     def backlog_tick(self) -> None:
-        now = self.clock()
-        candidates = []
-        for key, body in self.store.waiting_scans():
-            record = ScanRecord(body)
-            entry = record.backlog()
-            if entry is None or not self.store.event_stored(key, 0.0):
-                continue  # not ready, or its sensor event is not (yet) seen: the planner looks
-            exhausted = entry.attempts >= self.settings.max_start_attempts
-            if exhausted and cond.reason(record.conditions, cond.ADMITTED) in planner.ATTEMPT_FAILURES:
-                continue  # its last attempt failed; the planner marks it Failed
-            candidates.append(
-                backlog.Candidate(
-                    key=key,
-                    priority=int(body["spec"].get("priority", 0)),
-                    entered_at=entry.entered_at,
-                    pending_since=entry.pending_since,
-                    attempts=entry.attempts,
-                    interruptions=entry.interruptions,
-                )
-            )
-        granted = sum(1 for a in self.store.admissions.values() if a.granted)
-        decision = backlog.decide(
-            candidates,
-            running=len(self.store.running) + granted,
-            now=now,
+        store = self.store
+        decision = store.line.tick(
+            running=len(store.running) + len(store.granted),
+            now=self.clock(),
             last_low_priority_admission=self.last_low_priority_admission,
-            settings=self.settings,
         )
         self.last_low_priority_admission = decision.low_priority_admitted_at
         for key in decision.admit:
-            self.store.admissions[key] = Admission(True)
+            store.admit(key)
             self.queue.add(key)
         for key, hold in decision.hold.items():
-            if hold.reason == "RetryDelay":
-                continue  # the failed attempt's reason stays visible meanwhile
-            conditions = ScanRecord(self.store.scans[key]).conditions
-            if (cond.reason(conditions, cond.ADMITTED), cond.message(conditions, cond.ADMITTED)) != (
-                hold.reason,
-                hold.message,
-            ):
-                self.store.admissions[key] = Admission(False, hold.reason, hold.message)
+            if hold.reason != "RetryDelay":  # else the failed attempt's reason stays visible meanwhile
+                store.hold(key, hold)
                 self.queue.add(key)
 
     async def sweep_payloads(self) -> None:
@@ -256,19 +254,32 @@ class Controller:
         adopt them; at most `JANITOR_BUDGET` changes per namespace and sweep."""
         if self._api is None:
             return
-        refs = janitor.referenced(self.store.scans.values())
+        self.store.forget_lineage(self.clock() - self.settings.replacement_window_seconds)
+        grace = self.settings.payload_grace_seconds
         for namespace in self.settings.namespaces:
             budget = JANITOR_BUDGET
+            refs: dict[janitor.Ref, list[dict[str, Any]]] | None = None
             async for page in payloads.list_payload_metadata(self._api, namespace):
-                changes = janitor.sweep(
-                    namespace, page, refs,
-                    now=self.clock(), grace=self.settings.payload_grace_seconds, budget=budget,
-                )  # fmt: skip
+                ownerless = janitor.ownerless(page, now=self.clock(), grace=grace)
+                if not ownerless:
+                    continue
+                if refs is None:  # rare: only now are the Scans naming payloads looked up
+                    refs = await self._payload_refs(namespace)
+                now = self.clock()
+                changes = janitor.sweep(namespace, ownerless, refs, now=now, grace=grace, budget=budget)
                 for change in changes:
                     await self._clean(namespace, change)
                 budget -= len(changes)
                 if budget <= 0:
                     break
+
+    async def _payload_refs(self, namespace: str) -> dict[janitor.Ref, list[dict[str, Any]]]:
+        assert self._api is not None
+        refs: dict[janitor.Ref, list[dict[str, Any]]] = {}
+        async for page in kube.list_scans(self._api, namespace):
+            for ref, owners in janitor.referenced(page).items():
+                refs.setdefault(ref, []).extend(owners)
+        return refs
 
     async def _clean(self, namespace: str, change: janitor.Delete | janitor.Adopt) -> None:
         assert self._api is not None
@@ -317,3 +328,8 @@ class Controller:
                 self.store.workflows[wf_id] = view
                 if key := self.store.live_workflows.get(wf_id):
                     self.queue.add(key)
+
+
+def settled(record: ScanRecord) -> bool:
+    """Nothing left to do for the scan until it changes: terminal, and its Job (if any) ended."""
+    return record.is_terminal and record.job_state in (None, *ENDED_JOB_STATES)

@@ -31,6 +31,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.posting.level = logging.WARNING
     settings.networking.request_timeout = 30
     settings.watching.server_timeout = 300
+    # Lists (at start, and again after a watch falls too far behind) come in pages, so thousands of
+    # Scans never arrive as one response to parse at once, nor take longer than a request may.
+    settings.watching.chunk_size = 500
     await controller_of(memo).start()
 
 

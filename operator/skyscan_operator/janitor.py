@@ -6,6 +6,9 @@ left by `kubectl delete scan --cascade=orphan`), or a kubectl-made event that a 
 is older than the grace period, debris is deleted and a used payload is adopted by every Scan that
 names it (so it goes with the last of them). Each change is made only if the object has not changed
 since it was listed (a resourceVersion precondition), and at most `budget` changes per sweep.
+
+Which Scans name a payload is asked of the API server only when a sweep finds an ownerless payload
+past the grace period, which is rare: the operator keeps no state for finished scans.
 """
 
 from __future__ import annotations
@@ -49,6 +52,18 @@ def referenced(scans: Iterable[Mapping[str, Any]]) -> dict[Ref, list[dict[str, A
     return refs
 
 
+def ownerless(listed: Iterable[Mapping[str, Any]], *, now: float, grace: float) -> list[Mapping[str, Any]]:
+    """Listed payload metadata without an owner, not being deleted, older than `grace`."""
+    return [
+        meta
+        for meta in listed
+        if not meta.get("ownerReferences")
+        and not meta.get("deletionTimestamp")
+        and (created := cond.epoch(meta.get("creationTimestamp"))) is not None
+        and now - created >= grace
+    ]
+
+
 def sweep(
     namespace: str,
     listed: Iterable[Mapping[str, Any]],
@@ -61,14 +76,7 @@ def sweep(
     """The changes for one page of listed payload metadata: ownerless, not being deleted, older than
     `grace`; at most `budget` of them."""
     changes: list[Delete | Adopt] = []
-    for meta in listed:
-        if len(changes) >= budget:
-            break
-        if meta.get("ownerReferences") or meta.get("deletionTimestamp"):
-            continue
-        created = cond.epoch(meta.get("creationTimestamp"))
-        if created is None or now - created < grace:
-            continue
+    for meta in ownerless(listed, now=now, grace=grace)[: max(0, budget)]:
         name, version = str(meta["name"]), str(meta.get("resourceVersion") or "")
         owners = refs.get((namespace, name))
         changes.append(Adopt(name, version, tuple(owners)) if owners else Delete(name, version))

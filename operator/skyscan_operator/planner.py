@@ -298,6 +298,15 @@ class Draft:
         ended = self.job is None or self.job.state in ENDED_JOB_STATES
         return ended and not holds_workflow(self.workflow)
 
+    def state(self, record: ScanRecord) -> str:
+        """The REST state of the scan with these keys (actions change it, e.g. a deactivation)."""
+        return scan_state(
+            has_final_result=record.has_final_result,
+            workflow_id=self.workflow.id,
+            progress=record.progress,
+            deactivated=self.workflow.deactivated,
+        )
+
     def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.conditions = cond.put(self.conditions, type_, status, reason, message, self.now, self.generation)
 
@@ -330,12 +339,7 @@ def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) 
     _finalizer(d, p, scan)
     p.status = {
         "observedGeneration": scan.generation,
-        "state": scan_state(
-            has_final_result=record.has_final_result,
-            workflow_id=d.workflow.id,
-            progress=record.progress,
-            deactivated=d.workflow.deactivated,
-        ),
+        "state": d.state(record),
         **d.wire(),
     }
     return p

@@ -1,20 +1,27 @@
 """In-memory, watch-fed view of Scans, their Jobs and Pods, and what the WMS poller saw.
 
 The kopf event handlers feed it; the reconciler reads it. Indexes are kept up to date per event
-(which scans wait in the backlog, which hold a live workflow) so that no periodic loop has to look
-at every object, and only small summaries of Jobs and Pods are kept.
+(the backlog's line of waiting scans, which scans hold a live workflow) so that no periodic loop has
+to look at every object. Only what live work needs is kept: a live scan's compact form as JSON text,
+small summaries of Jobs and Pods; a terminal scan is forgotten once settled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from skyscan import conditions as cond
 from skyscan import names
-from skyscan.status import ScanRecord, resource_version
-from skyscan_operator.planner import Admission, JobView, PodView, WorkflowView
+from skyscan.status import ScanRecord, compact, resource_version
+from skyscan_operator.backlog import Candidate, Hold, Line
+from skyscan_operator.planner import ATTEMPT_FAILURES, Admission, JobView, PodView, WorkflowView
+from skyscan_operator.settings import OperatorSettings
 
 Key = tuple[str, str]  # (namespace, scan id)
 
@@ -63,9 +70,25 @@ def owner_uid(body: dict[str, Any]) -> str | None:
     )
 
 
+def shown_hold(record: ScanRecord) -> Hold | None:
+    """The hold a waiting scan's status shows (its Admitted=False condition), if any."""
+    conditions = record.conditions
+    reason = cond.reason(conditions, cond.ADMITTED)
+    return Hold(reason, cond.message(conditions, cond.ADMITTED)) if reason else None
+
+
+def encode(body: dict[str, Any]) -> str:
+    """A Scan as kept: its compact form as JSON text (a fifth of the memory of the parsed object)."""
+    return json.dumps(compact(body), separators=(",", ":"))
+
+
 @dataclass
 class Store:
-    scans: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    """Live scans only: a scan that is terminal and settled is forgotten (`settle`) until its next
+    watch event; what `lineage_recent` needs of it stays for the replacement window."""
+
+    settings: OperatorSettings = field(default_factory=OperatorSettings)
+    clock: Callable[[], float] = time.time
     jobs: dict[Key, tuple[str | None, JobView]] = field(default_factory=dict)  # (owner uid, view)
     pods: dict[Key, dict[str, PodView]] = field(default_factory=dict)
     workflows: dict[str, WorkflowView] = field(default_factory=dict)  # by workflow id, from the poller
@@ -75,31 +98,61 @@ class Store:
     live_workflows: dict[str, Key] = field(default_factory=dict)  # workflow id -> scan
     outage_at: float = 0.0  # when the operator last failed to reach the WMS or the API server
     events: dict[Key, tuple[bool, float]] = field(default_factory=dict)  # sensor event stored?, looked at
+    deleted_jobs: dict[Key, str] = field(default_factory=dict)  # the last Job of a scan seen deleted
+    _scans: dict[Key, tuple[int, str]] = field(default_factory=dict)  # resourceVersion, `encode`d
+    _workflow_of: dict[Key, str] = field(default_factory=dict)  # the inverse of `live_workflows`
+    _lineage: dict[Key, tuple[str | None, float]] = field(default_factory=dict)  # rescanOf, created
+    line: Line = field(init=False)
+    granted: set[Key] = field(default_factory=set)  # admitted by the backlog, not yet reconciled
+
+    def __post_init__(self) -> None:
+        self.line = Line(self.settings)
 
     # --- scans ---
+    def __contains__(self, key: Key) -> bool:
+        return key in self._scans
+
+    def __len__(self) -> int:
+        return len(self._scans)
+
+    def scan(self, key: Key) -> dict[str, Any] | None:
+        held = self._scans.get(key)
+        return json.loads(held[1]) if held else None
+
+    def version(self, key: Key) -> int | None:
+        held = self._scans.get(key)
+        return held[0] if held else None
+
     def put_scan(self, body: dict[str, Any]) -> bool:
         """Store a newer version; False if `body` is older than what we hold (our own patch won)."""
-        key = key_of(body)
-        held = self.scans.get(key)
-        if held is not None and resource_version(held) > resource_version(body):
+        key, version = key_of(body), resource_version(body)
+        held = self._scans.get(key)
+        if held is not None and held[0] > version:
             return False
-        body = {**body, "metadata": {k: v for k, v in body["metadata"].items() if k != "managedFields"}}
-        self.scans[key] = body
-        self._index(key, body)
+        self._scans[key] = (version, encode(body))
+        self._index(key, ScanRecord(body))
         return True
 
     def drop_scan(self, key: Key) -> None:
-        self.scans.pop(key, None)
+        """The Scan is gone from the cluster."""
+        self.settle(key)
+        self._lineage.pop(key, None)
+
+    def settle(self, key: Key) -> None:
+        """Forget a scan with nothing left to do (its next watch event brings it back)."""
+        self._scans.pop(key, None)
         self.events.pop(key, None)
+        self.deleted_jobs.pop(key, None)
         self.admissions.pop(key, None)
+        self.granted.discard(key)
         self.waiting.discard(key)
         self.running.discard(key)
-        for wf_id in [w for w, k in self.live_workflows.items() if k == key]:
-            del self.live_workflows[wf_id]
+        self.line.remove(key)
+        if wf_id := self._workflow_of.pop(key, None):
+            self.live_workflows.pop(wf_id, None)
             self.workflows.pop(wf_id, None)
 
-    def _index(self, key: Key, body: dict[str, Any]) -> None:
-        scan = ScanRecord(body)
+    def _index(self, key: Key, scan: ScanRecord) -> None:
         waiting = (
             scan.in_backlog
             and not scan.deleted
@@ -108,15 +161,70 @@ class Store:
         )
         (self.waiting.add if waiting else self.waiting.discard)(key)
         (self.running.add if scan.is_running else self.running.discard)(key)
+        self._index_workflow(key, scan)
+        self._index_line(key, scan)
+        created = cond.epoch(scan.obj["metadata"].get("creationTimestamp")) or 0.0
+        if created >= self.clock() - self.settings.replacement_window_seconds:
+            self._lineage[key] = (scan.rescan_of, created)
+
+    def _index_workflow(self, key: Key, scan: ScanRecord) -> None:
         wf_id = scan.workflow_id
-        live = bool(wf_id) and not scan.deactivated and not scan.is_terminal
-        for old in [w for w, k in self.live_workflows.items() if k == key and w != wf_id]:
-            del self.live_workflows[old]
-        if live and wf_id:
-            self.live_workflows[str(wf_id)] = key
+        old = self._workflow_of.get(key)
+        if old and old != wf_id:
+            del self._workflow_of[key]
+            self.live_workflows.pop(old, None)
+        if wf_id and not scan.deactivated and not scan.is_terminal:
+            self.live_workflows[wf_id] = key
+            self._workflow_of[key] = wf_id
         elif wf_id:  # ended: its status keeps the last workforce, the poller forgets it
+            self._workflow_of.pop(key, None)
             self.live_workflows.pop(wf_id, None)
             self.workflows.pop(wf_id, None)
+
+    def _index_line(self, key: Key, scan: ScanRecord) -> None:
+        """A waiting scan is in the backlog's line once its sensor event is seen stored and unless
+        its attempts are used up (the planner fails it) or it was just admitted."""
+        try:
+            entry = scan.backlog() if key in self.waiting and key not in self.granted else None
+        except ValidationError:  # a malformed (hand-edited) backlog entry is never admitted
+            entry = None
+        exhausted = entry is not None and (
+            entry.attempts >= self.settings.max_start_attempts
+            and cond.reason(scan.conditions, cond.ADMITTED) in ATTEMPT_FAILURES
+        )
+        if entry is None or exhausted or not self.event_stored(key, 0.0):
+            self.line.remove(key)
+            return
+        candidate = Candidate(
+            key=key,
+            priority=int(scan.obj["spec"].get("priority", 0)),
+            entered_at=entry.entered_at,
+            pending_since=entry.pending_since,
+            attempts=entry.attempts,
+            interruptions=entry.interruptions,
+            shown=shown_hold(scan),
+        )
+        self.line.put(candidate, self.clock())
+
+    def refresh(self, key: Key) -> None:
+        """After a reconcile: the scan's place in the line follows what it learnt (its sensor event
+        seen, its admission used), and the next tick looks at its hold again. An admitted scan counts
+        as running until here, so no tick admits another in its place while its start is written."""
+        self.granted.discard(key)
+        held = self._scans.get(key)
+        if held is not None:
+            self.line.remove(key)
+            self._index_line(key, ScanRecord(json.loads(held[1])))
+
+    def admit(self, key: Key) -> None:
+        self.admissions[key] = Admission(True)
+        self.granted.add(key)
+
+    def hold(self, key: Key, hold: Hold) -> None:
+        self.admissions[key] = Admission(False, hold.reason, hold.message)
+
+    def take_admission(self, key: Key) -> Admission | None:
+        return self.admissions.pop(key, None)
 
     def event_stored(self, key: Key, missing_since: float) -> bool | None:
         """Whether the scan's sensor event was seen stored; a miss counts only if looked at after
@@ -127,12 +235,13 @@ class Store:
         return seen[0]
 
     def lineage_recent(self, key: Key, since: float) -> int:
-        """Scans sharing this scan's root request (through `spec.rescanOf`) created after `since`."""
+        """Scans sharing this scan's root request (through `spec.rescanOf`) created after `since`;
+        scans created longer than the replacement window ago are not known."""
         namespace = key[0]
 
         def root(name: str) -> str:
             seen = {name}
-            while (body := self.scans.get((namespace, name))) and (parent := ScanRecord(body).rescan_of):
+            while (known := self._lineage.get((namespace, name))) and (parent := known[0]):
                 if parent in seen:
                     break
                 seen.add(parent)
@@ -142,11 +251,14 @@ class Store:
         mine = root(key[1])
         return sum(
             1
-            for (ns, name), body in self.scans.items()
-            if ns == namespace
-            and (cond.epoch(body["metadata"].get("creationTimestamp")) or 0) >= since
-            and root(name) == mine
+            for (ns, name), (_, created) in self._lineage.items()
+            if ns == namespace and created >= since and root(name) == mine
         )
+
+    def forget_lineage(self, before: float) -> None:
+        """Drop what `lineage_recent` knows of scans created before `before`."""
+        for key in [k for k, (_, created) in self._lineage.items() if created < before]:
+            del self._lineage[key]
 
     # --- children ---
     def put_job(self, body: dict[str, Any], deleted: bool) -> Key | None:
@@ -158,8 +270,10 @@ class Store:
             held = self.jobs.get(key)
             if held and held[1].name == body["metadata"]["name"]:
                 del self.jobs[key]
+            self.deleted_jobs[key] = body["metadata"]["name"]
         else:
             self.jobs[key] = (owner_uid(body), job_view(body))
+            self.deleted_jobs.pop(key, None)
         return key
 
     def put_pod(self, body: dict[str, Any], deleted: bool) -> Key | None:
@@ -182,8 +296,3 @@ class Store:
 
     def pods_of(self, key: Key) -> tuple[PodView, ...]:
         return tuple((self.pods.get(key) or {}).values())
-
-    def waiting_scans(self) -> Iterator[tuple[Key, dict[str, Any]]]:
-        for key in self.waiting:
-            if key in self.scans:
-                yield key, self.scans[key]

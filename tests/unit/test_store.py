@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from skyscan import conditions as cond
+from skyscan_operator.backlog import Hold
+from skyscan_operator.settings import OperatorSettings
 from skyscan_operator.store import Store, job_view, pod_view
+
+NOW = 1_800_000_000.0
+S = OperatorSettings(replacement_window_seconds=3600)
 
 
 def pod(status: dict[str, Any]) -> dict[str, Any]:
@@ -39,38 +44,103 @@ def test_job_view() -> None:
     assert view.failed and view.reason == "DeadlineExceeded" and not view.complete
 
 
-def scan(name: str, status: dict[str, Any], rv: str = "1", **spec: Any) -> dict[str, Any]:
-    meta = {"name": name, "namespace": "ns", "resourceVersion": rv, "creationTimestamp": cond.iso(1000.0)}
+def scan(name: str, status: dict[str, Any], rv: str = "1", age: float = 0.0, **spec: Any) -> dict[str, Any]:
+    meta = {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": rv,
+            "creationTimestamp": cond.iso(NOW - age), "managedFields": [{"manager": "kubectl"}]}  # fmt: skip
     return {"metadata": meta, "spec": spec, "status": status}
 
 
+def store() -> Store:
+    return Store(S, clock=lambda: NOW)
+
+
+QUEUED = {
+    "backlog": {"enteredAt": NOW, "attempts": 0},
+    "conditions": cond.put([], cond.ADMITTED, False, "Queued", "waiting in the backlog", NOW, 1),
+}
+
+
 def test_indexes_follow_the_scans() -> None:
-    store = Store()
-    queued = {
-        "backlog": {"attempts": 0},
-        "conditions": cond.put([], cond.ADMITTED, False, "Queued", "", 0, 1),
-    }
-    store.put_scan(scan("a", queued))
-    assert store.waiting == {("ns", "a")} and not store.running
+    s = store()
+    s.put_scan(scan("a", QUEUED))
+    assert s.waiting == {("ns", "a")} and not s.running
     live = {"workflow": {"id": "WF-1"}, "job": {"name": "j", "state": "Running"}}
-    assert store.put_scan(scan("a", live, rv="2"))
-    assert (
-        not store.waiting and store.running == {("ns", "a")} and store.live_workflows == {"WF-1": ("ns", "a")}
-    )
-    assert not store.put_scan(scan("a", queued, rv="1"))  # an older version never replaces a newer one
+    assert s.put_scan(scan("a", live, rv="2"))
+    assert not s.waiting and s.running == {("ns", "a")} and s.live_workflows == {"WF-1": ("ns", "a")}
+    assert not s.put_scan(scan("a", QUEUED, rv="1"))  # an older version never replaces a newer one
     ended = {"workflow": {"id": "WF-1", "deactivated": "ABORTED"}, "job": {"name": "j", "state": "Succeeded"}}
-    store.put_scan(scan("a", ended, rv="3"))
-    assert not store.running and not store.live_workflows
-    store.drop_scan(("ns", "a"))
-    assert not store.scans
+    s.put_scan(scan("a", ended, rv="3"))
+    assert not s.running and not s.live_workflows
+    s.drop_scan(("ns", "a"))
+    assert ("ns", "a") not in s and len(s) == 0
 
 
-def test_lineage_counts_rescans_of_one_request() -> None:
-    store = Store()
-    store.put_scan(scan("root", {}))
-    store.put_scan(scan("r1", {}, rescanOf="root"))
-    store.put_scan(scan("r2", {}, rescanOf="r1"))
-    store.put_scan(scan("other", {}))
-    assert store.lineage_recent(("ns", "r2"), since=0) == 3
-    assert store.lineage_recent(("ns", "other"), since=0) == 1
-    assert store.lineage_recent(("ns", "r2"), since=2000) == 0
+def test_a_scan_is_kept_compact_and_read_back_whole() -> None:
+    s = store()
+    s.put_scan(scan("a", QUEUED, rv="7", priority=5))
+    body = s.scan(("ns", "a"))
+    assert body is not None and s.version(("ns", "a")) == 7
+    assert "managedFields" not in body["metadata"] and body["spec"] == {"priority": 5}
+    assert body["status"] == QUEUED
+
+
+def test_a_waiting_scan_joins_the_line_once_its_event_is_seen() -> None:
+    s = store()
+    s.put_scan(scan("a", QUEUED))
+    assert ("ns", "a") not in s.line  # its sensor event not seen stored yet
+    s.events[("ns", "a")] = (True, NOW)  # what a reconcile's CheckEvent records
+    s.refresh(("ns", "a"))
+    assert ("ns", "a") in s.line
+    s.admit(("ns", "a"))
+    s.line.remove(("ns", "a"))  # as a tick that admits it does
+    s.put_scan(scan("a", QUEUED, rv="2"))  # an event before its admission is reconciled
+    assert ("ns", "a") not in s.line and s.granted == {("ns", "a")}
+    assert s.take_admission(("ns", "a")) is not None and s.granted == {("ns", "a")}  # still starting
+    s.refresh(("ns", "a"))  # the attempt did not happen: it waits again
+    assert ("ns", "a") in s.line and not s.granted
+
+
+def test_the_line_follows_the_scans_and_their_holds() -> None:
+    s = store()
+    s.events[("ns", "a")] = (True, NOW)
+    s.put_scan(scan("a", QUEUED, priority=200))
+    decision = s.line.tick(running=0, now=NOW, last_low_priority_admission=None)
+    assert decision.admit == [("ns", "a")]
+    s.put_scan(scan("b", QUEUED, priority=200))
+    s.events[("ns", "b")] = (True, NOW)
+    s.refresh(("ns", "b"))
+    s.put_scan(scan("c", QUEUED, priority=200, rv="2"))
+    s.events[("ns", "c")] = (True, NOW)
+    s.refresh(("ns", "c"))
+    decision = s.line.tick(running=0, now=NOW, last_low_priority_admission=None)
+    assert decision.admit == [("ns", "b")]
+    assert decision.hold == {("ns", "c"): Hold("Queued", "waiting for a backlog tick")}
+    held = {**QUEUED, "conditions": cond.put([], cond.ADMITTED, False, "Queued", "waiting for a backlog tick",
+                                              NOW, 1)}  # fmt: skip
+    s.put_scan(scan("c", held, rv="3", priority=200))
+    assert s.line.tick(running=0, now=NOW, last_low_priority_admission=None).admit == [("ns", "c")]
+
+
+def test_settled_scans_are_forgotten_but_their_lineage_is_kept() -> None:
+    s = store()
+    s.put_scan(scan("a", QUEUED))
+    s.events[("ns", "a")] = (True, NOW)
+    s.settle(("ns", "a"))
+    assert ("ns", "a") not in s and not s.waiting and not s.events
+    assert s.lineage_recent(("ns", "a"), since=0) == 1
+
+
+def test_lineage_counts_rescans_of_one_request_within_the_window() -> None:
+    s = store()
+    s.put_scan(scan("root", {}))
+    s.put_scan(scan("r1", {}, rescanOf="root"))
+    s.settle(("ns", "r1"))  # a replaced scan, finished: its place in the lineage stays
+    s.put_scan(scan("r2", {}, rescanOf="r1"))
+    s.put_scan(scan("other", {}))
+    s.put_scan(scan("ancient", {}, age=7200))  # created before the window: never recorded
+    assert s.lineage_recent(("ns", "r2"), since=0) == 3
+    assert s.lineage_recent(("ns", "other"), since=0) == 1
+    assert s.lineage_recent(("ns", "r2"), since=NOW + 1) == 0
+    assert s.lineage_recent(("ns", "ancient"), since=0) == 0
+    s.forget_lineage(before=NOW + 1)
+    assert s.lineage_recent(("ns", "r2"), since=0) == 0
