@@ -28,6 +28,7 @@ from skyscan import kube, manifest, names, payloads
 from skyscan.archive import Archive, ArchivedScan
 from skyscan.status import ScanRecord, compact
 from skyscan_operator.events import event_body
+from skyscan_operator.planner import GITOPS_LABEL_PREFIXES
 from skyscan_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,14 @@ def finished_at(record: ScanRecord) -> float:
     """When a terminal scan last changed: its latest condition transition, status write, or creation."""
     times = [cond.epoch(c.get("lastTransitionTime")) or 0.0 for c in record.conditions]
     return max([record.created_at, record.last_updated, *times])
+
+
+def git_managed(obj: dict[str, Any]) -> bool:
+    """Applied from Git by Argo CD or Flux (their tracking labels or annotations): such a Scan stays, as
+    deleting it would only make them apply it again, and so run the scan again."""
+    meta = obj["metadata"]
+    keys = [*(meta.get("labels") or {}), *(meta.get("annotations") or {})]
+    return any(k.startswith(GITOPS_LABEL_PREFIXES) for k in keys)
 
 
 class ArchiveQueue:
@@ -82,7 +91,7 @@ class Archiver:
     def observe(self, key: Key, body: dict[str, Any]) -> None:
         """Fed every Scan version: a finished scan is due its retention period after it finished."""
         record = ScanRecord(body)
-        if record.is_terminal:
+        if record.is_terminal and not git_managed(body):
             self.queue.schedule(key, finished_at(record) + self._settings.archive_retention_seconds)
         else:
             self.queue.forget(key)
@@ -121,7 +130,7 @@ class Archiver:
                 return
             raise
         record = ScanRecord(obj)
-        if not record.is_terminal:
+        if not record.is_terminal or git_managed(obj):
             return  # a watch event schedules it again once it ends
         due = finished_at(record) + self._settings.archive_retention_seconds
         if due > self._clock():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from skyscan import conditions as cond
 from skyscan import names
 from skyscan.status import ScanRecord
-from skyscan_operator.archiver import ArchiveQueue, finished_at
+from skyscan_operator.archiver import ArchiveQueue, finished_at, git_managed
 
 
 def scan(
@@ -50,3 +50,13 @@ def test_a_rescheduled_or_forgotten_key_is_popped_at_its_latest_time_or_never() 
     assert queue.pop_due(20.0, 10) == []
     assert queue.pop_due(50.0, 10) == [("ns", "a")]
     assert len(queue) == 0
+
+
+def test_a_scan_applied_from_git_is_never_archived() -> None:
+    def obj(labels: dict[str, str], annotations: dict[str, str]) -> dict[str, object]:
+        return {"metadata": {"name": "s", "labels": labels, "annotations": annotations}}
+
+    assert git_managed(obj({"kustomize.toolkit.fluxcd.io/name": "scans"}, {}))
+    assert git_managed(obj({}, {"argocd.argoproj.io/tracking-id": "app:skyscan.io/Scan:ns/s"}))
+    assert git_managed(obj({"app.kubernetes.io/instance": "app"}, {}))
+    assert not git_managed(obj({"team": "realtime"}, {names.TIMESTAMP_ANNOTATION: "1.0"}))
