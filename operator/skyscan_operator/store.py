@@ -77,9 +77,27 @@ def shown_hold(record: ScanRecord) -> Hold | None:
     return Hold(reason, cond.message(conditions, cond.ADMITTED)) if reason else None
 
 
+# Reports of the scanner (through the shim) that the operator never reads.
+UNREAD_STATUS = ("eventMetadata", "scanMetadata")
+
+
+def kept(body: dict[str, Any]) -> dict[str, Any]:
+    """What the operator reads of a Scan: its compact form less the scanner's reports, of which only
+    the progress rate stays (the REST state, which the operator writes, is computed from it)."""
+    obj = compact(body)
+    if status := obj.get("status"):
+        status = {k: v for k, v in status.items() if k not in UNREAD_STATUS}
+        if progress := status.get("progress"):
+            status["progress"] = {
+                "processing_stats": {"rate": (progress.get("processing_stats") or {}).get("rate")}
+            }
+        obj["status"] = status
+    return obj
+
+
 def encode(body: dict[str, Any]) -> str:
-    """A Scan as kept: its compact form as JSON text (a fifth of the memory of the parsed object)."""
-    return json.dumps(compact(body), separators=(",", ":"))
+    """A Scan as kept: `kept` as JSON text (a fifth of the memory of the parsed object)."""
+    return json.dumps(kept(body), separators=(",", ":"))
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from skyscan import conditions as cond
+from skyscan.status import ScanRecord
 from skyscan_operator.backlog import Hold
 from skyscan_operator.settings import OperatorSettings
 from skyscan_operator.store import Store, job_view, pod_view
@@ -82,6 +83,16 @@ def test_a_scan_is_kept_compact_and_read_back_whole() -> None:
     assert body is not None and s.version(("ns", "a")) == 7
     assert "managedFields" not in body["metadata"] and body["spec"] == {"priority": 5}
     assert body["status"] == QUEUED
+    reported = {
+        "progress": {"summary": "s" * 5000, "processing_stats": {"rate": {"r": 1}}},
+        "eventMetadata": {"runId": 1},
+        "workflow": {"id": "WF-1"},
+    }
+    s.put_scan(scan("a", {**QUEUED, **reported}, rv="8"))
+    body = s.scan(("ns", "a"))
+    assert body is not None and "eventMetadata" not in body["status"]
+    assert body["status"]["progress"] == {"processing_stats": {"rate": {"r": 1}}}
+    assert ScanRecord(body).scan_state == "IN_PROGRESS__PARTIAL_RESULT_GENERATED"
 
 
 def test_a_waiting_scan_joins_the_line_once_its_event_is_seen() -> None:
