@@ -26,6 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
+from kubernetes_asyncio import client
 
 from skyscan import kube
 
@@ -37,6 +38,25 @@ TIMERS = {
     "SKYSCAN_LOW_PRIORITY_INTERVAL_SECONDS": "3600",
 }
 ACTIVATION_DELAY = 0.5
+
+
+async def all_holding(api: client.ApiClient, ns: str, total: int, timeout: float) -> float:
+    """Seconds until `total` Scans show the backlog's hold (Admitted=False, LowPriorityInterval): the
+    operator has written everything it had to, and from then on nothing happens."""
+    began = time.monotonic()
+
+    async def done() -> bool:
+        holding = 0
+        async for page in kube.list_scans(api, ns):
+            for scan in page:
+                admitted = [
+                    c for c in (scan.get("status") or {}).get("conditions") or [] if c["type"] == "Admitted"
+                ]
+                holding += bool(admitted) and admitted[0].get("reason") == "LowPriorityInterval"
+        return holding >= total
+
+    await harness.eventually(done, timeout, 5.0)
+    return time.monotonic() - began
 
 
 async def run(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -51,8 +71,9 @@ async def run(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
         took = await harness.created_to_job(api, ns, args.latency_scans, 0)
         began = time.monotonic()
         await harness.create_scans(api, ns, args.scans, event=True, first=args.latency_scans)
-        await harness.all_reconciled(api, ns, args.scans + args.latency_scans, 600)
+        await harness.all_reconciled(api, ns, args.scans + args.latency_scans, 1800)
         reconcile_seconds = time.monotonic() - began
+        settle_seconds = await all_holding(api, ns, args.scans - 1, 1800)  # the first low one starts
         rss = harness.rss_mib(operator.pid)
         await asyncio.sleep(5)  # a few backlog ticks and polls with everything present
         rss_later = harness.rss_mib(operator.pid)
@@ -71,6 +92,7 @@ async def run(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
         },
         "scans_present": args.scans + args.latency_scans,
         "seconds_to_reconcile_all_new_scans": round(reconcile_seconds, 1),
+        "seconds_until_all_show_their_hold": round(settle_seconds, 1),
         "operator_rss_mib": {
             "idle": idle_rss,
             "with_scans": rss,
