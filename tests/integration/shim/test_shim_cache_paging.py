@@ -1,6 +1,7 @@
-"""The shim cache's LIST in pages, against the real API server: every page merged in, only compact
-Scans held, Scans gone from the listing dropped, and a continue token that expired mid-listing (etcd
-compacted under it: the API server answers 410) answered by listing again."""
+"""The shim cache's LIST against the real API server: from the watch cache in one answer, or (asking
+for the latest version) in pages from etcd; every page merged in, only compact Scans held, Scans gone
+from the listing dropped, and a continue token that expired mid-listing (etcd compacted under it: the
+API server answers 410) answered by listing again."""
 
 from __future__ import annotations
 
@@ -47,13 +48,15 @@ async def stored(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
 async def cache(
     api: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[ScanCache, list[str | None]]]:
-    """A cache listing 2 Scans a page, and the continue token of each page it asked for."""
+    """A cache listing the latest version 2 Scans a page, and the continue token of each page it asked
+    for."""
     monkeypatch.setattr(cache_module, "PAGE_SIZE", 2)
+    monkeypatch.setattr(cache_module, "LIST_RESOURCE_VERSION", "")
     scans = ScanCache(api, namespace)
     asked: list[str | None] = []
     page = scans._page
 
-    async def counted(token: str | None) -> dict[str, Any]:
+    async def counted(token: str | None) -> str:
         asked.append(token)
         return await page(token)
 
@@ -81,6 +84,16 @@ async def test_every_page_is_merged_and_only_compact_scans_are_held(
         assert scans.get(obj["metadata"]["name"]) == compact(obj)  # ... and what the cache keeps
 
 
+async def test_a_listing_from_the_watch_cache_comes_whole(
+    api: client.ApiClient, namespace: str, stored: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache_module, "PAGE_SIZE", 2)  # asked for, but not how the watch cache answers
+    scans = ScanCache(api, namespace)
+    await scans._relist()
+    assert sorted(s["metadata"]["name"] for s in scans) == [f"scan-{i}" for i in range(COUNT)]
+    assert scans.synced.is_set() and scans.resource_version
+
+
 async def compact_etcd(cluster: Cluster) -> None:
     """Compact the local control plane's etcd at its current revision (as the API server does every
     5 minutes), through etcd's HTTP gateway."""
@@ -106,7 +119,7 @@ async def test_an_expired_continue_token_means_listing_again(
     scans, asked = cache
     page = scans._page
 
-    async def compacted_first(token: str | None) -> dict[str, Any]:
+    async def compacted_first(token: str | None) -> str:
         if token and asked.count(None) == 1:  # the first listing's second page
             await client.CustomObjectsApi(api).patch_namespaced_custom_object(
                 **SCAN, namespace=namespace, name="scan-0", body={"metadata": {"labels": {"touched": "yes"}}},
