@@ -18,6 +18,7 @@ from aiohttp import web
 from api_shim import auth, oidc, openapi
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, error_middleware
+from api_shim.metrics import METRICS, ShimMetrics, metrics_middleware
 from api_shim.plumbing import (
     ARCHIVE_ERRORS,
     FOUND,
@@ -138,7 +139,10 @@ def authenticators(settings: ShimSettings) -> list[auth.Authenticator]:
 async def create_app(
     settings: ShimSettings, authenticators_: list[auth.Authenticator] | None = None
 ) -> web.Application:
-    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body_bytes)
+    app = web.Application(
+        middlewares=[metrics_middleware, error_middleware], client_max_size=settings.max_body_bytes
+    )
+    app[METRICS] = ShimMetrics()
     app[AUTHENTICATORS] = authenticators_ if authenticators_ is not None else authenticators(settings)
     app[ROUTE_TABLE] = ROUTES
     for route in ROUTES:
@@ -162,6 +166,7 @@ async def create_app(
         cache = ScanCache(api, settings.namespace, settings.watch_timeout)
         await cache.start()
         await asyncio.wait_for(cache.synced.wait(), timeout=60)
+        app[METRICS].watch(cache)
         store = ScanStore(api, settings.namespace, cache, settings.write_timeout)
         archive = None if settings.archive_dsn is None else await Archive.connect(settings.archive_dsn)
         app[SHIM] = Shim(

@@ -75,6 +75,8 @@ class ScanCache:
         self._changed = asyncio.Event()
         self.synced = asyncio.Event()
         self.resource_version = ""
+        self.relists = 0  # listings after the first, and when the watch last spoke: for /metrics
+        self.last_event = time.monotonic()
         self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------------------ reading
@@ -216,6 +218,7 @@ class ScanCache:
                 self._unindex(name, self._scans.pop(name))
         self._deleted = {name: v for name, v in self._deleted.items() if v > version}
         self.resource_version = rest["metadata"]["resourceVersion"]
+        self.last_event = time.monotonic()
         self.synced.set()
         self._notify()
 
@@ -249,6 +252,7 @@ class ScanCache:
                 raise
             except Gone:
                 need_list = True
+                self.relists += 1
             except Exception as e:  # API server away: keep serving, retry
                 log.warning("scan watch interrupted (%r); retrying in %.1fs", e, backoff)
                 await asyncio.sleep(backoff)
@@ -285,6 +289,7 @@ class ScanCache:
                 raise Gone(obj.get("message"))
             raise ApiException(status=obj.get("code"), reason=obj.get("message"))
         self.resource_version = obj["metadata"]["resourceVersion"]
+        self.last_event = time.monotonic()  # bookmarks too: the watch is alive
         if kind == "DELETED":
             self.forget(obj)
         elif kind in ("ADDED", "MODIFIED"):

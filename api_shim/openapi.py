@@ -73,7 +73,9 @@ def _document(routes: tuple[Route, ...]) -> dict[str, Any]:
                 "content": {"application/json": {"schema": refs[(route.body, "validation")]}},
             }
         ok_schema = refs[(route.response, "serialization")] if route.response else {"type": "object"}
-        op["responses"]["200"] = {"description": "OK", "content": {"application/json": {"schema": ok_schema}}}
+        if route.content_type != "application/json":
+            ok_schema = {"type": "string"}
+        op["responses"]["200"] = {"description": "OK", "content": {route.content_type: {"schema": ok_schema}}}
         statuses = set(route.errors) | ({401, 403} if route.roles else set())
         if route.query or route.body:
             statuses.add(400)  # a malformed query value or body

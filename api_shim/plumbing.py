@@ -166,6 +166,7 @@ class Route:
     query: tuple[Query, ...] = ()
     errors: tuple[int, ...] = ()
     redirect: bool = False
+    content_type: str = "application/json"  # of the 200 answer; any other is a string
 
 
 ROUTE_TABLE = web.AppKey("routes", tuple[Route, ...])  # the served routes, for the OpenAPI document

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from api_shim import models
+from api_shim import metrics, models
 from api_shim.auth import SYSTEM, USER
 from api_shim.handlers import find, manifest, results, scans, service, startup, wms
 from api_shim.plumbing import Handler, Query, Route
@@ -52,6 +52,15 @@ ROUTES: tuple[Route, ...] = (
         None,
         models.Empty,
         errors=(503,),
+    ),
+    Route(
+        "GET",
+        metrics.METRICS_PATH,
+        metrics.metrics,
+        "Prometheus metrics (text exposition format; no auth).",
+        None,
+        None,
+        content_type="text/plain",
     ),
     Route(
         "POST",

@@ -55,7 +55,7 @@ STATE_FILE, ENV_FILE, TOKEN_FILE, PRESIGN_KEY_FILE = "stack.json", "env", "token
 LOCK_FILE = "stack.lock"
 ENV_KEYS = (
     "SKYSCAN_URL", "SKYSCAN_USER_TOKEN", "SKYSCAN_SYSTEM_TOKEN", "SKYSCAN_WMS_URL", "KUBECONFIG",
-    "SKYSCAN_NAMESPACE", "SKYSCAN_ARCHIVE_DSN",
+    "SKYSCAN_NAMESPACE", "SKYSCAN_ARCHIVE_DSN", "SKYSCAN_OPERATOR_METRICS_URL",
 )  # fmt: skip
 ARCHIVE_DATABASE = "skyscan"
 
@@ -267,6 +267,7 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
         **where,
         **presign_key,
         "SKYSCAN_LIVENESS_ENDPOINT": operator_health,
+        "SKYSCAN_METRICS_PORT": str(ports["operator_metrics"]),
         "SKYSCAN_WMS_ADDRESS": wms_url,
         "SKYSCAN_REST_ADDRESS": shim_url,
     }
@@ -380,6 +381,7 @@ def env_lines(state: dict[str, Any], namespace: str) -> dict[str, str]:
         "KUBECONFIG": state["kubeconfig"],
         "SKYSCAN_NAMESPACE": namespace,
         "SKYSCAN_ARCHIVE_DSN": state["archive_dsn"],
+        "SKYSCAN_OPERATOR_METRICS_URL": f"http://127.0.0.1:{state['ports']['operator_metrics']}/metrics",
     }
 
 
@@ -448,6 +450,7 @@ def _up(s: LocalStackSettings) -> dict[str, str]:
         "shim": port("shim", "shim", s.shim_port),
         "wms": port("wms", "wms-simulator", s.wms_port),
         "operator": port("operator", "operator", 0),  # kopf's liveness endpoint
+        "operator_metrics": port("operator_metrics", "operator", 0),
     }
     state["tokens"] = ensure_tokens(s, state)
     ensure_presign_key(s)

@@ -24,7 +24,7 @@ from skyscan import conditions as cond
 from skyscan import kube, model, names, payloads
 from skyscan.patch import merge_patch
 from skyscan.status import ScanRecord
-from skyscan_operator import scanner_job
+from skyscan_operator import metrics, scanner_job
 from skyscan_operator.backlog import retry_delay
 from skyscan_operator.events import EventPoster
 from skyscan_operator.planner import (
@@ -129,6 +129,8 @@ class Applier:
             return None  # the scan is gone
         for e in plan.events:
             self.events.post(run.body, e.type, e.reason, e.message, self.clock())
+            if e.reason == "StartTimedOut":  # the planner's failure of a start attempt
+                metrics.START_FAILURES.labels(e.reason).inc()
         wake = plan.requeue_after
         for action in plan.actions:
             try:
@@ -247,6 +249,7 @@ class Run:
         backlog.interruptions = 0
         self.draft.backlog = backlog
         self.condition(cond.ADMITTED, False, reason, f"start attempt {backlog.attempts} failed: {message}")
+        metrics.START_FAILURES.labels(reason).inc()
 
     def interrupt_attempt(self, reason: str, message: str) -> None:
         """An outage or a quota refusal ends the start attempt without counting it: the attempt is
@@ -259,6 +262,7 @@ class Run:
         backlog.pending_since = self.now()
         self.draft.backlog = backlog
         delay = retry_delay(backlog.interruptions, self.settings)
+        metrics.START_FAILURES.labels(reason).inc()
         self.condition(
             cond.ADMITTED,
             False,

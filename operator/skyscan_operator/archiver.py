@@ -87,6 +87,7 @@ class Archiver:
         self._archive: Archive | None = None
         self.queue = ArchiveQueue()
         self.moved = 0
+        self.failed = 0  # moves that failed, each retried (read by /metrics)
 
     def observe(self, key: Key, body: dict[str, Any]) -> None:
         """Fed every Scan version: a finished scan is due its retention period after it finished."""
@@ -112,6 +113,7 @@ class Archiver:
             except Exception as e:  # the archive or the API server away: the scan stays live, retried
                 log.warning("archiving %s/%s failed (%r); retrying in %gs", *key, e, RETRY_SECONDS)
                 self.queue.schedule(key, now + RETRY_SECONDS)
+                self.failed += 1
 
     async def _connected(self) -> Archive:
         if self._archive is None:

@@ -115,6 +115,10 @@ class Line:
     def __contains__(self, key: Key) -> bool:
         return key in self._candidates
 
+    def oldest_entry(self) -> float | None:
+        """When the scan longest in the line entered the backlog (for /metrics: one pass, at scrape)."""
+        return min((c.entered_at for c in self._candidates.values()), default=None)
+
     def put(self, c: Candidate, now: float) -> None:
         """Add or update a candidate; an unchanged one costs a lookup."""
         held = self._candidates.get(c.key)

@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from skyscan import conditions as cond
 from skyscan import kube, model, payloads
 from skyscan.status import ENDED_JOB_STATES, ScanRecord
-from skyscan_operator import janitor, planner
+from skyscan_operator import janitor, metrics, planner
 from skyscan_operator.apply import Applier, is_api_outage
 from skyscan_operator.archiver import Archiver
 from skyscan_operator.events import EventPoster
@@ -62,6 +62,7 @@ class Controller:
         self._invalid: set[tuple[Key, str]] = set()
         self.wms_poll_error: str | None = None  # why the last batched WMS poll failed, if it did
         self.started_at = 0.0
+        self.metrics: metrics.MetricsServer | None = None
 
     async def start(self) -> None:
         s = self.settings
@@ -99,11 +100,18 @@ class Controller:
         if self.archiver:
             archiving = self._every(s.archive_interval_seconds, self.archiver.tick)
             self._tasks.append(asyncio.create_task(archiving, name="archiver"))
+        if s.metrics_port:
+            self.metrics = metrics.MetricsServer(
+                metrics.StoreCollector(self.store, self.queue, self.archiver, self.clock)
+            )
+            await self.metrics.start(s.metrics_port)
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.metrics:
+            await self.metrics.stop()
         if self.events:
             await self.events.stop()
         if self.wms:
@@ -176,10 +184,12 @@ class Controller:
         )
 
     async def reconcile(self, key: Key) -> float | None:
+        started = time.monotonic()
         try:
             return await self._reconcile(key)
         finally:
             self.store.refresh(key)
+            metrics.RECONCILE_DURATION.observe(time.monotonic() - started)
 
     async def _reconcile(self, key: Key) -> float | None:
         version, body = self.store.version(key), self.store.scan(key)
@@ -244,6 +254,7 @@ class Controller:
         for key in decision.admit:
             store.admit(key)
             self.queue.add(key)
+        metrics.ADMISSIONS.inc(len(decision.admit))
         for key, hold in decision.hold.items():
             if hold.reason != "RetryDelay":  # else the failed attempt's reason stays visible meanwhile
                 store.hold(key, hold)

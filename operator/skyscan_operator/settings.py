@@ -32,6 +32,9 @@ class OperatorSettings(BaseSettings):
     liveness_endpoint: str | None = Field(
         default=None, description="kopf's liveness endpoint, e.g. http://0.0.0.0:8081/healthz; unset: none."
     )
+    metrics_port: int = Field(
+        default=9090, ge=0, le=65535, description="Port of the Prometheus metrics (`GET /metrics`); 0: none."
+    )
     workers: int = Field(
         default=4, ge=1, description="Scans reconciled concurrently (each scan one at a time)."
     )

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from skyscan import names
+from skyscan_operator import metrics
 
 log = logging.getLogger(__name__)
 
@@ -122,13 +123,16 @@ class WMSClient:
             if attempt:
                 await asyncio.sleep(self._backoff * 2 ** (attempt - 1))
             headers = {"Authorization": f"Bearer {await self._tokens.token()}"} if self._tokens else {}
+            started = time.monotonic()
             try:
                 r = await self._http.request(method, path, json=body, headers=headers)
             except httpx.TransportError as e:
+                metrics.wms_request(method, path, None, time.monotonic() - started)
                 last = WMSUnavailable(method, path, None, f"{type(e).__name__}: {e}")
                 if idempotent or isinstance(e, httpx.ConnectError):
                     continue
                 raise last from e
+            metrics.wms_request(method, path, r.status_code, time.monotonic() - started)
             if r.status_code == 401 and self._tokens:
                 self._tokens.invalidate()  # expired early or revoked: mint a new one and try again
                 last = WMSUnavailable(method, path, 401, r.text[:300])

@@ -54,6 +54,7 @@ class Stack:
     user_token: str
     system_token: str
     wms_url: str
+    operator_metrics_url: str
     kubeconfig: str
     namespace: str
     settings: localstack.LocalStackSettings
@@ -102,6 +103,7 @@ def stack(
             user_token=env["SKYSCAN_USER_TOKEN"],
             system_token=env["SKYSCAN_SYSTEM_TOKEN"],
             wms_url=env["SKYSCAN_WMS_URL"],
+            operator_metrics_url=env["SKYSCAN_OPERATOR_METRICS_URL"],
             kubeconfig=env["KUBECONFIG"],
             namespace=env["SKYSCAN_NAMESPACE"],
             settings=settings,

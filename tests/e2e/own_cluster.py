@@ -61,6 +61,7 @@ def own_cluster(
                 user_token=env["SKYSCAN_USER_TOKEN"],
                 system_token=env["SKYSCAN_SYSTEM_TOKEN"],
                 wms_url=env["SKYSCAN_WMS_URL"],
+                operator_metrics_url=env["SKYSCAN_OPERATOR_METRICS_URL"],
                 kubeconfig=env["KUBECONFIG"],
                 namespace=env["SKYSCAN_NAMESPACE"],
                 settings=settings,

@@ -42,8 +42,9 @@ def test_local_settings_are_the_documented_ones() -> None:
 
 
 def test_the_env_file_holds_exactly_the_documented_variables_and_sources_in_a_shell(tmp_path: Path) -> None:
-    state = {"ports": {"shim": 8080, "wms": 8081}, "tokens": {"user": "u$1", "system": "s'2"},
-             "kubeconfig": "/k/config", "archive_dsn": "postgresql://u:pw@127.0.0.1:5/skyscan"}  # fmt: skip
+    state = {"ports": {"shim": 8080, "wms": 8081, "operator_metrics": 9090},
+             "tokens": {"user": "u$1", "system": "s'2"}, "kubeconfig": "/k/config",
+             "archive_dsn": "postgresql://u:pw@127.0.0.1:5/skyscan"}  # fmt: skip
     path = localstack.write_env(tmp_path, localstack.env_lines(state, "skyscan"))
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     keys = " ".join(localstack.ENV_KEYS)
@@ -59,6 +60,7 @@ def test_the_env_file_holds_exactly_the_documented_variables_and_sources_in_a_sh
         "KUBECONFIG=/k/config",
         "SKYSCAN_NAMESPACE=skyscan",
         "SKYSCAN_ARCHIVE_DSN=postgresql://u:pw@127.0.0.1:5/skyscan",
+        "SKYSCAN_OPERATOR_METRICS_URL=http://127.0.0.1:9090/metrics",
     ]
     assert len(path.read_text().splitlines()) == len(localstack.ENV_KEYS)
 

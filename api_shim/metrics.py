@@ -1,0 +1,119 @@
+"""The shim's Prometheus metrics, served at `GET /metrics` (public, text exposition format).
+
+Requests are counted by route template (the matched resource's canonical path, so a scan id never
+becomes a label value), method and status code, and timed, by a middleware that runs outside the error
+middleware and so sees the status the client got. The cache's figures are read at scrape time by a
+collector; the cache itself only keeps two plain numbers up to date. Each app has its own registry
+(tests run several apps in one process).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from aiohttp import web
+from aiohttp.web_urldispatcher import UrlMappingMatchInfo
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from api_shim.cache import ScanCache
+from api_shim.plumbing import Handler
+
+METRICS_PATH = "/metrics"
+UNMATCHED = "unmatched"  # no route matched: the raw path is never a label value
+# Request bodies that the shim stores, by kind: the payload bytes it takes in.
+PAYLOAD_KINDS = {
+    ("POST", "/scan"): "scan_request",
+    ("PUT", "/scan/{scan_id}/result"): "result",
+    ("PUT", "/scan/{scan_id}/startup.json"): "startup",
+    ("PATCH", "/scan/{scan_id}/manifest"): "manifest",
+}
+
+
+def route_template(match: UrlMappingMatchInfo) -> str:
+    """The matched route's template (`/scan/{scan_id}/status`), never the path asked for."""
+    resource = match.route.resource
+    return resource.canonical if resource is not None else UNMATCHED
+
+
+class CacheCollector(Collector):
+    """The Scan cache, read at scrape time."""
+
+    def __init__(self, cache: ScanCache) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        cache = self.cache
+        yield GaugeMetricFamily("skyscan_shim_cached_scans", "Scans held in the shim's cache.", len(cache))
+        yield CounterMetricFamily(
+            "skyscan_shim_cache_relists",
+            "Listings of every Scan after the first (the watch's history was compacted: 410 Gone).",
+            cache.relists,
+        )
+        yield GaugeMetricFamily(
+            "skyscan_shim_cache_watch_idle_seconds",
+            "Seconds since the cache's watch last brought an event or a bookmark (or a listing ended).",
+            time.monotonic() - cache.last_event,
+        )
+
+
+class ShimMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "skyscan_shim_requests",
+            "REST requests answered, by route template, method and status code.",
+            ["route", "method", "code"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "skyscan_shim_request_duration_seconds",
+            "Time to answer a REST request, by route template and method.",
+            ["route", "method"],
+            registry=self.registry,
+        )
+        self.payload_bytes = Counter(
+            "skyscan_shim_payload_bytes",
+            "Bytes of request bodies stored, by kind (scan_request, result, startup, manifest).",
+            ["kind"],
+            registry=self.registry,
+        )
+
+    def watch(self, cache: ScanCache) -> None:
+        self.registry.register(CacheCollector(cache))
+
+    def observe(self, request: web.Request, status: int, seconds: float) -> None:
+        route = route_template(request.match_info)
+        self.requests.labels(route, request.method, str(status)).inc()
+        self.duration.labels(route, request.method).observe(seconds)
+        kind = PAYLOAD_KINDS.get((request.method, route))
+        if kind is not None and status < 300 and request.content_length:
+            self.payload_bytes.labels(kind).inc(request.content_length)
+
+
+METRICS = web.AppKey("metrics", ShimMetrics)
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Outermost: counts what the client got, redirects and errors included; scrapes are not counted."""
+    if request.path == METRICS_PATH:
+        return await handler(request)
+    started = time.monotonic()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except web.HTTPException as e:
+        status = e.status
+        raise
+    finally:
+        request.app[METRICS].observe(request, status, time.monotonic() - started)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

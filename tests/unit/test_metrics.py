@@ -1,0 +1,87 @@
+"""Metric labels never carry an object's id: the shim's routes by template, the WMS's by operation;
+the shim's middleware counts what clients got and leaves scrapes out."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
+from prometheus_client.parser import text_string_to_metric_families
+
+from api_shim.metrics import METRICS, METRICS_PATH, ShimMetrics, metrics, metrics_middleware, route_template
+from skyscan_operator.backlog import Candidate, Line
+from skyscan_operator.metrics import wms_operation, wms_outcome
+from skyscan_operator.settings import OperatorSettings
+
+
+def test_wms_operations_name_the_call_not_the_workflow() -> None:
+    assert wms_operation("GET", "/v1/workflows/wf-123") == "GET /v1/workflows/{id}"
+    abort = wms_operation("POST", "/v1/workflows/wf-9/actions/abort")
+    assert abort == "POST /v1/workflows/{id}/actions/abort"
+    assert wms_operation("POST", "/v1/workflows") == "POST /v1/workflows"
+    assert wms_operation("POST", "/v1/query/taskforces") == "POST /v1/query/taskforces"
+    assert wms_operation("POST", "/v1/query/workflows") == "POST /v1/query/workflows"
+    assert (
+        wms_operation("GET", "/v1/mqs/workflows/wf-1/mq-profiles/public")
+        == "GET /v1/mqs/workflows/{id}/mq-profiles/public"
+    )
+    assert (
+        wms_operation("POST", "/v1/task-directives/td-7/actions/add-workers")
+        == "POST /v1/task-directives/{id}/actions/add-workers"
+    )
+
+
+def test_wms_outcomes_follow_the_clients_retry_rules() -> None:
+    assert [wms_outcome(s) for s in (200, 201, 404, 400, 408, 429, 500, 503, None)] == [
+        "ok", "ok", "refused", "refused", "unavailable", "unavailable", "unavailable", "unavailable",
+        "unavailable",
+    ]  # fmt: skip
+
+
+async def hello(request: web.Request) -> web.Response:
+    return web.Response(text="hi")
+
+
+async def test_shim_routes_are_labelled_by_template() -> None:
+    app = web.Application()
+    app.router.add_get("/scan/{scan_id}/status", hello)
+    found = await app.router.resolve(make_mocked_request("GET", "/scan/abc-123/status", app=app))
+    assert route_template(found) == "/scan/{scan_id}/status"
+    missing = await app.router.resolve(make_mocked_request("GET", "/scan-abc-123", app=app))
+    assert route_template(missing) == "unmatched"
+
+
+async def test_the_middleware_counts_answers_by_template_and_not_the_scrapes() -> None:
+    app = web.Application(middlewares=[metrics_middleware])
+    app[METRICS] = ShimMetrics()
+    app.router.add_get("/scan/{scan_id}/status", hello)
+    app.router.add_put("/scan/{scan_id}/result", hello)
+    app.router.add_get(METRICS_PATH, metrics)
+    async with TestClient(TestServer(app)) as client:
+        for path in ("/scan/a/status", "/scan/b/status", "/nowhere/c"):
+            await client.get(path)
+        await client.put("/scan/a/result", data=b"x" * 10)
+        for _ in range(3):
+            text = await (await client.get(METRICS_PATH)).text()
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    requests = {
+        (s.labels["route"], s.labels["code"]): s.value
+        for s in samples
+        if s.name == "skyscan_shim_requests_total"
+    }
+    assert requests == {
+        ("/scan/{scan_id}/status", "200"): 2,
+        ("unmatched", "404"): 1,
+        ("/scan/{scan_id}/result", "200"): 1,
+    }
+    stored = [s.value for s in samples if s.name == "skyscan_shim_payload_bytes_total"]
+    assert stored == [10]
+
+
+def test_the_oldest_wait_is_the_earliest_entry_in_the_line() -> None:
+    line = Line(OperatorSettings())
+    assert line.oldest_entry() is None
+    line.put(Candidate(("ns", "late-high"), 200, 50.0, 0.0, 0), now=100.0)
+    line.put(Candidate(("ns", "early-low"), 0, 10.0, 0.0, 0), now=100.0)
+    assert line.oldest_entry() == 10.0
+    line.remove(("ns", "early-low"))
+    assert line.oldest_entry() == 50.0
