@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 
 from api_shim import auth, oidc, openapi
 from api_shim.cache import ScanCache
@@ -38,7 +39,7 @@ from api_shim.settings import ShimSettings
 from api_shim.store import ScanStore
 from api_shim.tags import TagCatalog
 from api_shim.writes import ScanWrites
-from skyscan import kube
+from skyscan import kube, logs
 from skyscan.archive import Archive
 from skyscan.status import ScanRecord
 
@@ -188,6 +189,29 @@ async def create_app(
     return app
 
 
+class AccessLogger(AbstractAccessLogger):
+    """One line per request: the route template (never the raw path or query string, which may hold a
+    presigned URL's signature), method, status, duration, and the scan a route names."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        match_info = getattr(request, "match_info", None)
+        resource = match_info.route.resource if match_info is not None else None
+        route = resource.canonical if resource is not None else None
+        scan_id = match_info.get("scan_id") if match_info is not None else None
+        fields = {
+            "method": request.method,
+            "route": route,
+            "status": response.status,
+            "duration_ms": round(time * 1000, 3),
+            **(logs.about(scan_id) if scan_id else {}),
+        }
+        self.logger.info("%s %s %d %.1fms", request.method, route, response.status, time * 1000, extra=fields)
+
+    @property
+    def enabled(self) -> bool:
+        return self.logger.isEnabledFor(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="skyscan-shim", description="The Skyscan REST shim.")
     sub = parser.add_subparsers(dest="command")
@@ -204,9 +228,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "openapi":
         json.dump(openapi.document(ROUTES), sys.stdout, indent=2)
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = ShimSettings()
-    web.run_app(create_app(settings), host=settings.host, port=settings.port, access_log=None)
+    logs.configure(settings.log_format)
+    web.run_app(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        access_log=logging.getLogger("api_shim.access"),
+        access_log_class=AccessLogger,
+        print=None,  # aiohttp's banner is not a log line
+    )
     return 0
 
 

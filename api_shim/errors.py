@@ -14,6 +14,8 @@ import aiohttp
 from aiohttp import web
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from skyscan import logs
+
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -52,6 +54,11 @@ def json_error(status: int, reason: str, message: str, headers: dict[str, str] |
     return web.json_response(error_body(status, reason, message), status=status, headers=headers)
 
 
+def _about(request: web.Request) -> dict[str, str]:
+    scan_id = request.match_info.get("scan_id")
+    return logs.about(scan_id) if scan_id else {}
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
@@ -69,10 +76,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except ApiException as e:
         if e.status in (408, 429, 500, 502, 503, 504):
             return json_error(503, "kubernetes API unavailable", f"The API server answered {e.status}.")
-        log.exception("unexpected API server answer on %s %s", request.method, request.path)
+        log.exception(
+            "unexpected API server answer on %s %s", request.method, request.path, extra=_about(request)
+        )
         return json_error(500, "internal error", f"The API server answered {e.status}: {e.reason}.")
     except (TimeoutError, aiohttp.ClientError, OSError) as e:
         return json_error(503, "kubernetes API unavailable", f"The API server could not be reached: {e!r}")
     except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path)
+        log.exception("unhandled error on %s %s", request.method, request.path, extra=_about(request))
         return json_error(500, "internal error", "An unexpected error occurred; see the shim's log.")

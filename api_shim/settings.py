@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api_shim.oidc import PeopleIssuerConfig
 from skyscan import model, names, presign
+from skyscan.logs import LogFormat
 
 
 class ShimSettings(BaseSettings):
@@ -23,6 +24,9 @@ class ShimSettings(BaseSettings):
     kubeconfig: str | None = Field(default=None, description="Unset: in-cluster, else ~/.kube/config.")
     host: str = "0.0.0.0"
     port: int = 8080
+    log_format: LogFormat = Field(
+        default="text", description="`json`: JSON lines (see README, Logs); `text`: plain lines."
+    )
 
     known_clusters: dict[str, int | None] = Field(
         default={"osg": 100, "sub-2": 100, "local": 5},

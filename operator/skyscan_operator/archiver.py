@@ -24,7 +24,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import conditions as cond
-from skyscan import kube, manifest, names, payloads
+from skyscan import kube, logs, manifest, names, payloads
 from skyscan.archive import Archive, ArchivedScan
 from skyscan.status import ScanRecord, compact
 from skyscan_operator.events import event_body
@@ -111,7 +111,13 @@ class Archiver:
             try:
                 await self.move(key)
             except Exception as e:  # the archive or the API server away: the scan stays live, retried
-                log.warning("archiving %s/%s failed (%r); retrying in %gs", *key, e, RETRY_SECONDS)
+                log.warning(
+                    "archiving %s/%s failed (%r); retrying in %gs",
+                    *key,
+                    e,
+                    RETRY_SECONDS,
+                    extra=logs.about(key[1]),
+                )
                 self.queue.schedule(key, now + RETRY_SECONDS)
                 self.failed += 1
 
@@ -170,7 +176,7 @@ class Archiver:
             self.queue.schedule(key, now)  # changed since it was read: store the newer copy, then delete
             return
         self.moved += 1
-        log.info("archived %s/%s", namespace, name)
+        log.info("archived %s/%s", namespace, name, extra=logs.about(name))
 
     async def _post(self, scan: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Posted before the Scan goes (an Event about a deleted object is still listed), awaited so it
@@ -179,4 +185,5 @@ class Archiver:
         try:
             await client.CoreV1Api(self._api).create_namespaced_event(scan["metadata"]["namespace"], body)
         except (ApiException, OSError) as e:
-            log.warning("could not post event %s for %s: %s", reason, scan["metadata"]["name"], e)
+            name = scan["metadata"]["name"]
+            log.warning("could not post event %s for %s: %s", reason, name, e, extra=logs.about(name))

@@ -28,7 +28,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from skyscan import conditions as cond
-from skyscan import kube, model, payloads
+from skyscan import kube, logs, model, payloads
 from skyscan.status import ENDED_JOB_STATES, ScanRecord
 from skyscan_operator import janitor, metrics, planner
 from skyscan_operator.apply import Applier, is_api_outage
@@ -152,7 +152,7 @@ class Controller:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                log.exception("reconciling %s/%s failed; retrying", *key)
+                log.exception("reconciling %s/%s failed; retrying", *key, extra=logs.about(key[1]))
                 if is_api_outage(e):  # start attempts do not time out meanwhile
                     self.store.outage_at = self.clock()
                 wake = 5.0

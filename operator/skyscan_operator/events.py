@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from skyscan import model
+from skyscan import logs, model
 from skyscan.conditions import iso
 
 log = logging.getLogger(__name__)
@@ -56,11 +56,12 @@ class EventPoster:
             await asyncio.gather(self._task, return_exceptions=True)
 
     def post(self, scan: dict[str, Any], type_: str, reason: str, message: str, now: float) -> None:
-        log.info("%s/%s %s: %s", scan["metadata"]["namespace"], scan["metadata"]["name"], reason, message)
+        namespace, name = scan["metadata"]["namespace"], scan["metadata"]["name"]
+        log.info("%s/%s %s: %s", namespace, name, reason, message, extra=logs.about(name))
         try:
             self._queue.put_nowait(event_body(scan, type_, reason, message, now))
         except asyncio.QueueFull:
-            log.warning("event queue full; dropped %s", reason)
+            log.warning("event queue full; dropped %s", reason, extra=logs.about(name))
 
     async def _run(self) -> None:
         while True:
@@ -68,4 +69,5 @@ class EventPoster:
             try:
                 await self._core.create_namespaced_event(body["metadata"]["namespace"], body)
             except (ApiException, OSError) as e:
-                log.warning("could not post event %s: %s", body["reason"], e)
+                scan_id = body["involvedObject"]["name"]
+                log.warning("could not post event %s: %s", body["reason"], e, extra=logs.about(scan_id))

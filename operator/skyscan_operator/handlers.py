@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from skyscan import model
+from skyscan import logs, model
 from skyscan_operator.controller import Controller
 from skyscan_operator.settings import OperatorSettings
 
@@ -75,10 +75,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  SKYSCAN_{name.upper()} (default {default!r}): {f.description}", file=out)
         return 0 if asked else 2
     settings = OperatorSettings()
-    logging.basicConfig(
-        level=os.environ.get("SKYSCAN_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # kopf.run leaves logging as configured here: kopf's own lines (with their object reference) come
+    # out in the same format, JSON carrying kopf's fields (timestamp, severity, message, object).
+    logs.configure(settings.log_format, os.environ.get("SKYSCAN_LOG_LEVEL", "INFO"))
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per WMS request is noise
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per watch event, likewise
     if settings.kubeconfig:

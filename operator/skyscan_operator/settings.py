@@ -14,6 +14,7 @@ from pydantic import Field, PrivateAttr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from skyscan import names, presign
+from skyscan.logs import LogFormat
 
 
 class OperatorSettings(BaseSettings):
@@ -37,6 +38,9 @@ class OperatorSettings(BaseSettings):
     )
     workers: int = Field(
         default=4, ge=1, description="Scans reconciled concurrently (each scan one at a time)."
+    )
+    log_format: LogFormat = Field(
+        default="text", description="`json`: JSON lines, kopf's own lines included (see README, Logs)."
     )
 
     # --- backlog ---

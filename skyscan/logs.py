@@ -1,0 +1,114 @@
+"""Log lines of the shim and the operator: text, or JSON lines (`SKYSCAN_LOG_FORMAT=json`) with the same
+fields from both processes, and credentials masked as a second line of defence (no source logs them).
+
+A JSON line holds `timestamp`, `level`, `severity` (kopf's JSON name and values), `logger`, `message`,
+and when known `scan_id`, `object` (kopf's reference of the object a line of its own is about) and
+`exception`. A line is about a scan when it carries `scan_id`: `extra=about(scan_id)`, or kopf's object
+reference of a Scan, or of the Job or Pod made for one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from skyscan import model
+
+LogFormat = Literal["text", "json"]
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+REDACTED = "[redacted]"
+# What an access-log line carries besides its message (see the shim's access logger).
+ACCESS_FIELDS = ("method", "route", "status", "duration_ms")
+
+# Bearer tokens, JWTs, presigned URLs' signatures, secrets in query strings or forms, DSN passwords.
+_REDACTIONS = [
+    (re.compile(r"(?i)\b(bearer\s+)[^\s'\",]+"), rf"\1{REDACTED}"),
+    (re.compile(r"\beyJ[\w-]+\.[\w-]+\.[\w-]*"), REDACTED),
+    (
+        re.compile(r"(?i)\b(signature|token|access_token|client_secret|password)=[^&\s'\",]+"),
+        rf"\1={REDACTED}",
+    ),
+    (re.compile(r"(?i)\b(postgres(?:ql)?://[^:/@\s]*:)[^@\s]+@"), rf"\1{REDACTED}@"),
+]
+
+
+def redact(text: str) -> str:
+    for pattern, replacement in _REDACTIONS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def about(scan_id: str) -> dict[str, str]:
+    """`extra` of a log call about one scan."""
+    return {"scan_id": scan_id}
+
+
+def _severity(levelno: int) -> str:
+    """kopf's JSON severity names."""
+    for limit, name in ((logging.DEBUG, "debug"), (logging.INFO, "info"), (logging.WARNING, "warn")):
+        if levelno <= limit:
+            return name
+    return "error" if levelno <= logging.ERROR else "fatal"
+
+
+def scan_id_of_ref(ref: dict[str, Any]) -> str | None:
+    """The scan a kopf object reference is about: a Scan, or the Job (`skyscan-<id>`) or one of its
+    Pods (`skyscan-<id>-<suffix>`) made for a scan."""
+    kind, name = ref.get("kind"), str(ref.get("name") or "")
+    if kind == model.KIND:
+        return name or None
+    if kind in ("Job", "Pod") and name.startswith("skyscan-"):
+        rest = name.removeprefix("skyscan-")
+        return rest.rsplit("-", 1)[0] if kind == "Pod" and "-" in rest else rest
+    return None
+
+
+def scan_id_of(record: logging.LogRecord) -> str | None:
+    scan_id = getattr(record, "scan_id", None)
+    if scan_id is None and isinstance(ref := getattr(record, "k8s_ref", None), dict):
+        scan_id = scan_id_of_ref(ref)
+    return None if scan_id is None else str(scan_id)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "severity": _severity(record.levelno),
+            "logger": record.name,
+            "message": redact(record.getMessage()),
+        }
+        if (scan_id := scan_id_of(record)) is not None:
+            line["scan_id"] = scan_id
+        if isinstance(ref := getattr(record, "k8s_ref", None), dict):
+            line["object"] = {k: ref.get(k) for k in ("kind", "namespace", "name")}
+        if record.exc_info:
+            line["exception"] = redact(self.formatException(record.exc_info))
+        for field in ACCESS_FIELDS:
+            if (value := getattr(record, field, None)) is not None:
+                line[field] = value
+        return json.dumps(line, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        scan_id = scan_id_of(record)
+        text = super().format(record)
+        return redact(text if scan_id is None or scan_id in text else f"{text} [scan {scan_id}]")
+
+
+def configure(log_format: LogFormat, level: str | int = logging.INFO) -> None:
+    """One handler on the root logger, writing to stderr in `log_format`."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    logging.captureWarnings(True)  # a library's warning is a log line too, not a bare line on stderr

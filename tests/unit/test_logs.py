@@ -1,0 +1,103 @@
+"""The shared log format: JSON lines with the documented fields, scan ids from `extra` or kopf's object
+references, and credentials masked even when a caller logs them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import pytest
+
+from skyscan import logs
+
+FIELDS = {"timestamp", "level", "severity", "logger", "message"}
+
+
+def record(msg: str, *args: object, level: int = logging.INFO, **extra: object) -> logging.LogRecord:
+    r = logging.LogRecord("skyscan.test", level, __file__, 1, msg, args, None)
+    r.__dict__.update(extra)
+    return r
+
+
+def as_json(r: logging.LogRecord) -> dict[str, object]:
+    line = logs.JsonFormatter().format(r)
+    assert "\n" not in line
+    parsed: dict[str, object] = json.loads(line)
+    return parsed
+
+
+def test_a_json_line_has_the_documented_fields() -> None:
+    line = as_json(record("reconciled %s", "a1", level=logging.WARNING))
+    assert set(line) == FIELDS
+    assert line["message"] == "reconciled a1"
+    assert (line["level"], line["severity"], line["logger"]) == ("WARNING", "warn", "skyscan.test")
+    assert str(line["timestamp"]).endswith("+00:00")
+
+
+def test_scan_id_from_extra_and_access_fields() -> None:
+    extra = {
+        **logs.about("0194x1"),
+        "method": "GET",
+        "route": "/scan/{scan_id}",
+        "status": 200,
+        "duration_ms": 1.5,
+    }
+    line = as_json(record("GET", **extra))
+    assert line["scan_id"] == "0194x1"
+    assert (line["route"], line["status"], line["duration_ms"]) == ("/scan/{scan_id}", 200, 1.5)
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "scan_id"),
+    [
+        ("Scan", "0194x1", "0194x1"),
+        ("Job", "skyscan-0194x1", "0194x1"),
+        ("Pod", "skyscan-0194x1-k2x9q", "0194x1"),
+        ("Pod", "other-pod", None),
+        ("ConfigMap", "skyscan-0194x1", None),
+    ],
+)
+def test_kopf_object_references_map_to_scan_ids(kind: str, name: str, scan_id: str | None) -> None:
+    ref = {"apiVersion": "v1", "kind": kind, "name": name, "namespace": "ns", "uid": "u"}
+    line = as_json(record("Handler succeeded.", k8s_ref=ref, settings=object()))
+    assert line["object"] == {"kind": kind, "namespace": "ns", "name": name}
+    assert line.get("scan_id") == scan_id
+
+
+def test_exceptions_are_one_json_field() -> None:
+    try:
+        raise ValueError("Authorization: Bearer abc.def")
+    except ValueError:
+        r = record("failed")
+        r.exc_info = sys.exc_info()
+    line = as_json(r)
+    assert "ValueError" in str(line["exception"]) and "abc.def" not in str(line["exception"])
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("GET /scan/x/startup.json?expires=17&signature=q9Zk-_w", "q9Zk-_w"),
+        ("headers {'Authorization': 'Bearer s3cr3t-tok'}", "s3cr3t-tok"),
+        ("token eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln", "eyJhbGciOiJSUzI1NiJ9"),
+        ("grant_type=client_credentials&client_secret=hunter2", "hunter2"),
+        ("dsn postgresql://skyscan:pa55word@db:5432/skyscan", "pa55word"),
+        ("password=pa55word host=db", "pa55word"),
+    ],
+)
+def test_credentials_are_redacted(text: str, secret: str) -> None:
+    assert secret not in logs.redact(text)
+    assert logs.REDACTED in logs.redact(text)
+    assert secret not in as_json(record("%s", text))["message"]  # type: ignore[operator]
+    assert secret not in logs.TextFormatter().format(record("%s", text))
+
+
+def test_redaction_keeps_ordinary_text() -> None:
+    text = "archived ns/0194x1: moved to the archive (token_file unset)"
+    assert logs.redact(text) == text
+
+
+def test_text_lines_name_the_scan() -> None:
+    line = logs.TextFormatter().format(record("archiving failed", **logs.about("0194x1")))
+    assert "INFO skyscan.test: archiving failed [scan 0194x1]" in line
