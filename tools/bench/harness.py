@@ -307,6 +307,25 @@ async def all_reconciled(api: client.ApiClient, ns: str, total: int, timeout: fl
     return time.monotonic() - began
 
 
+async def all_holding(api: client.ApiClient, ns: str, total: int, timeout: float) -> float:
+    """Seconds until `total` Scans show the backlog's hold (Admitted=False, LowPriorityInterval): the
+    operator has written everything it had to, and from then on nothing happens."""
+    began = time.monotonic()
+
+    async def done() -> bool:
+        holding = 0
+        async for page in kube.list_scans(api, ns):
+            for scan in page:
+                admitted = [
+                    c for c in (scan.get("status") or {}).get("conditions") or [] if c["type"] == "Admitted"
+                ]
+                holding += bool(admitted) and admitted[0].get("reason") == "LowPriorityInterval"
+        return holding >= total
+
+    await eventually(done, timeout, 5.0)
+    return time.monotonic() - began
+
+
 async def created_to_job(api: client.ApiClient, ns: str, n: int, first: int) -> list[float]:
     """Seconds from creating a high-priority Scan (and its event) to its Job, for n Scans one after
     another (scan_spec first..first+n-1)."""

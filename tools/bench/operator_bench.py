@@ -26,7 +26,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
-from kubernetes_asyncio import client
 
 from skyscan import kube
 
@@ -38,25 +37,6 @@ TIMERS = {
     "SKYSCAN_LOW_PRIORITY_INTERVAL_SECONDS": "3600",
 }
 ACTIVATION_DELAY = 0.5
-
-
-async def all_holding(api: client.ApiClient, ns: str, total: int, timeout: float) -> float:
-    """Seconds until `total` Scans show the backlog's hold (Admitted=False, LowPriorityInterval): the
-    operator has written everything it had to, and from then on nothing happens."""
-    began = time.monotonic()
-
-    async def done() -> bool:
-        holding = 0
-        async for page in kube.list_scans(api, ns):
-            for scan in page:
-                admitted = [
-                    c for c in (scan.get("status") or {}).get("conditions") or [] if c["type"] == "Admitted"
-                ]
-                holding += bool(admitted) and admitted[0].get("reason") == "LowPriorityInterval"
-        return holding >= total
-
-    await harness.eventually(done, timeout, 5.0)
-    return time.monotonic() - began
 
 
 async def run(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -73,7 +53,7 @@ async def run(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
         await harness.create_scans(api, ns, args.scans, event=True, first=args.latency_scans)
         await harness.all_reconciled(api, ns, args.scans + args.latency_scans, 1800)
         reconcile_seconds = time.monotonic() - began
-        settle_seconds = await all_holding(api, ns, args.scans - 1, 1800)  # the first low one starts
+        settle_seconds = await harness.all_holding(api, ns, args.scans - 1, 1800)  # the first low one starts
         rss = harness.rss_mib(operator.pid)
         await asyncio.sleep(5)  # a few backlog ticks and polls with everything present
         rss_later = harness.rss_mib(operator.pid)

@@ -298,6 +298,8 @@ async def cold_start(b: Bench, config: ShimConfig, label: str) -> Server:
 
 async def idle(b: Bench, shim: Server, op: Server) -> None:
     """4. RSS and idle CPU of both processes with every Scan waiting."""
+    b.report.phase("waiting until every Scan shows its backlog hold (nothing left to do)")
+    await harness.all_holding(b.api, b.ns, b.size.live - 1, 900)  # the first low-priority one starts
     b.report.phase(f"idle CPU over {b.size.idle_seconds:g} s")
     shim_cpu, op_cpu = await asyncio.gather(
         harness.cpu_percent(shim.pid, b.size.idle_seconds),
