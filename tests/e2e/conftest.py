@@ -11,7 +11,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -22,6 +22,9 @@ from skyscan_local import postgres
 from skyscan_local import stack as localstack
 from tests.conftest import ArchiveServer, Cluster
 from tests.helpers import eventually
+
+if TYPE_CHECKING:
+    from tests.e2e.own_cluster import OwnCluster
 
 REPO = Path(__file__).resolve().parents[2]
 KUBECTL = os.environ.get("KUBECTL", "kubectl")
@@ -59,6 +62,40 @@ class Stack:
     namespace: str
     settings: localstack.LocalStackSettings
 
+    @classmethod
+    def settings_for(
+        cls, workdir: Path, kubeconfig: str, namespace: str, archive_dsn: str, **extra: Any
+    ) -> localstack.LocalStackSettings:
+        """The e2e suite's local stack (scanner simulator, fast timers, free ports) in `workdir`."""
+        return localstack.LocalStackSettings(  # by the environment variables' names
+            SKYSCAN_LOCAL_DIR=workdir,
+            SKYSCAN_KUBECONFIG=kubeconfig,
+            SKYSCAN_NAMESPACE=namespace,
+            SKYSCAN_LOCAL_ARCHIVE_DSN=archive_dsn,
+            SIMULATE_SCANNER=True,
+            SKYSCAN_LOCAL_SHIM_PORT=0,
+            SKYSCAN_LOCAL_WMS_PORT=0,
+            SKYSCAN_LOCAL_READY_TIMEOUT=60,
+            tie_to_parent=True,
+            overrides=FAST,
+            **extra,
+        )
+
+    @classmethod
+    def up(cls, settings: localstack.LocalStackSettings) -> Stack:
+        """Start the stack `settings` describe; what `make up` writes to .skyscan/env, as a Stack."""
+        env = localstack.up(settings)
+        return cls(
+            url=env["SKYSCAN_URL"],
+            user_token=env["SKYSCAN_USER_TOKEN"],
+            system_token=env["SKYSCAN_SYSTEM_TOKEN"],
+            wms_url=env["SKYSCAN_WMS_URL"],
+            operator_metrics_url=env["SKYSCAN_OPERATOR_METRICS_URL"],
+            kubeconfig=env["KUBECONFIG"],
+            namespace=env["SKYSCAN_NAMESPACE"],
+            settings=settings,
+        )
+
 
 async def _create_namespace(kubeconfig: str, name: str) -> None:
     api = await kube.api_client(kubeconfig)
@@ -84,30 +121,10 @@ def stack(
     asyncio.run(_create_namespace(cluster.kubeconfig, namespace))
     database = f"e2e_{secrets.token_hex(4)}"
     archive_dsn = asyncio.run(postgres.create_database(archive_server.admin_dsn, database))
-    settings = localstack.LocalStackSettings(  # by the environment variables' names
-        SKYSCAN_LOCAL_DIR=tmp_path_factory.mktemp("stack"),
-        SKYSCAN_KUBECONFIG=cluster.kubeconfig,
-        SKYSCAN_NAMESPACE=namespace,
-        SKYSCAN_LOCAL_ARCHIVE_DSN=archive_dsn,
-        SIMULATE_SCANNER=True,
-        SKYSCAN_LOCAL_SHIM_PORT=0,
-        SKYSCAN_LOCAL_WMS_PORT=0,
-        SKYSCAN_LOCAL_READY_TIMEOUT=60,
-        tie_to_parent=True,
-        overrides=FAST,
-    )
+    workdir = tmp_path_factory.mktemp("stack")
+    settings = Stack.settings_for(workdir, cluster.kubeconfig, namespace, archive_dsn)
     try:
-        env = localstack.up(settings)
-        yield Stack(
-            url=env["SKYSCAN_URL"],
-            user_token=env["SKYSCAN_USER_TOKEN"],
-            system_token=env["SKYSCAN_SYSTEM_TOKEN"],
-            wms_url=env["SKYSCAN_WMS_URL"],
-            operator_metrics_url=env["SKYSCAN_OPERATOR_METRICS_URL"],
-            kubeconfig=env["KUBECONFIG"],
-            namespace=env["SKYSCAN_NAMESPACE"],
-            settings=settings,
-        )
+        yield Stack.up(settings)
     finally:
         records = localstack.load_state(settings.dir).get("components", {})
         localstack.down(settings)
@@ -156,6 +173,13 @@ async def rest(stack: Stack) -> AsyncIterator[Rest]:
     async with httpx.AsyncClient(base_url=stack.url, timeout=30) as http:
         yield Rest(stack, http)
 
+
+
+@pytest.fixture
+async def own_rest(own: OwnCluster) -> AsyncIterator[Rest]:
+    """REST calls to the stack of the requesting module's `own` fixture (an `own_cluster`)."""
+    async with httpx.AsyncClient(base_url=own.stack.url, timeout=30) as http:
+        yield Rest(own.stack, http)
 
 def scan_request(**changes: Any) -> dict[str, Any]:
     body: dict[str, Any] = {

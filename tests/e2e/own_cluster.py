@@ -11,7 +11,7 @@ from pathlib import Path
 
 from skyscan_local import control_plane
 from skyscan_local import stack as localstack
-from tests.e2e.conftest import FAST, Stack
+from tests.e2e.conftest import Stack
 
 NAMESPACE = "skyscan"
 
@@ -40,36 +40,15 @@ def own_cluster(
     started them."""
     cluster_dir = workdir / "cluster"
     cluster = control_plane.start(cluster_dir, tie_to_parent=True)
-    settings = localstack.LocalStackSettings(  # by the environment variables' names
-        SKYSCAN_LOCAL_DIR=workdir / "stack",
-        SKYSCAN_KUBECONFIG=cluster.kubeconfig,
-        SKYSCAN_NAMESPACE=NAMESPACE,
-        SKYSCAN_LOCAL_ARCHIVE_DSN=archive_dsn,
-        SIMULATE_SCANNER=True,
-        SKYSCAN_LOCAL_SHIM_PORT=0,
-        SKYSCAN_LOCAL_WMS_PORT=0,
-        SKYSCAN_LOCAL_READY_TIMEOUT=60,
-        tie_to_parent=True,
-        overrides=FAST,
+    settings = Stack.settings_for(
+        workdir / "stack", cluster.kubeconfig, NAMESPACE, archive_dsn,
         component_overrides=component_overrides or {},
-    )
+    )  # fmt: skip
     try:
-        env = localstack.up(settings)
-        yield OwnCluster(
-            Stack(
-                url=env["SKYSCAN_URL"],
-                user_token=env["SKYSCAN_USER_TOKEN"],
-                system_token=env["SKYSCAN_SYSTEM_TOKEN"],
-                wms_url=env["SKYSCAN_WMS_URL"],
-                operator_metrics_url=env["SKYSCAN_OPERATOR_METRICS_URL"],
-                kubeconfig=env["KUBECONFIG"],
-                namespace=env["SKYSCAN_NAMESPACE"],
-                settings=settings,
-            ),
-            cluster_dir,
-        )
+        yield OwnCluster(Stack.up(settings), cluster_dir)
     finally:
         localstack.down(settings)
         for log in sorted((settings.dir / "logs").glob("*.log")):
             print(f"--- {log.name} (shown when a test fails) ---\n{localstack.tail(log, 4000)}")
         control_plane.stop(cluster_dir)
+

@@ -7,11 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.e2e.conftest import Rest, kubectl
@@ -26,11 +25,6 @@ def own(tmp_path: Path, archive_dsn: str) -> Iterator[OwnCluster]:
     with own_cluster(tmp_path, {"operator": ARCHIVING}, archive_dsn=archive_dsn) as cluster:
         yield cluster
 
-
-@pytest.fixture
-async def own_rest(own: OwnCluster) -> AsyncIterator[Rest]:
-    async with httpx.AsyncClient(base_url=own.stack.url, timeout=30) as http:
-        yield Rest(own.stack, http)
 
 
 async def listed(own: OwnCluster, scan_id: str) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -34,11 +34,6 @@ def own(tmp_path: Path, archive_dsn: str) -> Iterator[OwnCluster]:
     with own_cluster(tmp_path, overrides, archive_dsn=archive_dsn) as cluster:
         yield cluster
 
-
-@pytest.fixture
-async def own_rest(own: OwnCluster) -> AsyncIterator[Rest]:
-    async with httpx.AsyncClient(base_url=own.stack.url, timeout=30) as http:
-        yield Rest(own.stack, http)
 
 
 async def scanner_token(stack: Stack, scan_id: str) -> str:

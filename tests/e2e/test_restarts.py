@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from skyscan_local import stack as localstack
@@ -29,11 +28,6 @@ def own(tmp_path: Path, archive_dsn: str) -> Iterator[OwnCluster]:
     with own_cluster(tmp_path, archive_dsn=archive_dsn) as cluster:
         yield cluster
 
-
-@pytest.fixture
-async def own_rest(own: OwnCluster) -> AsyncIterator[Rest]:
-    async with httpx.AsyncClient(base_url=own.stack.url, timeout=30) as http:
-        yield Rest(own.stack, http)
 
 
 def final(status: dict[str, object]) -> bool:
