@@ -11,7 +11,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml local/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]' -e ./local   # the product, then the local harness
+	$(PY) -m pip install -q -e '.[dev,plot]' -e ./local   # the product (with `skyscan plot`), then the local harness
 	touch $@
 
 binaries:               ## build the control-plane binaries and helm once into ~/.cache/skyscan/k8s/<version>
