@@ -34,8 +34,7 @@ async def ensure_scanner_account(api: client.ApiClient, namespace: str) -> None:
 
 
 async def install(kubeconfig: str | None) -> None:
-    api = await kube.api_client(kubeconfig)
-    async with api:
+    async with await kube.connect(kubeconfig) as api:
         await kube.apply_crd(api, crd.build_crd())
 
 

@@ -287,7 +287,7 @@ class Controller:
     async def _payload_refs(self, namespace: str) -> dict[janitor.Ref, list[dict[str, Any]]]:
         assert self._api is not None
         refs: dict[janitor.Ref, list[dict[str, Any]]] = {}
-        async for page in kube.list_scans(self._api, namespace):
+        async for page in kube.legacy_list_scans(self._api, namespace):
             for ref, owners in janitor.referenced(page).items():
                 refs.setdefault(ref, []).extend(owners)
         return refs

@@ -314,7 +314,7 @@ async def all_holding(api: client.ApiClient, ns: str, total: int, timeout: float
 
     async def done() -> bool:
         holding = 0
-        async for page in kube.list_scans(api, ns):
+        async for page in kube.legacy_list_scans(api, ns):
             for scan in page:
                 admitted = [
                     c for c in (scan.get("status") or {}).get("conditions") or [] if c["type"] == "Admitted"
