@@ -1,0 +1,377 @@
+"""A small synchronous client of Skyscan's REST interface: one method per route.
+
+    from skyscan_client.client import Client, SkyscanError
+
+    with Client() as skyscan:                      # SKYSCAN_URL/SKYSCAN_TOKEN, else .skyscan/env
+        scan_id = skyscan.launch({...})["scan_id"]
+        for event in skyscan.events(scan_id):      # Server-Sent Events, else polling
+            print(event.state)
+        result = skyscan.result(scan_id)
+
+A non-2xx answer raises `SkyscanError` (the HTTP status and the interface's Error body); a service
+that does not answer raises `Unreachable`. Only requests that are safe to repeat are retried: reads,
+`PUT` of a result and the soft delete, on a connection error or a 502/503/504, a bounded number of
+times with growing, jittered pauses; any request whose connection could not even be opened is retried
+too, since nothing reached the server. Redirects to a replacing scan are followed.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+import time
+from collections.abc import Iterator, Sequence
+from http import HTTPStatus
+from pathlib import Path
+from types import TracebackType
+from typing import Any, cast
+
+import httpx
+
+from skyscan_client import config
+from skyscan_client.events import ScanEvent, SseMessage, parse_sse
+from skyscan_client.types import (
+    AddedWorkers,
+    ErrorBody,
+    Json,
+    Logs,
+    ManifestAndResult,
+    Result,
+    Status,
+    WorkflowId,
+)
+
+RETRY_STATUSES = frozenset({502, 503, 504})
+NO_STREAM_STATUSES = frozenset({404, 405})  # a shim without the events route (or an unknown scan)
+Projection = str | Sequence[str] | None
+
+
+class SkyscanError(Exception):
+    """The service answered with an error: its HTTP status and Error body."""
+
+    def __init__(self, status: int, error: str, reason: str, message: str) -> None:
+        super().__init__(f"HTTP {status} {error}: {reason}")
+        self.status, self.error, self.reason, self.message = status, error, reason, message
+
+    @property
+    def body(self) -> ErrorBody:
+        return {"error": self.error, "reason": self.reason, "message": self.message}
+
+    @classmethod
+    def from_response(cls, response: httpx.Response) -> SkyscanError:
+        status = response.status_code
+        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else str(status)
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and {"error", "reason", "message"} <= body.keys():
+            return cls(status, str(body["error"]), str(body["reason"]), str(body["message"]))
+        text = response.text.strip()[:300]  # not the service itself answering (a proxy, say)
+        return cls(
+            status, phrase, text or phrase, text or f"{response.request.method} {response.request.url}"
+        )
+
+
+class Unreachable(Exception):
+    """No answer from the service (after the retries a request was allowed)."""
+
+
+class _NoStream(Exception):
+    """The events route is not there: follow by polling."""
+
+
+class _StreamBroke(Exception):
+    """The event stream ended before its `end` message."""
+
+
+def _projection(value: Projection) -> str | list[str] | None:
+    return value if value is None or isinstance(value, str) else list(value)
+
+
+class Client:
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 10.0,
+        env_file: Path | None = None,
+    ) -> None:
+        found = config.resolve(base_url, token, env_file)
+        self.base_url = found.base_url
+        self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
+        self._http = httpx.Client(
+            base_url=found.base_url,
+            headers={"Authorization": f"Bearer {found.token}", "Accept": "application/json"},
+            timeout=timeout,
+            follow_redirects=True,
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- the service -------------------------------------------------------------------------------
+
+    def root(self) -> Json:
+        return cast(Json, self._call("GET", "/"))
+
+    def openapi(self) -> Json:
+        return cast(Json, self._call("GET", "/openapi.json"))
+
+    # -- scans -------------------------------------------------------------------------------------
+
+    def find(
+        self, filter: Json, *, include_deleted: bool = False, projection: Projection = None
+    ) -> list[Json]:
+        """`POST /scans/find`: the manifests matching a MongoDB-style filter (a read: retried)."""
+        body: Json = {"filter": filter, "include_deleted": include_deleted}
+        if projection is not None:
+            body["manifest_projection"] = _projection(projection)
+        return cast(list[Json], self._call("POST", "/scans/find", json=body, idempotent=True)["manifests"])
+
+    def backlog(self) -> list[Json]:
+        return cast(list[Json], self._call("GET", "/scans/backlog")["entries"])
+
+    def launch(self, request: Json) -> Json:
+        """`POST /scan`: the new scan's manifest (never retried once sent: it would start two scans)."""
+        return cast(Json, self._call("POST", "/scan", json=request, idempotent=False))
+
+    def scan_request(self, scan_id: str) -> Json:
+        return cast(Json, self._call("GET", f"/scan-request/{scan_id}"))
+
+    def rescan(
+        self,
+        scan_id: str,
+        *,
+        replace: bool = False,
+        abort_first: bool = False,
+        no_redirect: bool = False,
+        projection: Projection = None,
+    ) -> Json:
+        """`POST /scan/{id}/actions/rescan`: the new scan's manifest."""
+        body: Json = {"replace_scan": replace, "abort_first": abort_first, "no_redirect": no_redirect}
+        if projection is not None:
+            body["manifest_projection"] = _projection(projection)
+        return cast(Json, self._call("POST", f"/scan/{scan_id}/actions/rescan", json=body, idempotent=False))
+
+    def add_workers(
+        self, scan_id: str, cluster: str, n_workers: int, *, no_redirect: bool = False
+    ) -> AddedWorkers:
+        body = {"cluster_location": cluster, "n_workers": n_workers, "no_redirect": no_redirect}
+        path = f"/scan/{scan_id}/actions/add-workers"
+        return cast(AddedWorkers, self._call("POST", path, json=body, idempotent=False))
+
+    def scan(
+        self, scan_id: str, *, include_deleted: bool = False, no_redirect: bool = False
+    ) -> ManifestAndResult:
+        params = _flags(include_deleted=include_deleted, no_redirect=no_redirect)
+        return cast(ManifestAndResult, self._call("GET", f"/scan/{scan_id}", params=params))
+
+    def abort(
+        self,
+        scan_id: str,
+        *,
+        delete_completed_scan: bool = False,
+        no_redirect: bool = False,
+        projection: Projection = None,
+    ) -> ManifestAndResult:
+        """`DELETE /scan/{id}`: abort the scan and mark it deleted (a soft delete, so retried)."""
+        body: Json = {"delete_completed_scan": delete_completed_scan, "no_redirect": no_redirect}
+        if projection is not None:
+            body["manifest_projection"] = _projection(projection)
+        return cast(ManifestAndResult, self._call("DELETE", f"/scan/{scan_id}", json=body))
+
+    def manifest(
+        self,
+        scan_id: str,
+        *,
+        projection: Projection = None,
+        include_deleted: bool = False,
+        no_redirect: bool = False,
+    ) -> Json:
+        params = _flags(include_deleted=include_deleted, no_redirect=no_redirect)
+        if projection is not None:
+            params["projection"] = projection if isinstance(projection, str) else "|".join(projection)
+        return cast(Json, self._call("GET", f"/scan/{scan_id}/manifest", params=params))
+
+    def patch_manifest(
+        self,
+        scan_id: str,
+        *,
+        progress: Json | None = None,
+        event_metadata: Json | None = None,
+        scan_metadata: Json | None = None,
+    ) -> Json:
+        """`PATCH /scan/{id}/manifest` (role system): the metadata are set once, so not retried."""
+        body = {
+            k: v
+            for k, v in (
+                ("progress", progress),
+                ("event_metadata", event_metadata),
+                ("scan_metadata", scan_metadata),
+            )
+            if v is not None
+        }
+        return cast(Json, self._call("PATCH", f"/scan/{scan_id}/manifest", json=body, idempotent=False))
+
+    def sensor_event(self, scan_id: str) -> Json:
+        return cast(Json, self._call("GET", f"/scan/{scan_id}/sensor-event")["sensor_event"])
+
+    def result(self, scan_id: str, *, include_deleted: bool = False, no_redirect: bool = False) -> Result:
+        """The stored result, `{}` while there is none."""
+        params = _flags(include_deleted=include_deleted, no_redirect=no_redirect)
+        return cast(Result, self._call("GET", f"/scan/{scan_id}/result", params=params))
+
+    def put_result(self, scan_id: str, scan_result: Json, *, is_final: bool) -> Result:
+        """`PUT /scan/{id}/result` (role system): storing the same result twice is harmless: retried."""
+        body = {"scan_result": scan_result, "is_final": is_final}
+        return cast(Result, self._call("PUT", f"/scan/{scan_id}/result", json=body))
+
+    def status(self, scan_id: str, *, no_redirect: bool = False) -> Status:
+        return cast(
+            Status, self._call("GET", f"/scan/{scan_id}/status", params=_flags(no_redirect=no_redirect))
+        )
+
+    def logs(self, scan_id: str, *, no_redirect: bool = False) -> Logs:
+        return cast(Logs, self._call("GET", f"/scan/{scan_id}/logs", params=_flags(no_redirect=no_redirect)))
+
+    # -- the WMS side --------------------------------------------------------------------------------
+
+    def workflow_id(self, scan_id: str) -> WorkflowId:
+        return cast(WorkflowId, self._call("GET", f"/scan/{scan_id}/wms/workflow-id"))
+
+    def set_workflow_id(self, scan_id: str, workflow_id: str, wms_address: str) -> Json:
+        """`POST /scan/{id}/wms/workflow-id` (role system): set once, so not retried."""
+        body = {"workflow_id": workflow_id, "wms_address": wms_address}
+        return cast(Json, self._call("POST", f"/scan/{scan_id}/wms/workflow-id", json=body, idempotent=False))
+
+    def workforce(self, scan_id: str) -> Json:
+        return cast(Json, self._call("GET", f"/scan/{scan_id}/wms/workforce"))
+
+    def taskforces(self, scan_id: str) -> list[Json]:
+        return cast(list[Json], self._call("GET", f"/scan/{scan_id}/wms/taskforces")["taskforces"])
+
+    # -- following a scan ----------------------------------------------------------------------------
+
+    def events(
+        self, scan_id: str, *, poll_interval: float = 1.0, idle_timeout: float = 60.0
+    ) -> Iterator[ScanEvent]:
+        """Each change of the scan, from its current state until it is terminal.
+
+        Reads `GET /scan/{id}/events`; a broken stream is reopened (it starts with the current state),
+        up to `retries` times in a row. Without the route (404/405), or once the stream keeps breaking,
+        polls `GET /scan/{id}/status` and the manifest's progress every `poll_interval` seconds.
+        `idle_timeout` bounds the silence on the stream (the server sends a keepalive every 15 s)."""
+        last: ScanEvent | None = None
+        breaks = 0
+        while breaks <= self.retries:
+            try:
+                for event in self._stream(scan_id, idle_timeout):
+                    breaks = 0
+                    if not event.same_as(last):
+                        last = event
+                        yield event
+                return
+            except _NoStream:
+                break
+            except (_StreamBroke, httpx.TransportError):
+                self._pause(breaks)
+                breaks += 1
+        yield from self._poll(scan_id, poll_interval, last)
+
+    def _stream(self, scan_id: str, idle_timeout: float) -> Iterator[ScanEvent]:
+        headers = {"Accept": "text/event-stream"}
+        timeout = httpx.Timeout(self._http.timeout.connect, read=idle_timeout)
+        with self._http.stream(
+            "GET", f"/scan/{scan_id}/events", headers=headers, timeout=timeout
+        ) as response:
+            if response.status_code in NO_STREAM_STATUSES:
+                raise _NoStream
+            if response.status_code != 200:
+                response.read()
+                raise SkyscanError.from_response(response)
+            message: SseMessage
+            for message in parse_sse(response.iter_lines()):
+                if message.event == "end":
+                    return
+                if message.event == "scan":
+                    yield ScanEvent.from_stream(message)
+        raise _StreamBroke
+
+    def _poll(self, scan_id: str, interval: float, last: ScanEvent | None) -> Iterator[ScanEvent]:
+        while True:
+            status = self.status(scan_id)
+            found = self.manifest(scan_id, projection=["scan_id", "progress"], include_deleted=True)
+            event = ScanEvent.polled(str(found.get("scan_id", scan_id)), dict(status), found.get("progress"))
+            if not event.same_as(last):
+                last = event
+                yield event
+            if event.terminal:
+                return
+            time.sleep(interval)
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        idempotent: bool | None = None,
+    ) -> Any:
+        """Send, retrying as the request allows (by default: everything but POST and PATCH)."""
+        repeatable = method not in ("POST", "PATCH") if idempotent is None else idempotent
+        attempt = 0
+        while True:
+            try:
+                response = self._http.request(method, path, params=params, json=json)
+            except httpx.TransportError as e:
+                unsent = isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
+                if (repeatable or unsent) and attempt < self.retries:
+                    self._pause(attempt)
+                    attempt += 1
+                    continue
+                raise Unreachable(f"{method} {self.base_url}{path}: {e!r}") from e
+            if response.status_code in RETRY_STATUSES and repeatable and attempt < self.retries:
+                self._pause(attempt, response.headers.get("Retry-After"))
+                attempt += 1
+                continue
+            if not response.is_success:
+                raise SkyscanError.from_response(response)
+            return response.json() if response.content else {}
+
+    def _pause(self, attempt: int, retry_after: str | None = None) -> None:
+        """Exponential backoff with jitter, or the server's Retry-After, never above `max_backoff`."""
+        delay = self.backoff * 2**attempt * random.uniform(0.5, 1.0)
+        if retry_after:
+            delay = _retry_after_seconds(retry_after, delay)
+        time.sleep(min(delay, self.max_backoff))
+
+
+def _retry_after_seconds(value: str, default: float) -> float:
+    """Retry-After as seconds or an HTTP date; `default` when it is neither."""
+    if value.strip().isdigit():
+        return float(value)
+    try:
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return default
+
+
+def _flags(**flags: bool) -> dict[str, Any]:
+    """Query flags: only those set (the service reads an absent flag as false)."""
+    return {name: "true" for name, on in flags.items() if on}
