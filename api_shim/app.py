@@ -19,6 +19,7 @@ from aiohttp.abc import AbstractAccessLogger
 from api_shim import auth, oidc, openapi
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, error_middleware
+from api_shim.handlers.events import STREAMS, EventStreams, close_streams
 from api_shim.metrics import METRICS, ShimMetrics, metrics_middleware
 from api_shim.plumbing import (
     ARCHIVE_ERRORS,
@@ -144,6 +145,8 @@ async def create_app(
         middlewares=[metrics_middleware, error_middleware], client_max_size=settings.max_body_bytes
     )
     app[METRICS] = ShimMetrics()
+    app[STREAMS] = EventStreams(settings)
+    app.on_shutdown.append(close_streams)
     app[AUTHENTICATORS] = authenticators_ if authenticators_ is not None else authenticators(settings)
     app[ROUTE_TABLE] = ROUTES
     for route in ROUTES:

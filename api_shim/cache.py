@@ -71,6 +71,7 @@ class ScanCache:
         self._deleted: dict[str, int] = {}  # name -> resourceVersion of its deletion (late writes lose)
         self._backlog: set[str] = set()  # scans with status.backlog (waiting for admission)
         self._documents: dict[str, tuple[Held, bytes]] = {}  # name -> (that version of a Scan, its manifest)
+        self._followers: dict[str, set[Callable[[], None]]] = {}  # name -> called when that Scan changes
         self.find_index = FindIndex()  # run/event ids and classifiers -> scans, for selective finds
         self._changed = asyncio.Event()
         self.synced = asyncio.Event()
@@ -139,6 +140,22 @@ class ScanCache:
                 await asyncio.wait_for(self._changed.wait(), remaining)
         return scan
 
+    # ------------------------------------------------------------------------------ following
+    def follow(self, name: str, wake: Callable[[], None]) -> None:
+        """Call `wake()` each time Scan `name` is taken in anew or dropped, until `unfollow`. A lookup
+        per event: Scans nobody follows cost nothing more."""
+        self._followers.setdefault(name, set()).add(wake)
+
+    def unfollow(self, name: str, wake: Callable[[], None]) -> None:
+        followers = self._followers.get(name, set())
+        followers.discard(wake)
+        if not followers:
+            self._followers.pop(name, None)
+
+    def _wake(self, name: str) -> None:
+        for wake in tuple(self._followers.get(name, ())):
+            wake()
+
     # ------------------------------------------------------------------------------ writing
     def observe(self, obj: Obj) -> None:
         """Take a newer version of one Scan (from a write or a watch event)."""
@@ -149,6 +166,7 @@ class ScanCache:
         name = obj["metadata"]["name"]
         self._deleted[name] = resource_version(obj)
         self._unindex(name, self._scans.pop(name, None))
+        self._wake(name)
         self._notify()
 
     def _take(self, obj: Obj) -> bool:
@@ -169,6 +187,7 @@ class ScanCache:
             self._rescans.setdefault(record.rescan_of, set()).add(name)
         if record.in_backlog:
             self._backlog.add(name)
+        self._wake(name)
         return True
 
     def _unindex(self, name: str, held: Held | None) -> None:
@@ -216,6 +235,7 @@ class ScanCache:
         for name, held in list(self._scans.items()):
             if name not in listed and held.version <= version:  # deleted while nobody watched
                 self._unindex(name, self._scans.pop(name))
+                self._wake(name)
         self._deleted = {name: v for name, v in self._deleted.items() if v > version}
         self.resource_version = rest["metadata"]["resourceVersion"]
         self.last_event = time.monotonic()

@@ -14,7 +14,14 @@ from collections.abc import Iterator
 
 from aiohttp import web
 from aiohttp.web_urldispatcher import UrlMappingMatchInfo
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -78,6 +85,11 @@ class ShimMetrics:
             "skyscan_shim_payload_bytes",
             "Bytes of request bodies stored, by kind (scan_request, result, startup, manifest).",
             ["kind"],
+            registry=self.registry,
+        )
+        self.event_streams = Gauge(
+            "skyscan_shim_event_streams",
+            "Open GET /scan/{scan_id}/events streams (Server-Sent Events).",
             registry=self.registry,
         )
 

@@ -26,9 +26,17 @@ _ERROR_TEXT = {
     413: "A payload does not fit even compressed, or a request, progress or metadata is over its limit.",
     422: "The request is well-formed but the scan's state disallows the action.",
     500: "Internal or upstream (WMS) failure.",
-    503: "The Kubernetes API server (or the archive of finished scans) is unavailable; nothing was written.",
+    503: "The Kubernetes API server (or the archive of finished scans) is unavailable; nothing was written."
+    " For GET /scan/{scan_id}/events also: the shim serves its most event streams (poll GET .../status).",
     504: "The operator did not answer in time.",
 }
+_EVENT_STREAM_TEXT = (
+    "Server-Sent Events. `event: scan` messages: `id:` the Scan's resourceVersion, `data:` one JSON line"
+    " `{scan_id, status (as GET /scan/{scan_id}/status), progress (as the manifest's, or null), result:"
+    " null or {is_final}}`; the current state first, then the latest state after each change (a slow"
+    " reader skips versions, never queues them); a `: keepalive` comment while idle; once the scan has"
+    " ended, `event: end` with `data: {}`, and the stream closes. Closed without `end`: follow again."
+)
 
 
 def _schemas(routes: tuple[Route, ...]) -> tuple[dict[Any, Any], dict[str, Any]]:
@@ -75,7 +83,11 @@ def _document(routes: tuple[Route, ...]) -> dict[str, Any]:
         ok_schema = refs[(route.response, "serialization")] if route.response else {"type": "object"}
         if route.content_type != "application/json":
             ok_schema = {"type": "string"}
-        op["responses"]["200"] = {"description": "OK", "content": {route.content_type: {"schema": ok_schema}}}
+        ok_text = _EVENT_STREAM_TEXT if route.content_type == "text/event-stream" else "OK"
+        op["responses"]["200"] = {
+            "description": ok_text,
+            "content": {route.content_type: {"schema": ok_schema}},
+        }
         statuses = set(route.errors) | ({401, 403} if route.roles else set())
         if route.query or route.body:
             statuses.add(400)  # a malformed query value or body

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from api_shim import metrics, models
 from api_shim.auth import SYSTEM, USER
-from api_shim.handlers import find, manifest, results, scans, service, startup, wms
+from api_shim.handlers import events, find, manifest, results, scans, service, startup, wms
 from api_shim.plumbing import Handler, Query, Route
 
 NO_REDIRECT = Query("no_redirect", "boolean", "Do not redirect a replaced scan to its replacement.")
@@ -185,6 +185,18 @@ ROUTES: tuple[Route, ...] = (
         errors=(403, 404, 503),
     ),
     scan_read("/status", scans.get_status, "Aggregated scan status.", US, models.StatusResponse),
+    Route(
+        "GET",
+        SCAN_ID + "/events",
+        events.scan_events,
+        "Follow the scan: its state, then each change, as Server-Sent Events until it ends.",
+        US,
+        None,
+        query=(NO_REDIRECT,),
+        errors=(404, 503),
+        redirect=True,
+        content_type="text/event-stream",
+    ),
     scan_read("/logs", scans.get_logs, "Log URLs.", U, models.LogsResponse),
     scan_read("/wms/workflow-id", wms.get_workflow_id, "The WMS workflow id.", US, models.WorkflowIdResponse),
     Route(

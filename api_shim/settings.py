@@ -80,6 +80,12 @@ class ShimSettings(BaseSettings):
     write_timeout: float = Field(default=10.0, description="Seconds per API-server write before 503.")
     watch_timeout: int = Field(default=300, description="Server-side timeout of one watch request.")
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="Largest accepted request body.")
+    max_event_streams: int = Field(
+        default=5000, ge=0, description="Open `GET /scan/{id}/events` streams at most; beyond, 503."
+    )
+    event_keepalive_seconds: float = Field(
+        default=15.0, gt=0, description="Seconds between `: keepalive` comments on an idle event stream."
+    )
     archive_dsn: str | None = Field(
         default=None,
         description="PostgreSQL DSN of the archive of finished scans (as the operator's); unset: live only.",

@@ -1,0 +1,207 @@
+"""GET /scan/{scan_id}/events: a scan's changes as Server-Sent Events, straight from the watch cache.
+
+Every stream of one scan shares a `Channel`, that scan's one follower in the cache: a change of the
+Scan marks the channel's message stale and wakes its streams, and each stream then sends the latest
+state, rendered once per version for all of them. A stream that falls behind skips the versions it
+missed: it never queues a backlog (its socket's buffers hold at most what it could not write yet, and a
+client that reads nothing for `STALLED_SECONDS` loses its stream). No stream reads the API server.
+
+Each message is `id: <resourceVersion>`, `event: scan`, `data: <one JSON line>`; after the one showing
+an end (a final result, or a failed, aborted or deleted scan that has nothing left to do) comes
+`event: end` and the stream closes. A scan that leaves the cluster is read once more from the archive.
+A stream that closes without `end` (the shim stops, a client stalled) is to be followed anew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from api_shim import view
+from api_shim.cache import ScanCache
+from api_shim.errors import ApiError
+from api_shim.metrics import METRICS
+from api_shim.plumbing import SHIM, Shim, scan_for
+from api_shim.settings import ShimSettings
+from skyscan import manifest
+from skyscan.status import ScanRecord, resource_version
+
+KEEPALIVE = b": keepalive\n\n"
+END = b"event: end\ndata: {}\n\n"
+STALLED_SECONDS = 60.0  # a write the client has not taken in after this long ends its stream
+HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",  # a proxy (nginx, its ingress) must pass each message on at once
+}
+
+
+@dataclass(frozen=True)
+class Message:
+    version: int  # the Scan's resourceVersion
+    data: bytes  # the whole message, as sent
+    final: bool  # the scan has ended: `end` follows
+
+
+def ended(scan: dict[str, Any]) -> bool:
+    """A final result, or nothing left to happen (failed, aborted, deleted, archived)."""
+    record = ScanRecord(scan)
+    return record.has_final_result or record.is_terminal or record.archived_at is not None
+
+
+def message(scan: dict[str, Any], logs_url: str | None) -> Message:
+    record = ScanRecord(scan)
+    body = {
+        "scan_id": record.name,
+        "status": view.scan_status(scan, logs_url),
+        "progress": manifest.progress(scan),
+        "result": {"is_final": record.has_final_result} if record.has_result else None,
+    }
+    version = resource_version(scan)
+    data = f"id: {version}\nevent: scan\ndata: {json.dumps(body, separators=(',', ':'))}\n\n"
+    return Message(version, data.encode(), ended(scan))
+
+
+def _logs_url(shim: Shim, scan: dict[str, Any]) -> str | None:
+    return view.logs_url(scan, shim.settings.logs_url_template, shim.namespace)
+
+
+class Channel:
+    """One followed scan: its latest message and the event its streams wait on."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.streams = 0
+        self.changed = asyncio.Event()
+        self._message: Message | None = None  # None: stale, rendered again when next asked for
+
+    def wake(self) -> None:
+        """The cache took a new version of the Scan, or dropped it."""
+        self._message = None
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    def latest(self, shim: Shim) -> Message | None:
+        """The Scan's message as the cache holds it now; None once the cache no longer has it."""
+        if self._message is None:
+            scan = shim.cache.get(self.name)
+            if scan is None:
+                return None
+            self._message = message(scan, _logs_url(shim, scan))
+        return self._message
+
+
+class EventStreams:
+    """The app's open streams, by followed scan, within the cap."""
+
+    def __init__(self, settings: ShimSettings) -> None:
+        self.limit = settings.max_event_streams
+        self.keepalive = settings.event_keepalive_seconds
+        self.open = 0
+        self.closing = False
+        self._channels: dict[str, Channel] = {}
+
+    @contextmanager
+    def channel(self, cache: ScanCache, name: str) -> Iterator[Channel]:
+        """Scan `name`'s channel, followed in the cache while any stream uses it."""
+        channel = self._channels.get(name)
+        if channel is None:
+            channel = self._channels[name] = Channel(name)
+            cache.follow(name, channel.wake)
+        channel.streams += 1
+        try:
+            yield channel
+        finally:
+            channel.streams -= 1
+            if not channel.streams:
+                del self._channels[name]
+                cache.unfollow(name, channel.wake)
+
+    def close(self) -> None:
+        """The shim is stopping: every stream closes now (no `end`: its clients follow anew)."""
+        self.closing = True
+        for channel in self._channels.values():
+            channel.wake()
+
+
+STREAMS = web.AppKey("event_streams", EventStreams)
+
+
+async def close_streams(app: web.Application) -> None:
+    """on_shutdown: streams would otherwise hold the shutdown for its whole timeout."""
+    app[STREAMS].close()
+
+
+async def scan_events(request: web.Request) -> web.StreamResponse:
+    shim, streams = request.app[SHIM], request.app[STREAMS]
+    scan = await scan_for(request)
+    if streams.closing:
+        raise ApiError(503, "shutting down", "This shim is stopping; follow the scan again.")
+    if streams.open >= streams.limit:
+        raise ApiError(
+            503,
+            "too many event streams",
+            f"This shim serves at most {streams.limit} event streams at once; poll GET /scan/{{id}}/status.",
+            {"Retry-After": "30"},
+        )
+    gauge = request.app[METRICS].event_streams
+    response = web.StreamResponse(headers=HEADERS)
+    streams.open += 1
+    gauge.inc()
+    try:
+        with streams.channel(shim.cache, view.scan_id(scan)) as channel:
+            await response.prepare(request)
+            await _follow(response, channel, shim, streams, message(scan, _logs_url(shim, scan)))
+    except ConnectionError:  # the client left
+        pass
+    except TimeoutError:  # the client stopped reading: its connection goes, unflushed
+        if request.transport is not None:
+            request.transport.abort()
+    finally:
+        streams.open -= 1
+        gauge.dec()
+    return response
+
+
+async def _follow(
+    response: web.StreamResponse, channel: Channel, shim: Shim, streams: EventStreams, found: Message
+) -> None:
+    """Send the current state, then each change, until the scan ends (`end`) or the shim stops."""
+
+    async def send(data: bytes) -> None:
+        async with asyncio.timeout(STALLED_SECONDS):
+            await response.write(data)
+
+    sent = -1
+    changed = channel.changed  # taken with the state it follows: a change while sending is not missed
+    latest: Message | None = channel.latest(shim) or found  # not in the cache: an archived scan (final)
+    while True:
+        if latest is None:  # it left the cluster: archived (its last state is there) or deleted
+            try:
+                gone = await shim.lookup(channel.name)
+            except ApiError:  # the archive does not answer: no `end`, the client follows anew
+                return
+            if gone is None:
+                break
+            latest = message(gone, _logs_url(shim, gone))
+        if latest.version != sent:
+            await send(latest.data)
+            sent = latest.version
+        if latest.final:
+            break
+        try:
+            async with asyncio.timeout(streams.keepalive):
+                await changed.wait()
+        except TimeoutError:
+            await send(KEEPALIVE)
+        if streams.closing:
+            return
+        changed = channel.changed
+        latest = channel.latest(shim)
+    await send(END)
