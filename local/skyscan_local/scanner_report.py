@@ -1,19 +1,18 @@
-"""What a skymap-scanner server reports to the REST API, as pure builders (wms-and-scanner notes C.4/C.5).
+"""What a skymap-scanner server reports to the REST API, as pure builders (wms-and-scanner notes C.4).
 
 The scanner simulator (`skyscan_local.scanner_simulator`) drives a `ScanTally` through a scan and sends what
-these functions build: the PATCH /manifest progress body and the PUT /result body, in the shapes
-the real scanner sends (timestamps as naive "YYYY-MM-DD HH:MM:SS", durations as `str(timedelta)`,
-nside keys as strings, `rate`/`predictions` only once recos exist).
+these functions build: the PATCH /manifest progress body, in the shape the real scanner sends
+(timestamps as naive "YYYY-MM-DD HH:MM:SS", durations as `str(timedelta)`, nside keys as strings,
+`rate`/`predictions` only once recos exist, pixel counts as generated and as first predicted). Its
+PUT /result body comes from `skyscan_local.skymap`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-RESULT_COLUMNS = ["index", "llh", "E_in", "E_tot", "X", "Y", "Z", "T"]
 TIMELINE_FRACTIONS = ("0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.8", "0.9", "0.95", "0.99", "1.0")
 EVENT_METADATA_VERSION = 1
 FAKE_RUN_ID, FAKE_EVENT_ID, FAKE_MJD = 138632, 31747601, 59723.32
@@ -97,39 +96,40 @@ def duration(seconds: float) -> str:
 
 @dataclass
 class NsideTally:
-    pixels: int  # generated for this nside
+    pixels: int  # generated (sent out) for this nside
     done: int = 0  # pixels whose every position variation came back
 
 
 @dataclass
 class ScanTally:
-    """A simulated scan's progress: which pixels of which nside are reconstructed, and when."""
+    """A simulated scan's progress: how many pixels of which nside are reconstructed, and when."""
 
     nsides: dict[int, int]
-    pixels_per_nside: int
+    estimates: dict[int, int]  # pixels per nside as predicted before they are sent
     position_variations: int
     started: float
     reco_started: float | None = None
     reco_times: list[float] = field(default_factory=list)  # completion time of each pixel
     by_nside: dict[int, NsideTally] = field(default_factory=dict)
 
-    def send(self, nside: int) -> int:
-        """One round of pixels sent out for `nside`; returns how many."""
-        self.by_nside[nside] = NsideTally(self.pixels_per_nside)
-        return self.pixels_per_nside
+    def send(self, nside: int, pixels: int) -> None:
+        """One round of `pixels` sent out for `nside`."""
+        self.by_nside[nside] = NsideTally(pixels)
 
-    def reco_done(self, nside: int, now: float) -> bool:
-        """One pixel of `nside` finished; True when it was the nside's first (a forced report)."""
+    def recos_done(self, nside: int, pixels: int, now: float) -> bool:
+        """`pixels` of `nside` finished; True when they are the nside's first (a forced report)."""
         if self.reco_started is None:
             self.reco_started = now
         tally = self.by_nside[nside]
-        tally.done += 1
-        self.reco_times.append(now)
-        return tally.done == 1
+        first = tally.done == 0
+        tally.done += pixels
+        self.reco_times.extend([now] * pixels)
+        return first
 
     @property
     def total_pixels(self) -> int:
-        return self.pixels_per_nside * len(self.nsides)
+        """Pixels sent out so far plus the predictions for the nsides still to come."""
+        return sum(t.pixels if (t := self.by_nside.get(n)) else self.estimates[n] for n in self.nsides)
 
     @property
     def done_pixels(self) -> int:
@@ -137,20 +137,23 @@ class ScanTally:
 
     @property
     def finished(self) -> bool:
-        return self.done_pixels >= self.total_pixels
+        return len(self.by_nside) == len(self.nsides) and self.done_pixels >= self.total_pixels
 
 
-def _counts(done: int, generated: float, variations: int) -> dict[str, dict[str, Any]]:
-    def block(d: float, g: float) -> dict[str, Any]:
+def _counts(done: int, generated: float, approximation: float, variations: int) -> dict[str, dict[str, Any]]:
+    def block(d: float, g: float, a: float) -> dict[str, Any]:
         fraction = d / g if g else 0.0
         return {
             "done": d,
             "done est. percent": f"{d}/{g} ({fraction:.2f})",
             "generated": g,
-            "initial approximation total": g,
+            "initial approximation total": a,
         }
 
-    return {"recos": block(done * variations, int(generated) * variations), "pixels": block(done, generated)}
+    return {
+        "recos": block(done * variations, int(generated) * variations, int(approximation) * variations),
+        "pixels": block(done, generated, approximation),
+    }
 
 
 def _rate(times: list[float], start: float) -> dict[str, Any]:
@@ -179,10 +182,14 @@ def progress(
 ) -> dict[str, Any]:
     """The `progress` object of PATCH /scan/{id}/manifest."""
     v = tally.position_variations
-    nsides = {str(n): _counts(t.done, float(t.pixels), v) for n, t in tally.by_nside.items()}
+    nsides = {
+        str(n): _counts(t.done, float(t.pixels), float(tally.estimates[n]), v)
+        for n, t in tally.by_nside.items()
+    }
+    approximation = float(sum(tally.estimates.values()))
     tallies: dict[str, Any] = {
         "nsides": nsides,
-        "overall": _counts(tally.done_pixels, float(tally.total_pixels), v),
+        "overall": _counts(tally.done_pixels, float(tally.total_pixels), approximation, v),
     }
     stats: dict[str, Any] = {
         "start": {"scanner start": timestamp(tally.started)},
@@ -223,34 +230,3 @@ def progress(
         "start": int(tally.started),
         "end": int(now) if final else None,
     }
-
-
-def _pixel_row(scan_id: str, nside: int, index: int) -> list[float | int]:
-    """A deterministic, plausible reconstruction of one pixel."""
-    h = hashlib.sha256(f"{scan_id}/{nside}/{index}".encode()).digest()
-    llh = 480.0 + h[0] / 8.0
-    e_in = 4000.0 + h[1] * 4.0
-    return [
-        index,
-        round(llh, 3),
-        round(e_in, 1),
-        round(e_in * 1.02, 1),
-        round(h[2] - 128.0, 2),
-        round(h[3] - 128.0, 2),
-        round(h[4] - 128.0, 2),
-        10000.0 + h[5],
-    ]
-
-
-def result(tally: ScanTally, scan_id: str, metadata: dict[str, Any], *, final: bool) -> dict[str, Any]:
-    """The cumulative `skyscan_result` of PUT /scan/{id}/result; `{}` until a pixel is done."""
-    out: dict[str, Any] = {}
-    for nside, t in tally.by_nside.items():
-        if t.done == 0:
-            continue
-        out[f"nside-{nside}"] = {
-            "columns": RESULT_COLUMNS,
-            "metadata": {"nside": nside, "complete": final, **metadata},
-            "data": [_pixel_row(scan_id, nside, i) for i in range(t.done)],
-        }
-    return out

@@ -16,8 +16,12 @@ for each, does what the real server does against the REST API (wms-and-scanner n
    to upload - the WMS simulator's workers fetch it through their presigned URL before they run;
 4. PATCHes its start-up progress with event_metadata and scan_metadata;
 5. polls GET /scan/{id}/wms/workforce until workers run;
-6. per nside: a forced report (PATCH + PUT) per round of pixels sent, then pixels finishing every
-   `reco_seconds`, a forced report on each nside's first, otherwise PATCH/PUT on their intervals;
+6. per nside: sends out the pixels the real scanner would (`skyscan_local.skymap`: the whole sky at the
+   coarsest nside, 768 pixels at nside 8, then the neighbourhood of the best fit so far, refined) with
+   a forced report (PATCH + PUT), then the pixels finish in `batches_per_nside` batches, one every
+   `reco_seconds`: a forced report on each nside's first, otherwise PATCH/PUT on their intervals. The
+   results are in icecube-skyreader's serialization: an llh landscape around a true direction drawn
+   per event, about 0.4-0.5 MB when final for the default progression;
 7. PUTs the final result, PATCHes the final progress, and lifts the hold so kwok completes the Pod.
 
 A kill switch polls GET /scan/{id}/status; a deleted or WMS-deactivated scan makes the "server" exit
@@ -52,7 +56,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from skyscan import kube
 from skyscan.scanner_args import COMMON_SPACE
 from skyscan_local import control_plane as localcluster
-from skyscan_local import scanner_report
+from skyscan_local import scanner_report, skymap
 from skyscan_local.scanner_report import ScanTally
 
 log = logging.getLogger("skyscan_local.scanner_simulator")
@@ -76,8 +80,10 @@ class ScannerSimSettings(BaseSettings):
         default=None, description="REST token when the Pod's SKYSCAN_SKYDRIVER_AUTH is empty."
     )
     startup_seconds: float = Field(default=1.0, ge=0, description="Simulated event extraction.")
-    reco_seconds: float = Field(default=0.4, gt=0, description="One pixel finishes per this many seconds.")
-    pixels_per_nside: int = Field(default=6, ge=1, description="Pixels sent out per nside round.")
+    reco_seconds: float = Field(default=0.4, gt=0, description="A batch of pixels finishes per this long.")
+    batches_per_nside: int = Field(
+        default=6, ge=1, description="An nside's pixels (768 at nside 8, ...) finish in this many batches."
+    )
     position_variations: int = Field(default=7, ge=1, description="Recos per pixel.")
     progress_interval_seconds: float = Field(default=2.0, gt=0, description="SKYSCAN_PROGRESS_INTERVAL_SEC.")
     result_interval_seconds: float = Field(default=4.0, gt=0, description="SKYSCAN_RESULT_INTERVAL_SEC.")
@@ -303,11 +309,12 @@ class ScannerServer:
         self.scan = f"/scan/{pod.scan_id}"
         self.tally = ScanTally(
             nsides=pod.args.nsides,
-            pixels_per_nside=settings.pixels_per_nside,
+            estimates=skymap.estimated_pixels(pod.args.nsides),
             position_variations=settings.position_variations,
             started=time.time(),
         )
         self.event_metadata: dict[str, Any] = {}
+        self.sky: skymap.ScanSky | None = None  # once the event is known
         self.last_patch = self.last_put = 0.0
 
     async def run(self) -> None:
@@ -316,6 +323,8 @@ class ScannerServer:
         if not isinstance(event, dict):
             raise ScannerExit(1, "the manifest holds no event (is the token a `system` one?)")
         self.event_metadata = scanner_report.event_metadata(event, self.pod.args.real_event)
+        truth = skymap.true_event(self.event_metadata)
+        self.sky = skymap.ScanSky(truth, self.pod.scan_id, self.pod.args.nsides)
         log.info(
             "scan %s: event fetched (run %s); extracting", self.pod.scan_id, self.event_metadata["run_id"]
         )
@@ -342,16 +351,22 @@ class ScannerServer:
         await self.report("The Skymap Scanner has started up.", "", put=False)
         await self.wait_for_workers()
         log.info("scan %s: workers are running; scanning %s", self.pod.scan_id, list(self.tally.nsides))
+        sky = self.sky
+        assert sky is not None
         for nside in self.tally.nsides:
-            sent = self.tally.send(nside)
+            sent = sky.send(nside)  # chosen around the best fit of the nsides before
+            self.tally.send(nside, sent)
             await self.report(
                 f"The Skymap Scanner has sent out {sent} pixels and is waiting to receive recos.",
                 "I will report back when I start getting recos." if not self.tally.done_pixels else "",
                 put=True,
             )
-            for _ in range(sent):
+            batches = min(self.settings.batches_per_nside, sent)
+            for batch in range(batches):
                 await asyncio.sleep(self.settings.reco_seconds)
-                first = self.tally.reco_done(nside, time.time())
+                count = sent * (batch + 1) // batches - sent * batch // batches
+                sky.finish(nside, count)
+                first = self.tally.recos_done(nside, count, time.time())
                 await self.report(
                     "The Skymap Scanner is busy scanning pixels.",
                     f"I will report back again in {self.settings.progress_interval_seconds:g} seconds "
@@ -359,7 +374,7 @@ class ScannerServer:
                     put=True,
                     forced=first,
                 )
-        final = scanner_report.result(self.tally, self.pod.scan_id, self.event_metadata, final=True)
+        final = sky.result(self.event_metadata, final=True)
         await self.rest.urgent("PUT", f"{self.scan}/result", {"scan_result": final, "is_final": True})
         body = self.manifest_patch("The Skymap Scanner has finished.", "", final=True)
         await self.rest.urgent("PATCH", f"{self.scan}/manifest", body)
@@ -400,7 +415,7 @@ class ScannerServer:
             )
         if put and (forced or now - self.last_put >= self.settings.result_interval_seconds):
             self.last_put = now
-            partial = scanner_report.result(self.tally, self.pod.scan_id, self.event_metadata, final=False)
+            partial = self.sky.result(self.event_metadata, final=False) if self.sky else {}
             await self.rest.nonurgent(
                 "PUT", f"{self.scan}/result", {"scan_result": partial, "is_final": False}
             )

@@ -40,14 +40,14 @@ FAST = {
     "SKYSCAN_WMS_SIM_STEP_DELAY": "0.3",
     "SKYSCAN_SCANNER_SIM_STARTUP_SECONDS": "0.2",
     "SKYSCAN_SCANNER_SIM_RECO_SECONDS": "0.2",
-    "SKYSCAN_SCANNER_SIM_PIXELS_PER_NSIDE": "3",
+    "SKYSCAN_SCANNER_SIM_BATCHES_PER_NSIDE": "3",
     "SKYSCAN_SCANNER_SIM_PROGRESS_INTERVAL_SECONDS": "0.5",
     "SKYSCAN_SCANNER_SIM_RESULT_INTERVAL_SECONDS": "1",
     "SKYSCAN_SCANNER_SIM_WORKFORCE_POLL_SECONDS": "0.3",
     "SKYSCAN_SCANNER_SIM_KILL_SWITCH_SECONDS": "0.5",
     "SKYSCAN_WMS_SIM_INIT_RETRY_SECONDS": "0.3",  # workers retry a startup.json not uploaded yet
 }
-# Eight nsides of 3 pixels at 0.2 s each: about 5 s of scanning, time enough to act mid-scan.
+# Eight nsides of 3 batches of pixels at 0.2 s each: about 5 s of scanning, time enough to act mid-scan.
 LONG_NSIDES = {str(2**k): 0 for k in range(1, 9)}
 
 

@@ -5,9 +5,11 @@ Job complete."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from kubernetes_asyncio import client
+from skyreader import SkyScanResult
 
 from skyscan import kube
 from skyscan.state import NOT_YET_REQUESTED
@@ -67,13 +69,17 @@ async def test_a_scan_runs_from_submission_to_finished_workflow(rest: Rest, stac
     progress = manifest["progress"]
     assert progress["summary"] == "The Skymap Scanner has finished."
     assert progress["processing_stats"]["finished"] is True
-    assert progress["tallies"]["overall"]["pixels"]["done"] == 9  # 3 nsides x 3 pixels
+    pixels = {n: t["pixels"]["done"] for n, t in progress["tallies"]["nsides"].items()}
     result = await rest.ok("GET", f"/scan/{scan_id}/result")
     assert result["is_final"] is True
-    assert set(result["scan_result"]) == {"nside-8", "nside-64", "nside-512"}
-    block = result["scan_result"]["nside-64"]
-    assert block["columns"][:2] == ["index", "llh"] and len(block["data"]) == 3
-    assert block["metadata"]["complete"] is True and block["metadata"]["run_id"] == 123456
+    # The stored result is a real-sized one that icecube-skyreader reads, matching the tallies.
+    sky = SkyScanResult.deserialize(result["scan_result"])
+    assert sky.nsides == [8, 64, 512] and len(sky.get_results_per_nside(8)) == 768
+    assert {str(n): len(sky.get_results_per_nside(n)) for n in sky.nsides} == pixels
+    assert progress["tallies"]["overall"]["pixels"]["done"] == sum(pixels.values()) > 768
+    assert 300_000 <= len(json.dumps(result["scan_result"])) <= 700_000
+    metadata = sky.get_results_per_nside(64).dtype.metadata or {}
+    assert metadata["complete"] is True and metadata["run_id"] == 123456
 
     # After the teardown delay the WMS is told `finished`; the final result still decides the state.
     status = await rest.wait_status(scan_id, lambda s: s["wms_deactivated"] == "FINISHED")

@@ -30,40 +30,41 @@ def test_event_metadata_comes_from_the_event_or_realistic_defaults() -> None:
     assert scanner_report.event_metadata({"run_id": 1}, False)["run_id"] == 1
 
 
+def new_tally() -> ScanTally:
+    return ScanTally(nsides={8: 0, 64: 12}, estimates={8: 768, 64: 768}, position_variations=7, started=1e3)
+
+
 def test_progress_before_the_first_reco_has_no_rate() -> None:
-    tally = ScanTally(nsides={8: 0, 64: 12}, pixels_per_nside=4, position_variations=7, started=1000.0)
+    tally = new_tally()
     body = scanner_report.progress(tally, 1065.0, "The Skymap Scanner has started up.", "")
     assert body["processing_stats"] == {"start": {"scanner start": scanner_report.timestamp(1000)},
                                         "runtime": {"elapsed": "0:01:05"}}  # fmt: skip
     assert body["end"] is None and body["start"] == 1000
-    assert scanner_report.result(tally, "s", {}, final=False) == {}
+    assert body["tallies"]["overall"]["pixels"]["generated"] == 768 * 2  # predicted, nothing sent yet
 
 
-def test_progress_and_result_grow_with_recos_and_finish() -> None:
-    tally = ScanTally(nsides={8: 0, 64: 12}, pixels_per_nside=4, position_variations=7, started=1000.0)
-    tally.send(8)
-    assert tally.reco_done(8, 1010.0) is True  # the nside's first: a forced report
-    assert tally.reco_done(8, 1012.0) is False
+def test_progress_counts_the_pixels_sent_and_finished_and_finishes() -> None:
+    tally = new_tally()
+    tally.send(8, 768)
+    assert tally.recos_done(8, 256, 1010.0) is True  # the nside's first: a forced report
+    assert tally.recos_done(8, 256, 1012.0) is False
     body = scanner_report.progress(tally, 1013.0, "busy", "later")
     stats = body["processing_stats"]
     assert stats["rate"]["all recos"]["wall time"]["runtime"] == "0:00:02"
-    assert stats["predictions"]["total # of reconstructions"] == 8 * 7
-    assert body["tallies"]["nsides"]["8"]["pixels"]["done"] == 2
-    assert body["tallies"]["overall"]["recos"]["generated"] == 8 * 7
-    assert body["tallies"]["est. scan timeline"]["0.12500"] == "0:00:10"
-    for nside in (8, 64):
-        if nside == 64:
-            tally.send(64)
-        while tally.by_nside[nside].done < 4:
-            tally.reco_done(nside, 1020.0)
-    assert tally.finished
+    assert stats["predictions"]["total # of reconstructions"] == (768 + 768) * 7
+    pixels = body["tallies"]["nsides"]["8"]["pixels"]
+    assert pixels["done"] == 512 and pixels["generated"] == 768.0
+    assert pixels["done est. percent"] == "512/768.0 (0.67)"
+    assert body["tallies"]["overall"]["recos"]["generated"] == (768 + 768) * 7
+    assert body["tallies"]["est. scan timeline"] == {"0.00065": "0:00:10", "0.1": "0:00:10", "0.2": "0:00:12",
+                                                     "0.3": "0:00:12"}  # fmt: skip
+    tally.recos_done(8, 256, 1014.0)
+    tally.send(64, 700)  # fewer than predicted: the totals follow what was sent
+    assert not tally.finished
+    tally.recos_done(64, 700, 1020.0)
+    assert tally.finished and tally.total_pixels == 768 + 700
     final = scanner_report.progress(tally, 1030.0, "The Skymap Scanner has finished.", "", final=True)
     assert final["processing_stats"]["finished"] is True and "predictions" not in final["processing_stats"]
     assert final["end"] == 1030 and final["tallies"]["est. scan timeline"]["1.0"] == "0:00:20"
-    result = scanner_report.result(tally, "s1", {"run_id": 123456}, final=True)
-    assert set(result) == {"nside-8", "nside-64"}
-    block = result["nside-64"]
-    assert block["columns"] == scanner_report.RESULT_COLUMNS and len(block["data"]) == 4
-    assert block["metadata"] == {"nside": 64, "complete": True, "run_id": 123456}
-    assert [row[0] for row in block["data"]] == [0, 1, 2, 3]  # sorted by pixel index
-    assert result == scanner_report.result(tally, "s1", {"run_id": 123456}, final=True)  # deterministic
+    block = final["tallies"]["nsides"]["64"]["pixels"]
+    assert block["generated"] == 700.0 and block["initial approximation total"] == 768.0
