@@ -84,6 +84,10 @@ LOCAL_DEFAULTS: dict[str, dict[str, str]] = {
         "SKYSCAN_WMS_TIMEOUT_SECONDS": "5",
         "SKYSCAN_QUEUE_POLL_SECONDS": "0.5",
         "SKYSCAN_SCANNER_EPHEMERAL_STORAGE": "",  # the kwok node advertises no ephemeral storage
+        # One operator, restarted by hand or by tests, not by a kubelet: under a name of its own it takes
+        # its Lease back at once, and an API-server outage shorter than 28 s does not end it.
+        "SKYSCAN_LEASE_IDENTITY": "local-operator",
+        "SKYSCAN_LEASE_DURATION_SECONDS": "30",
         "SKYSCAN_LOG_LEVEL": "INFO",
     },
     "scanner-simulator": {},

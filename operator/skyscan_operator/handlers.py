@@ -3,11 +3,12 @@
 Only `on.event` handlers are used: kopf keeps no per-object progress annotations and adds no
 finalizer of its own (the operator manages `skyscan.io/wms-workflow` itself, present only while a
 scan holds a WMS workflow). `skyscan-operator` runs kopf standalone (no peering) for the configured
-namespace(s); run exactly one replica.
+namespace(s), in the one replica holding the operator's Lease; the others stand by (`leader`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -15,9 +16,11 @@ from typing import Any
 
 import kopf
 
-from skyscan import logs, model
+from skyscan import kube, logs, model
+from skyscan_operator import leader, metrics
 from skyscan_operator.controller import Controller
 from skyscan_operator.settings import OperatorSettings
+from skyscan_operator.standby import StandbyEndpoints
 
 CHILD_LABELS = {"app.kubernetes.io/name": "skyscan", "app.kubernetes.io/component": "scanner"}
 
@@ -82,14 +85,34 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per watch event, likewise
     if settings.kubeconfig:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # for kopf's own kubeconfig login
-    kopf.run(
-        standalone=True,
-        clusterwide=False,
-        namespaces=settings.namespaces,
-        memo=kopf.Memo(controller=Controller(settings)),
-        liveness_endpoint=settings.liveness_endpoint,
-    )
+    asyncio.run(operate(settings))
     return 0
+
+
+async def operate(settings: OperatorSettings) -> None:
+    """Stand by until this replica holds the operator's Lease, then run kopf and the controller while
+    renewing it; release it once they have stopped (SIGTERM), so a standby takes over at once.
+
+    kopf's peering would not do here: it pauses kopf's handlers only, while the controller's own loops
+    (backlog, WMS poller, janitor, archiver) would go on acting in every replica."""
+    async with await kube.connect(settings.kubeconfig) as api:
+        leadership = leader.Leadership(api, settings)
+        async with StandbyEndpoints(settings):
+            renewed = await leadership.acquire()
+        metrics.LEADER.set(1)
+        keeping = asyncio.create_task(leadership.keep(renewed), name="lease")
+        try:
+            await kopf.operator(
+                standalone=True,  # no kopf peering: the Lease decides who acts
+                clusterwide=False,
+                namespaces=settings.namespaces,
+                memo=kopf.Memo(controller=Controller(settings)),
+                liveness_endpoint=settings.liveness_endpoint,
+            )
+        finally:
+            keeping.cancel()
+            await asyncio.gather(keeping, return_exceptions=True)
+            await leadership.release()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     ProcessCollector,
     generate_latest,
@@ -54,6 +55,11 @@ WMS_DURATION = Histogram(
 RECONCILE_DURATION = Histogram(
     "skyscan_operator_reconcile_duration_seconds",
     "Time for one reconcile of one scan (plan and apply).",
+    registry=REGISTRY,
+)
+LEADER = Gauge(
+    "skyscan_operator_leader",
+    "1 while this replica holds the operator's Lease and acts, 0 while it stands by.",
     registry=REGISTRY,
 )
 # A path segment after one of these is an id: a label value names the operation, never the object.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from skyscan import names, presign
@@ -35,6 +35,30 @@ class OperatorSettings(BaseSettings):
     )
     metrics_port: int = Field(
         default=9090, ge=0, le=65535, description="Port of the Prometheus metrics (`GET /metrics`); 0: none."
+    )
+    # --- which replica acts (see README, Scale) ---
+    lease_name: str = Field(
+        default="skyscan-operator",
+        description="The Lease (coordination.k8s.io/v1) its holder acts by; other replicas stand by.",
+    )
+    lease_namespace: str | None = Field(
+        default=None, description="The Lease's namespace; unset: `namespace`."
+    )
+    lease_duration_seconds: int = Field(
+        default=8,
+        ge=2,
+        description="A standby takes over a Lease not renewed for this long: a killed operator's work "
+        "resumes within this, a renew interval and the start.",
+    )
+    lease_renew_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="The holder renews this often and stops (exit 3) once it has not renewed for the "
+        "duration less this; a standby reads the Lease this often. At most half the duration.",
+    )
+    lease_identity: str | None = Field(
+        default=None,
+        description="This replica's name in the Lease (the manifests give the Pod's); unset: hostname-pid.",
     )
     workers: int = Field(
         default=4, ge=1, description="Scans reconciled concurrently (each scan one at a time)."
@@ -207,6 +231,13 @@ class OperatorSettings(BaseSettings):
         """The presign key is read once, here: a missing or short key file stops the operator at start."""
         if self.presign_key_file is not None:
             self._presign_key = presign.check_key(self.presign_key_file.read_bytes())
+
+    @model_validator(mode="after")
+    def _renewals_fit(self) -> OperatorSettings:
+        """A holder gets a second try at renewing before its deadline."""
+        if 2 * self.lease_renew_seconds > self.lease_duration_seconds:
+            raise ValueError("lease_renew_seconds must be at most half of lease_duration_seconds")
+        return self
 
     @property
     def presign_key(self) -> bytes | None:
