@@ -19,6 +19,7 @@ from aiohttp.abc import AbstractAccessLogger
 from api_shim import auth, oidc, openapi
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, error_middleware
+from api_shim.freshness import Freshness, written_middleware
 from api_shim.handlers.events import STREAMS, EventStreams, close_streams
 from api_shim.metrics import METRICS, ShimMetrics, metrics_middleware
 from api_shim.plumbing import (
@@ -78,6 +79,7 @@ def guard(route: Route) -> Handler:
             if identity.scan_id is not None:
                 _confine(request, identity.scan_id)
             request[IDENTITY] = identity
+            await request.app[SHIM].freshness.reach(request)  # after auth: only callers may make it read
             if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
                 await _maybe_redirect(request, route)
         return await route.handler(request)
@@ -142,7 +144,8 @@ async def create_app(
     settings: ShimSettings, authenticators_: list[auth.Authenticator] | None = None
 ) -> web.Application:
     app = web.Application(
-        middlewares=[metrics_middleware, error_middleware], client_max_size=settings.max_body_bytes
+        middlewares=[metrics_middleware, error_middleware, written_middleware],
+        client_max_size=settings.max_body_bytes,
     )
     app[METRICS] = ShimMetrics()
     app[STREAMS] = EventStreams(settings)
@@ -180,6 +183,7 @@ async def create_app(
             store=store,
             writes=ScanWrites(api, store, settings.add_workers_timeout, archive),
             tags=TagCatalog(settings.tag_catalog_dir, settings.tags),
+            freshness=Freshness(cache, store),
             archive=archive,
         )
         yield

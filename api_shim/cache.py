@@ -314,3 +314,5 @@ class ScanCache:
             self.forget(obj)
         elif kind in ("ADDED", "MODIFIED"):
             self.observe(obj)
+        if kind != "DELETED":  # a bookmark, or a version already held from a write: the watch moved on
+            self._notify()  # for readers waiting for a version (`freshness`)

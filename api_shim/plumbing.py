@@ -21,6 +21,7 @@ from api_shim import models, view
 from api_shim.auth import Identity
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, bad_request, not_found
+from api_shim.freshness import Freshness
 from api_shim.settings import ShimSettings
 from api_shim.store import ScanStore
 from api_shim.tags import TagCatalog
@@ -69,6 +70,7 @@ class Shim:
     store: ScanStore
     writes: ScanWrites
     tags: TagCatalog
+    freshness: Freshness
     archive: Archive | None = None  # finished scans moved out of the cluster; None: live-only
     events: OrderedDict[str, Any] = field(default_factory=OrderedDict)  # immutable, so cacheable
 
@@ -77,10 +79,11 @@ class Shim:
         return self.settings.namespace
 
     async def lookup(self, scan_id: str) -> dict[str, Any] | None:
-        """The scan, live or archived. The cache is read first, then the archive: the operator commits
-        the archived copy before it deletes the Scan, and the cache drops a Scan only on seeing that
-        deletion, so a scan archived between the two reads is still found in the second."""
-        scan = self.cache.get(scan_id)
+        """The scan, live or archived. The cache is read first (then, for a scan created a moment ago
+        through another replica, the API server: `Freshness.missing`), then the archive: the operator
+        commits the archived copy before it deletes the Scan, and the cache drops a Scan only on seeing
+        that deletion, so a scan archived between the two reads is still found in the second."""
+        scan = self.cache.get(scan_id) or await self.freshness.missing(scan_id)
         if scan is None and self.archive is not None:
             try:
                 scan = await self.archive.get(self.namespace, scan_id)

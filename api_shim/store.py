@@ -1,7 +1,8 @@
 """Writes to Scans: create; unconditional writes of keys only the shim writes; and read-modify-write
 updates guarded by resourceVersion, for the checks that must not race.
 
-Every write lands in the cache right away (`ScanCache.observe`), so the same client reads it back.
+Every write lands in the cache right away (`ScanCache.observe`), so the same client reads it back,
+and its version is noted for the answer (`freshness.wrote`: read-your-writes through other replicas).
 A write whose new value does not depend on the stored one (a soft-delete flag, `lastUpdated`, the
 progress, the result record) carries no resourceVersion: the API server applies it to the current
 object, so concurrent writers never conflict. A check-then-write (set-once fields, appending a worker
@@ -24,6 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from api_shim.cache import SCAN, ScanCache
 from api_shim.errors import ApiError, not_found
+from api_shim.freshness import wrote
 from skyscan import kube, model, names
 
 Obj = dict[str, Any]
@@ -57,6 +59,7 @@ class ScanStore:
             **SCAN, namespace=self.namespace, body=body, _request_timeout=self._timeout
         )
         self.cache.observe(obj)
+        wrote(obj)
         return obj
 
     async def delete(self, name: str) -> None:
@@ -96,6 +99,7 @@ class ScanStore:
                 raise not_found() from None
             raise
         self.cache.observe(obj)
+        wrote(obj)
         return obj
 
     async def merge(self, name: str, change: Change) -> Obj:

@@ -51,6 +51,17 @@ def marked(scan: Obj, spec: dict[str, Any], at: float) -> Obj:
     return {**scan, "spec": {**scan["spec"], **spec}, "status": status}
 
 
+def _completed() -> ApiError:
+    return bad_request("Attempted to delete a completed scan (must use `delete_completed_scan=True`)")
+
+
+def _deletion(scan: Obj) -> Change:
+    """The soft delete of a scan that has no final result (`ScanStore.update` decides on each version)."""
+    if view.has_final_result(scan):
+        raise _completed()
+    return Change() if view.is_deleted(scan) else Change(spec={"deleted": True})
+
+
 class ScanWrites:
     """The shim's write sequences, over the Scan store and the payload objects."""
 
@@ -152,15 +163,22 @@ class ScanWrites:
     async def delete(self, scan: Obj, *, delete_completed_scan: bool) -> Obj:
         """Mark the scan deleted (the operator aborts a live one); a completed scan only when told to.
 
-        The flag and lastUpdated are set with no precondition (no one else writes them, and their value
-        does not depend on the stored one), so concurrent deletes never conflict. As with the reference,
-        the completed-scan check reads the scan as it is now (the cache), not atomically with the write.
+        Unless told to delete a completed scan, the check and the flag go together, guarded by
+        resourceVersion: a final result stored meanwhile (through any shim replica) is never deleted
+        over. The flag alone (when told), and lastUpdated, are set with no precondition (no one else
+        writes them, and their values do not depend on the stored ones), so those never conflict.
         """
         name = view.scan_id(scan)
-        if ScanRecord(scan).archived_at is None:
+        if ScanRecord(scan).archived_at is None and not delete_completed_scan:
+            try:
+                return await self._mark(await self.store.update(name, _deletion), {})
+            except ApiError as e:
+                if e.status != 404 or self.archive is None:
+                    raise  # else archived meanwhile: marked in the archive, below
+        elif ScanRecord(scan).archived_at is None:
             scan = self.cache.get(name) or scan
         if view.has_final_result(scan) and not delete_completed_scan:
-            raise bad_request("Attempted to delete a completed scan (must use `delete_completed_scan=True`)")
+            raise _completed()
         return await self._mark(scan, {} if view.is_deleted(scan) else {"deleted": True})
 
     async def _mark(self, scan: Obj, spec: dict[str, Any]) -> Obj:

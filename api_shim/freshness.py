@@ -1,0 +1,175 @@
+"""Read-your-writes across shim replicas.
+
+Each replica reads from its own watch-backed cache, which a write through another replica reaches
+after that replica's watch delay (milliseconds, unless the watch is reconnecting). Two things close
+the gap, and neither lets a caller turn its requests into API-server load:
+
+- **Versions.** A write's answer carries `Skyscan-Version`: the highest resourceVersion the request
+  wrote to a Scan. A read that sends it back as `Skyscan-Min-Version` is answered once this replica's
+  cache reflects every Scan write up to it: its watch has delivered that version, or the scan the path
+  names is held at it or later. It waits on the cache for up to `WAIT_SECONDS`; then a scan path reads
+  its scan from the API server (a consistent read), and a listing is answered as the cache stands.
+- **Recent misses.** A well-formed scan id this replica does not hold, whose embedded creation time is
+  within `RECENT_SECONDS`, is read once from the API server: a scan created a moment ago through another
+  replica is found (so create-then-read works without the header).
+
+Every such read is bounded: concurrent reads of one id share one GET, an id found missing is
+remembered for `MISS_SECONDS`, and all of them draw on one token bucket (`READS_PER_SECOND`, burst
+`READS_BURST`); beyond it a read is answered from the cache alone, as with one replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import re
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from api_shim.errors import ApiError, Handler, bad_request
+from skyscan.status import resource_version
+
+if TYPE_CHECKING:
+    from api_shim.cache import ScanCache
+    from api_shim.store import ScanStore
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+WRITTEN_HEADER = "Skyscan-Version"
+MIN_VERSION_HEADER = "Skyscan-Min-Version"
+WAIT_SECONDS = 2.0  # the longest wait for this replica's watch to reach a version a client asks for
+RECENT_SECONDS = 300.0  # a missing id created (by its own timestamp) this recently is read once
+SKEW_SECONDS = 60.0  # an id's timestamp may be this far ahead of this replica's clock
+MISS_SECONDS = 10.0  # how long an id read and found missing is answered from the cache alone
+MISSES_KEPT = 10_000
+READS_PER_SECOND = 20.0
+READS_BURST = 40
+SCAN_ID = re.compile(r"[0-9a-f]{11}x[0-9a-f]{20}")  # `skyscan.model.new_scan_id`
+
+
+def created_at(scan_id: str) -> float | None:
+    """The creation time (Unix seconds) a well-formed scan id carries; None for any other string."""
+    return int(scan_id[:11], 16) / 1000 if SCAN_ID.fullmatch(scan_id) else None
+
+
+class TokenBucket:
+    def __init__(self, rate: float, burst: int) -> None:
+        self._rate, self._burst = rate, float(burst)
+        self._tokens, self._at = float(burst), time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+
+class Written:
+    """The highest Scan resourceVersion one request wrote (0: none)."""
+
+    version = 0
+
+
+_written: contextvars.ContextVar[Written | None] = contextvars.ContextVar("skyscan_written", default=None)
+
+
+def wrote(obj: Obj) -> None:
+    """Note a Scan version the current request wrote (the store calls it after each write)."""
+    written = _written.get()
+    if written is not None:
+        written.version = max(written.version, resource_version(obj))
+
+
+@web.middleware
+async def written_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Answer a write with the version it wrote (`Skyscan-Version`)."""
+    written = Written()
+    token = _written.set(written)
+    try:
+        response = await handler(request)
+    finally:
+        _written.reset(token)
+    if written.version and not response.prepared:
+        response.headers[WRITTEN_HEADER] = str(written.version)
+    return response
+
+
+def min_version(request: web.Request) -> int | None:
+    raw = request.headers.get(MIN_VERSION_HEADER)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise bad_request(f"'{MIN_VERSION_HEADER}': must be a resourceVersion (a whole number)") from None
+
+
+class Freshness:
+    def __init__(self, cache: ScanCache, store: ScanStore) -> None:
+        self._cache = cache
+        self._store = store
+        self._bucket = TokenBucket(READS_PER_SECOND, READS_BURST)
+        self._misses: OrderedDict[str, float] = OrderedDict()  # id -> until when it is not read again
+        self._reading: dict[str, asyncio.Future[Obj | None]] = {}
+
+    async def reach(self, request: web.Request) -> None:
+        """Wait until this replica's cache is as fresh as the request's `Skyscan-Min-Version` asks."""
+        version = min_version(request)
+        if version is None:
+            return
+        name = request.match_info.get("scan_id", "")
+
+        def fresh(scan: Obj | None) -> bool:
+            watched = int(self._cache.resource_version or 0)
+            return watched >= version or (scan is not None and resource_version(scan) >= version)
+
+        await self._cache.wait_for(name, fresh, WAIT_SECONDS)
+        if not fresh(self._cache.get(name)) and SCAN_ID.fullmatch(name):
+            await self._read(name)  # behind a lagging watch: this one scan, as the API server has it
+
+    async def missing(self, scan_id: str) -> Obj | None:
+        """A recently created scan this replica does not hold yet, read from the API server (or None)."""
+        at = created_at(scan_id)
+        if at is None or not -SKEW_SECONDS < time.time() - at < RECENT_SECONDS:
+            return None
+        return await self._read(scan_id)
+
+    async def _read(self, scan_id: str) -> Obj | None:
+        if (until := self._misses.get(scan_id)) is not None:
+            if until > time.monotonic():
+                return None
+            del self._misses[scan_id]
+        if (pending := self._reading.get(scan_id)) is not None:
+            return await asyncio.shield(pending)
+        if not self._bucket.take():
+            return None
+        future: asyncio.Future[Obj | None] = asyncio.get_running_loop().create_future()
+        self._reading[scan_id] = future
+        try:
+            scan = await self._get(scan_id)
+            future.set_result(scan)
+        finally:
+            del self._reading[scan_id]
+            if not future.done():  # cancelled: the waiters read the cache alone
+                future.set_result(None)
+        if scan is None:
+            self._misses[scan_id] = time.monotonic() + MISS_SECONDS
+            while len(self._misses) > MISSES_KEPT:
+                self._misses.popitem(last=False)
+        return scan
+
+    async def _get(self, scan_id: str) -> Obj | None:
+        try:
+            return await self._store.read(scan_id)  # into the cache too
+        except ApiError as e:
+            if e.status != 404:
+                raise
+            return None
