@@ -90,7 +90,9 @@ async def test_manifests_are_accepted_by_the_api_server(cluster: Cluster, namesp
     assert {"livenessProbe", "startupProbe"} <= container.keys()
     shim = find(docs, "Deployment", "skyscan-shim")["spec"]["template"]["spec"]
     assert shim["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/healthz"
-    assert find(docs, "Service", "skyscan-shim")["spec"]["ports"][0]["port"] == 8080
+    service = find(docs, "Service", "skyscan-shim")["spec"]
+    assert service["ports"][0]["port"] == 8080 and service["sessionAffinity"] == "ClientIP"  # README, shims
+    assert find(docs, "Deployment", "skyscan-shim")["spec"]["replicas"] == 2
     settings = next(d for d in docs if d["kind"] == "ConfigMap")
     assert settings["metadata"]["name"].startswith("skyscan-settings-")  # hashed: changes roll the pods
     assert {d["metadata"].get("namespace") for d in docs if d["kind"] in ("Deployment", "Role")} == {

@@ -122,7 +122,7 @@ def test_the_chart_lints(tmp_path: Path) -> None:
     ("values", "complaint"),
     [
         ({"operator": {"replicas": 2}}, "/operator/replicas"),
-        ({"shim": {"replicas": 3}}, "/shim/replicas"),
+        ({"shim": {"replicas": -1}}, "/shim/replicas"),
         ({"settings": {"SKYSCAN_WMS_ADDRESS": "https://x"}}, "SKYSCAN_WMS_ADDRESS"),  # owned by wms
         ({"settings": {"log_level": "INFO"}}, "log_level"),
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
@@ -212,6 +212,7 @@ def test_the_chart_renders_what_the_kustomize_manifests_hold() -> None:
             assert ours.get("automountServiceAccountToken") == theirs.get("automountServiceAccountToken")
         elif kind == "Service":
             assert ours["spec"]["ports"] == theirs["spec"]["ports"]
+            assert ours["spec"].get("sessionAffinity") == theirs["spec"].get("sessionAffinity"), name
             pods = find(chart, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
             assert ours["spec"]["selector"].items() <= pods.items()
         elif kind == "CustomResourceDefinition":
