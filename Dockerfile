@@ -5,6 +5,7 @@ COPY pyproject.toml README.md ./
 COPY skyscan/ skyscan/
 COPY operator/ operator/
 COPY api_shim/ api_shim/
+COPY skyscan_client/ skyscan_client/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

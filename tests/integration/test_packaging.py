@@ -1,4 +1,5 @@
-"""`pip install .` is the product alone: no local-harness module, no dependency only the harness needs."""
+"""`pip install .` is the product alone (the service and the `skyscan` command): no local-harness module, no
+dependency only the harness needs, no plotting stack outside the plot extra."""
 
 from __future__ import annotations
 
@@ -22,17 +23,18 @@ def test_the_product_wheel_carries_no_harness(tmp_path: Path) -> None:
         files = zf.namelist()
         metadata = next(zf.read(n).decode() for n in files if n.endswith(".dist-info/METADATA"))
     packages = {f.split("/")[0] for f in files if f.endswith(".py")}
-    assert packages == {"skyscan", "skyscan_operator", "api_shim"}
+    assert packages == {"skyscan", "skyscan_operator", "api_shim", "skyscan_client"}
     assert "api_shim/handlers/scans.py" in files and "skyscan/status.py" in files
     lines = metadata.splitlines()
     requires = [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist")]
     runtime = [r for r in requires if "extra ==" not in r]
     assert not [r for r in runtime if r.startswith(HARNESS_ONLY)], runtime
     assert any(r.startswith("kopf") for r in runtime)
+    assert not [r for r in runtime if r.startswith("icecube-skyreader")], runtime  # the plot extra only
 
 
 def test_both_entry_points_answer_help() -> None:
-    for module in ("skyscan_operator.handlers", "api_shim.app"):
+    for module in ("skyscan_operator.handlers", "api_shim.app", "skyscan_client.cli"):
         done = subprocess.run(
             [sys.executable, "-c", f"import sys; from {module} import main; sys.exit(main(['--help']))"],
             capture_output=True, text=True, timeout=60,
