@@ -11,8 +11,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from skyscan.archive import Archive
 from tests.helpers import eventually
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest
+from tests.integration.shim.test_shim_archive import archive_scan
 
 pytestmark = pytest.mark.timeout(60)
 PROGRESS = {
@@ -183,3 +185,22 @@ async def test_a_stopping_shim_closes_its_streams_at_once(shim: ShimUnderTest) -
     await asyncio.wait_for(shim.app.shutdown(), 5)  # what the server runs first when it stops
     assert await stream.next(timeout=5) is None  # closed, with no `end`: its client follows anew
     assert await streams_gauge(shim) == 0
+
+
+async def test_a_scan_that_moves_to_the_archive_ends_its_streams(
+    archive_dsn: str, make_shim: MakeShim, archive: Archive
+) -> None:
+    shim = await make_shim(archive_dsn=archive_dsn)  # archive_dsn first: its database outlives the shim
+    scan_id = (await shim.launch())["scan_id"]
+    stream = await follow(shim, scan_id)
+    assert await stream.message() is not None
+    await archive_scan(shim, archive, scan_id)  # as the operator moves a scan, unchanged since it was sent
+    end = await stream.message()
+    assert end is not None and end.kind == "end"
+
+    archived = await follow(shim, scan_id)  # an archived scan: its last state, then the end
+    last = await archived.message()
+    assert last is not None and last.kind == "scan"
+    assert last.data["status"] == (await shim.call("GET", f"/scan/{scan_id}/status")).body
+    end = await archived.message()
+    assert end is not None and end.kind == "end"
