@@ -84,10 +84,20 @@ def test_the_crd_copy_in_manifests_matches_the_model() -> None:
 async def test_manifests_are_accepted_by_the_api_server(cluster: Cluster, namespace: str) -> None:
     docs = await built(cluster.kubeconfig)
     operator = find(docs, "Deployment", "skyscan-operator")["spec"]
-    assert operator["replicas"] == 1 and operator["strategy"]["type"] == "Recreate"
+    # Two replicas, one acting by the Lease; a rollout never runs more than two (README, Scale).
+    assert operator["replicas"] == 2
+    assert operator["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     (container,) = operator["template"]["spec"]["containers"]
     assert container["command"] == ["skyscan-operator"] and container["image"].startswith("ghcr.io/")
     assert {"livenessProbe", "startupProbe"} <= container.keys()
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SKYSCAN_LEASE_IDENTITY"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    # Every replica's metrics port is declared and reachable through the operator's Service.
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["metrics"] == int(env["SKYSCAN_METRICS_PORT"]["value"])
+    metrics = find(docs, "Service", "skyscan-operator")["spec"]
+    assert metrics["ports"] == [{"name": "metrics", "port": ports["metrics"], "targetPort": "metrics"}]
+    assert metrics["selector"].items() <= operator["template"]["metadata"]["labels"].items()
     shim = find(docs, "Deployment", "skyscan-shim")["spec"]["template"]["spec"]
     assert shim["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/healthz"
     service = find(docs, "Service", "skyscan-shim")["spec"]
@@ -153,6 +163,10 @@ async def test_each_component_gets_least_privilege(cluster: Cluster, namespace: 
         ("operator", "patch", "configmaps"): True,  # owners added: a replacement, a kubectl-made event
         ("operator", "watch", "configmaps"): False,
         ("operator", "delete", "pods"): False,
+        ("operator", "create", "leases.coordination.k8s.io"): True,  # its replicas' Lease ...
+        ("operator", "list", "leases.coordination.k8s.io"): False,
+        ("operator", "delete", "leases.coordination.k8s.io"): False,
+        ("shim", "create", "leases.coordination.k8s.io"): False,
     }
     try:
         got = dict(zip(expected, await asyncio.gather(*(can(*k) for k in expected)), strict=True))
@@ -161,6 +175,11 @@ async def test_each_component_gets_least_privilege(cluster: Cluster, namespace: 
         assert not await can("operator", "list", "scans.skyscan.io", "default")
         assert not await can("operator", "list", "pods", "default")
         assert not await can("shim", "get", "configmaps", "default")
+        # ... read and renewed by its name only.
+        for verb in ("get", "update"):
+            assert await can("operator", verb, "leases.coordination.k8s.io/skyscan-operator")
+            assert not await can("operator", verb, "leases.coordination.k8s.io/another")
+        assert not await can("operator", "create", "leases.coordination.k8s.io", "default")
         # Tokens for the scanner account only.
         token = ("--subresource", "token")
         assert await can("operator", "create", "serviceaccounts/skyscan-scanner", namespace, *token)

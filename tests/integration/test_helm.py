@@ -121,7 +121,8 @@ def test_the_chart_lints(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("values", "complaint"),
     [
-        ({"operator": {"replicas": 2}}, "/operator/replicas"),
+        ({"operator": {"replicas": -1}}, "/operator/replicas"),
+        ({"settings": {"SKYSCAN_LEASE_NAME": "x"}}, "SKYSCAN_LEASE_NAME"),  # named as the Role allows
         ({"shim": {"replicas": -1}}, "/shim/replicas"),
         ({"settings": {"SKYSCAN_WMS_ADDRESS": "https://x"}}, "SKYSCAN_WMS_ADDRESS"),  # owned by wms
         ({"settings": {"log_level": "INFO"}}, "log_level"),
