@@ -9,7 +9,9 @@ Side by side, in one run against one local control plane (or SKYSCAN_TEST_KUBECO
 5. shim cold start (spawn -> /healthz 200) at that size;
 6. with `archived` scans COPYed into the archive: GET manifest of archived scans, and POST /scans/find
    by run/event id and by a classifier over live + archived (each is skipped with a "not available
-   yet" line while the product lacks that piece).
+   yet" line while the product lacks that piece);
+7. 1,000 followers of 100 live scans (`GET /scan/{id}/events`; `--quick` 200 of 20): the shim's CPU idle
+   and under status PATCHes, PATCH -> event delay, against as many clients polling `/status` (followers.py).
 The load generator is this process, on the same machine: `uptime` is printed before and after.
 
     python tools/bench/suite.py [--quick]     (make bench, make bench QUICK=1)
@@ -38,6 +40,7 @@ import aiohttp
 from kubernetes_asyncio import client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import followers
 import harness
 import history
 from harness import SCAN, Server, ShimConfig, Stats
@@ -331,6 +334,33 @@ async def job_latency(b: Bench) -> None:
                      f"backlog tick {tick} s, WMS queue activation 0 s, queue poll {poll} s"))  # fmt: skip
 
 
+async def follow(b: Bench, config: ShimConfig, shim: Server) -> None:
+    """7. Followers of live scans against as many clients polling GET /status once a second."""
+    scans = b.live[: min(100, b.size.live // 50)]
+    b.report.phase(f"{len(scans) * 10:,} followers of {len(scans)} scans")
+    async with await kube.connect(b.kubeconfig) as k:
+        got = await followers.measure(k, shim, config, b.ns, scans, 10, b.size.idle_seconds, 20.0)
+    n, poll, changes = got["followers"], got["baseline_polling"], got["changing"]
+
+    def cpu(figure: float) -> str:
+        return f"{figure:g} % of a core"
+
+    def delays(p: dict[str, float]) -> str:
+        return f"p50 {p['p50_ms']:g} ms, p99 {p['p99_ms']:g} ms"
+
+    what = f"shim CPU, {n:,} followers of {len(scans)} scans (GET /scan/{{id}}/events)"
+    polled = f"{poll['shim_cpu_pct']:g} % ({poll['status_answered_per_s']:g} polls/s got through)"
+    add = b.report.add
+    add(Row(f"{what}, nothing changing", cpu(got["shim_cpu_following_idle_pct"]),
+            f"{n:,} clients polling /status once a second: {polled}"))  # fmt: skip
+    add(Row(f"{what}, 20 status PATCHes/s", cpu(got["shim_cpu_following_changing_pct"]),
+            f"{changes['events_received']} of {changes['events_expected']} events"))  # fmt: skip
+    add(Row("status PATCH on the API server → its event at each follower", delays(got["patch_to_event"]),
+            f"to a watch of the API server: {delays(got['patch_to_api_server_watch_event'])}"))  # fmt: skip
+    add(Row(f"shim RSS, {n:,} streams open", f"{got['shim_rss_following_mib']:g} MiB",
+            f"{got['shim_rss_no_clients_mib']:g} MiB before"))  # fmt: skip
+
+
 # ---------------------------------------------------------------- the archive
 
 
@@ -474,6 +504,7 @@ async def run(size: Size, report: Report) -> None:
             await report.section("POST /scan vs raw create", creates(b, config, shim))
             await report.section("RSS and idle CPU", idle(b, shim, operator))
             await report.section("Scan created → Job created", job_latency(b))
+            await report.section("followers of live scans", follow(b, config, shim))
         await report.section("archived reads and finds", archived(b, config))
 
 
