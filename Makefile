@@ -61,7 +61,7 @@ down:                   ## stop exactly what `make up` started
 status: venv
 	@$(PY) -m skyscan_local.stack status
 
-demo: venv              ## one scan through REST to its final result (starts the scanner simulator)
+demo: venv              ## one scan through REST to its final result and its skymap .skyscan/skymap-<id>.png (starts the scanner simulator)
 	@$(MAKE) --no-print-directory up SIMULATE_SCANNER=1 >/dev/null
 	$(PY) -m skyscan_local.demo
 

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
-from skyscan_client import exit_codes, follow, tables
+from skyscan_client import exit_codes, follow, plot, tables
 from skyscan_client.client import Client, SkyscanError, Unreachable
 from skyscan_client.config import ConfigError
 
@@ -191,8 +191,6 @@ def cmd_result(c: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_plot(c: Client, args: argparse.Namespace) -> int:
-    from skyscan_client import plot
-
     try:
         plot.require_extra()
     except plot.PlotExtraMissing as e:
@@ -201,7 +199,7 @@ def cmd_plot(c: Client, args: argparse.Namespace) -> int:
     if not doc.get("scan_result"):
         return fail(f"scan {args.scan_id} has no result yet", exit_codes.NO_RESULT)
     target = args.output or Path(f"{args.scan_id}.skymap.png")
-    plot.write_skymap(doc["scan_result"], target)
+    plot.write_skymap(doc["scan_result"], target, dpi=args.dpi)
     out.print(str(target), markup=False)
     return exit_codes.OK
 
@@ -294,6 +292,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--include-deleted", action="store_true")
     p = command("plot", cmd_plot, "draw the result's skymap (full sky and zoom) as a PNG", read=False)
     p.add_argument("-o", "--output", type=Path, help="the PNG (default: ID.skymap.png)")
+    p.add_argument(
+        "--dpi", type=int, default=plot.DPI, help="resolution (skyreader's own PDFs use 300 and 1200)"
+    )
     p.add_argument("--include-deleted", action="store_true")
 
     p = command("rescan", cmd_rescan, "start a new scan from this scan's request; prints its id")

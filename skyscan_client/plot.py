@@ -104,6 +104,6 @@ def skymap_png(scan_result: dict[str, Any], *, dpi: int = DPI) -> bytes:
     return _side_by_side(pictures, dpi)
 
 
-def write_skymap(scan_result: dict[str, Any], out: Path) -> Path:
-    out.write_bytes(skymap_png(scan_result))
+def write_skymap(scan_result: dict[str, Any], out: Path, *, dpi: int = DPI) -> Path:
+    out.write_bytes(skymap_png(scan_result, dpi=dpi))
     return out
