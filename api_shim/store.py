@@ -27,6 +27,7 @@ from api_shim.cache import SCAN, ScanCache
 from api_shim.errors import ApiError, not_found
 from api_shim.freshness import wrote
 from skyscan import kube, model, names
+from skyscan.status import resource_version
 
 Obj = dict[str, Any]
 MERGE = kube.MERGE_PATCH
@@ -143,8 +144,9 @@ class ScanStore:
 
     async def update(self, name: str, decide: Callable[[Obj], Change], budget: float | None = None) -> Obj:
         """Apply `decide(current)` only to the version it saw; `decide` may raise ApiError to refuse.
-        On a conflict, decide again on a fresh read, until `budget` seconds (default: the write
-        timeout, at least 10 s) have passed."""
+        On a conflict, decide again on a newer version: the cache's when it already holds one (a write
+        through this replica, or the watch, brought it), else a fresh read; until `budget` seconds
+        (default: the write timeout, at least 10 s) have passed."""
         current = self.cache.get(name) or await self.read(name)
         deadline = time.monotonic() + (budget if budget is not None else max(self._timeout, 10.0))
         pause = 0.01
@@ -166,7 +168,11 @@ class ScanStore:
                 )
             await asyncio.sleep(random.uniform(0, pause))  # jitter: the contenders spread out
             pause = min(pause * 2, 0.5)
-            current = await self.read(name)
+            cached = self.cache.get(name)
+            if cached is not None and resource_version(cached) > resource_version(current):
+                current = cached
+            else:
+                current = await self.read(name)
 
 
 def now() -> float:
