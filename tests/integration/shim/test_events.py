@@ -114,6 +114,24 @@ async def test_the_current_state_then_each_change_then_end(shim: ShimUnderTest) 
     assert await stream.next() is None  # closed
 
 
+async def test_a_follower_gets_the_latest_state_never_a_backlog(shim: ShimUnderTest) -> None:
+    scan_id = (await shim.launch())["scan_id"]
+    stream = await follow(shim, scan_id)
+    assert await stream.message() is not None
+    obj = await shim.kube_scan(scan_id)
+    base = int(obj["metadata"]["resourceVersion"]) + 1000  # ahead of anything the watch brings meanwhile
+    for i in range(50):  # fifty versions reach the cache within one turn of the event loop
+        shim.state.cache.observe(
+            {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(base + i)},
+             "status": {"workflow": {"id": f"wf-{i}", "address": "http://wms.test"}}}
+        )  # fmt: skip
+    latest = await stream.message()
+    assert latest is not None and latest.id == str(base + 49)
+    assert latest.data["status"]["wms_workforce"]["workflow_id"] == "wf-49"
+    with pytest.raises(TimeoutError):  # one message for the fifty: nothing else is owed
+        await stream.next(timeout=1)
+
+
 async def test_a_soft_deleted_scan_with_nothing_running_ends_the_stream(shim: ShimUnderTest) -> None:
     scan_id = (await shim.launch())["scan_id"]
     stream = await follow(shim, scan_id, as_="system")
