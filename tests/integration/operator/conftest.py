@@ -42,6 +42,9 @@ FAST = {
     "SKYSCAN_QUEUE_POLL_SECONDS": "0.3",
     "SKYSCAN_REST_ADDRESS": "http://skyscan-shim.test:8080",
     "SKYSCAN_SCANNER_EPHEMERAL_STORAGE": "",  # the kwok node advertises no ephemeral storage
+    # One replica, killed and started again by tests: as a Pod restarted under its name, it takes its
+    # Lease back at once (a new name would stand by until the old one's Lease expired).
+    "SKYSCAN_LEASE_IDENTITY": "test-operator",
 }
 HOLD = {"SKYSCAN_SCANNER_POD_ANNOTATIONS": json.dumps({localcluster.HOLD_ANNOTATION: "true"})}
 
