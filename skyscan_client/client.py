@@ -270,8 +270,9 @@ class Client:
     ) -> Iterator[ScanEvent]:
         """Each change of the scan, from its current state until it is terminal.
 
-        Reads `GET /scan/{id}/events`; a broken stream is reopened (it starts with the current state),
-        up to `retries` times in a row. Without the route (404/405), or once the stream keeps breaking,
+        Reads `GET /scan/{id}/events`; a broken stream (or a 502/503/504) is reopened (it starts with
+        the current state), up to `retries` times in a row. Without the route (404/405), or once the
+        stream keeps breaking or the shim keeps refusing one (its cap on open streams),
         polls `GET /scan/{id}/status` and the manifest's progress every `poll_interval` seconds.
         `idle_timeout` bounds the silence on the stream (the server sends a keepalive every 15 s)."""
         last: ScanEvent | None = None
@@ -299,6 +300,8 @@ class Client:
         ) as response:
             if response.status_code in NO_STREAM_STATUSES:
                 raise _NoStream
+            if response.status_code in RETRY_STATUSES:  # a shim stopping, or at its stream cap
+                raise _StreamBroke
             if response.status_code != 200:
                 response.read()
                 raise SkyscanError.from_response(response)

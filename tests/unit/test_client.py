@@ -279,6 +279,20 @@ def test_a_broken_stream_is_reopened(serve: Callable[[Plan], Server]) -> None:
     assert got[-1].aborted and server.seen[("GET", "/scan/s1/events")] == 2
 
 
+def test_a_busy_shim_is_asked_again_then_polled(serve: Callable[[Plan], Server]) -> None:
+    def plan(m: str, p: str, n: int, b: bytes) -> tuple[int, Any]:
+        if p.endswith("/events"):
+            return error(503, "too many event streams")
+        if "/status" in p:
+            return 200, status("SCAN_HAS_FINAL_RESULT", scan_complete=True)
+        return 200, {"scan_id": "s1", "progress": None}
+
+    server = serve(plan)
+    with client(server, retries=2) as c:
+        assert [e.state for e in c.events("s1")] == ["SCAN_HAS_FINAL_RESULT"]
+    assert server.seen[("GET", "/scan/s1/events")] == 3 and server.seen[("GET", "/scan/s1/status")] == 1
+
+
 @pytest.mark.parametrize("missing", [404, 405])
 def test_without_the_events_route_it_polls(serve: Callable[[Plan], Server], missing: int) -> None:
     states = ["IN_PROGRESS__PARTIAL_RESULT_GENERATED"] * 2 + ["SCAN_HAS_FINAL_RESULT"]
