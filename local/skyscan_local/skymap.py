@@ -167,7 +167,8 @@ class ScanSky:
         rise = t.depth * -np.expm1(-(angle**2) / (2 * t.width**2))
         poor = rise / t.depth  # 0 at the truth, towards 1 far from it
         n = pixels.size
-        llh = t.llh_min + rise + rng.normal(0.0, 0.2 + 0.02 * rise, n)
+        # Smooth near the minimum (so skyreader's 50%/90% contours enclose the best fit), rough far off.
+        llh = t.llh_min + rise + rng.normal(0.0, 0.05 + 0.02 * rise, n)
         e_in = t.energy * np.exp(rng.normal(0.0, 0.05 + 0.5 * poor, n))
         e_tot = e_in * np.exp(np.abs(rng.normal(0.0, 0.02 + 3.0 * poor, n)))
         vertex = [c + rng.normal(0.0, 3.0 + 60.0 * poor, n) for c in t.vertex]

@@ -54,6 +54,8 @@ async def test_a_finished_scan_moves_to_the_archive_and_every_route_still_answer
     rest, mark = own_rest, secrets.token_hex(4)
     scan_id = await rest.launch(classifiers={"history": mark})
     await rest.wait_status(scan_id, lambda s: s["scan_state"] == "SCAN_HAS_FINAL_RESULT", timeout=120)
+    # The scanner's last PATCH follows its final PUT (half a megabyte): the live reads wait for it.
+    await eventually(lambda: _finished(rest, scan_id), timeout=30)
 
     # A client reads on while the scan moves: every answer is a 200, before, during and after.
     answers: list[int] = []
@@ -117,6 +119,11 @@ async def test_a_finished_scan_moves_to_the_archive_and_every_route_still_answer
 
 def _stable(manifest: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in manifest.items() if k not in ("last_updated",)}
+
+
+async def _finished(rest: Rest, scan_id: str) -> bool:
+    manifest = await rest.ok("GET", f"/scan/{scan_id}/manifest")
+    return bool(manifest["progress"]["processing_stats"].get("finished"))
 
 
 async def _not(probe: Any) -> bool:
