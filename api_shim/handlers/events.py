@@ -27,7 +27,7 @@ from api_shim import view
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError
 from api_shim.metrics import METRICS
-from api_shim.plumbing import SHIM, Shim, scan_for
+from api_shim.plumbing import FOUND, SHIM, Shim, scan_for
 from api_shim.settings import ShimSettings
 from skyscan import manifest
 from skyscan.status import ScanRecord, resource_version
@@ -138,9 +138,19 @@ async def close_streams(app: web.Application) -> None:
     app[STREAMS].close()
 
 
+async def _followed(request: web.Request) -> tuple[str, Message | None]:
+    """The scan the path names and, if it is archived (not in the cache), its one message: what a
+    stream keeps for its life, not the scan (a few KiB each; a live one is read from the cache)."""
+    shim = request.app[SHIM]
+    scan = await scan_for(request)
+    request.pop(FOUND, None)
+    name = view.scan_id(scan)
+    return name, None if name in shim.cache else message(scan, _logs_url(shim, scan))
+
+
 async def scan_events(request: web.Request) -> web.StreamResponse:
     shim, streams = request.app[SHIM], request.app[STREAMS]
-    scan = await scan_for(request)
+    name, archived = await _followed(request)
     if streams.closing:
         raise ApiError(503, "shutting down", "This shim is stopping; follow the scan again.")
     if streams.open >= streams.limit:
@@ -155,9 +165,9 @@ async def scan_events(request: web.Request) -> web.StreamResponse:
     streams.open += 1
     gauge.inc()
     try:
-        with streams.channel(shim.cache, view.scan_id(scan)) as channel:
+        with streams.channel(shim.cache, name) as channel:
             await response.prepare(request)
-            await _follow(response, channel, shim, streams, message(scan, _logs_url(shim, scan)))
+            await _follow(response, channel, shim, streams, archived)
     except ConnectionError:  # the client left
         pass
     except TimeoutError:  # the client stopped reading: its connection goes, unflushed
@@ -170,7 +180,11 @@ async def scan_events(request: web.Request) -> web.StreamResponse:
 
 
 async def _follow(
-    response: web.StreamResponse, channel: Channel, shim: Shim, streams: EventStreams, found: Message
+    response: web.StreamResponse,
+    channel: Channel,
+    shim: Shim,
+    streams: EventStreams,
+    archived: Message | None,
 ) -> None:
     """Send the current state, then each change, until the scan ends (`end`) or the shim stops."""
 
@@ -180,7 +194,7 @@ async def _follow(
 
     sent = -1
     changed = channel.changed  # taken with the state it follows: a change while sending is not missed
-    latest: Message | None = channel.latest(shim) or found  # not in the cache: an archived scan (final)
+    latest = channel.latest(shim) or archived
     while True:
         if latest is None:  # it left the cluster: archived (its last state is there) or deleted
             try:
