@@ -19,12 +19,15 @@ METADATA = {"run_id": 123456, "event_id": 42, "event_type": "neutrino", "mjd": 6
 
 
 def scanned(nsides: dict[int, int], scan_id: str = "scan-1", batches: int = 3) -> skymap.ScanSky:
-    """A scan played as the simulator plays it: each nside sent, then finished in batches."""
+    """A scan played as the simulator plays it: each nside sent, then finished in batches; every
+    partial result on the way reads with skyreader."""
     sky = skymap.ScanSky(skymap.true_event(METADATA), scan_id, nsides)
     for nside in nsides:
         sent = sky.send(nside)
         for _ in range(batches):
             sky.finish(nside, math.ceil(sent / batches))
+            partial = SkyScanResult.deserialize(sky.result(METADATA, final=False))
+            assert partial.nsides[-1] == nside and partial.min_llh >= sky.truth.llh_min - 1
     return sky
 
 
