@@ -86,6 +86,14 @@ def test_launch_follows_to_the_final_result(launched: Launched) -> None:
     assert "768/" in launched.follow.out  # pixels done/total of the whole sky at nside 8
 
 
+def test_follow_reads_one_event_stream(stack: Stack, launched: Launched) -> None:
+    """The whole scan came through one GET /scan/{id}/events (the shim's access log; the scanner
+    simulator's kill switch polls /status, so that route says nothing about the command)."""
+    log = (stack.settings.dir / "logs" / "shim.log").read_text().splitlines()
+    streams = [line for line in log if "GET /scan/{scan_id}/events" in line and launched.scan_id in line]
+    assert len(streams) == 1 and " 200 " in streams[0], streams
+
+
 def test_result_is_written_in_skyreader_format(stack: Stack, launched: Launched) -> None:
     run = skyscan(stack, launched.workdir, "result", launched.scan_id, "-o", "result.json")
     assert run.code == exit_codes.OK, run.err
