@@ -96,7 +96,7 @@ def panel(event: ScanEvent, elapsed: float) -> Group:
     facts = Table.grid(padding=(0, 2))
     facts.add_row("workers", workers(event.status))
     facts.add_row("rate", rate(event.progress))
-    facts.add_row("ETA", eta(event.progress))
+    facts.add_row("ETA", "done" if event.has_final_result else eta(event.progress))
     facts.add_row("result", "final" if event.has_final_result else "partial" if event.result else "none yet")
     summary = Text((event.progress or {}).get("summary", ""), style="dim")
     return Group(head, table, facts, summary)
