@@ -10,7 +10,8 @@ In one run against one real shim process, with `--scans` Scans followed by `--fo
   they cost, and the polls per second they got through (on a busy machine the clients, in this one
   process, fall short of one a second each: the CPU is also given per 1,000 polls/s, linearly);
 - the shim's RSS without and with the streams open, and with them open, the seconds from SIGTERM
-  until every stream is closed and until the shim has exited.
+  until every stream is closed and until the shim has exited (and, for comparison, the exit of a
+  shim with no stream).
 
     python tools/bench/followers.py [--scans 100] [--followers 10] [--seconds 10] [--rate 20]
 
@@ -273,6 +274,11 @@ async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
                 )
             finally:
                 await shim.stop()
+            async with harness.running(harness.start_shim(config)) as idle:  # the same stop, no stream
+                await idle.wait_ok()
+                began = time.monotonic()
+                await idle.stop()
+                figures["shim_stop_without_streams_s"] = round(time.monotonic() - began, 2)
     return figures
 
 
