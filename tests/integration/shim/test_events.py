@@ -144,6 +144,27 @@ async def test_a_soft_deleted_scan_with_nothing_running_ends_the_stream(shim: Sh
     assert await stream.next() is None
 
 
+@pytest.mark.parametrize(
+    "ending",
+    [
+        {"workflow": {"id": "wf-1", "address": "http://wms.test", "deactivated": "ABORTED"}},
+        {"conditions": [{"type": "Failed", "status": "True", "reason": "StartFailed", "message": "m",
+                         "lastTransitionTime": "2026-11-23T18:00:00Z"}]},
+    ],
+    ids=["aborted", "failed"],
+)  # fmt: skip
+async def test_an_aborted_or_failed_scan_ends_the_stream(shim: ShimUnderTest, ending: dict[str, Any]) -> None:
+    scan_id = (await shim.launch())["scan_id"]
+    stream = await follow(shim, scan_id)
+    assert await stream.message() is not None
+    await shim.operator_writes(scan_id, ending)
+    last = await stream.message()
+    assert last is not None and last.kind == "scan" and last.data["status"]["scan_complete"] is False
+    end = await stream.message()
+    assert end is not None and end.kind == "end"
+    assert await stream.next() is None
+
+
 async def test_roles_unknown_ids_and_redirects(shim: ShimUnderTest) -> None:
     scan_id = (await shim.launch())["scan_id"]
     for role in ("user", "system"):
