@@ -30,6 +30,15 @@ def emit_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc) + "\n")
 
 
+def reply(doc: Any, as_json: bool, human: Any) -> int:
+    """The service's document with --json, else what people read (text or a rich table)."""
+    if as_json:
+        emit_json(doc)
+    else:
+        out.print(human, markup=False if isinstance(human, str) else None)  # ids and URLs are not markup
+    return exit_codes.OK
+
+
 def fail(text: str, code: int) -> int:
     err.print(f"skyscan: {text}", markup=False, soft_wrap=True)
     return code
@@ -120,12 +129,15 @@ def cmd_follow(c: Client, args: argparse.Namespace) -> int:
 
 def cmd_status(c: Client, args: argparse.Namespace) -> int:
     doc = c.status(args.scan_id)
-    emit_json(doc) if args.json else out.print(tables.status(args.scan_id, doc))
-    return exit_codes.OK
+    return reply(doc, args.json, tables.status(args.scan_id, doc))
 
 
 def show_document(doc: Any, as_json: bool) -> int:
-    emit_json(doc) if as_json else out.print_json(data=doc)
+    """A whole document: one line with --json, else indented and coloured."""
+    if as_json:
+        emit_json(doc)
+    else:
+        out.print_json(data=doc)
     return exit_codes.OK
 
 
@@ -141,8 +153,7 @@ def cmd_request(c: Client, args: argparse.Namespace) -> int:
 def cmd_logs(c: Client, args: argparse.Namespace) -> int:
     doc = c.logs(args.scan_id)
     url = doc["scanner_server"]["url"]
-    emit_json(doc) if args.json else out.print(url or "no log URL (the service has no log source set)")
-    return exit_codes.OK
+    return reply(doc, args.json, url or "no log URL (the service has no log source set)")
 
 
 def find_filter(args: argparse.Namespace) -> dict[str, Any]:
@@ -169,11 +180,7 @@ def cmd_find(c: Client, args: argparse.Namespace) -> int:
     if args.state:  # the state is computed, not stored: one GET /status per scan found
         states = {str(m["scan_id"]): c.status(str(m["scan_id"]))["scan_state"] for m in found}
         found = [m for m in found if state_matches(states[str(m["scan_id"])], args.state)]
-    if args.json:
-        emit_json({"manifests": found})
-    else:
-        out.print(tables.scans(found, states))
-    return exit_codes.OK
+    return reply({"manifests": found}, args.json, tables.scans(found, states))
 
 
 def cmd_result(c: Client, args: argparse.Namespace) -> int:
@@ -206,25 +213,18 @@ def cmd_plot(c: Client, args: argparse.Namespace) -> int:
 
 def cmd_rescan(c: Client, args: argparse.Namespace) -> int:
     manifest = c.rescan(args.scan_id, replace=args.replace, abort_first=args.abort_first)
-    emit_json(manifest) if args.json else out.print(str(manifest["scan_id"]), markup=False)
-    return exit_codes.OK
+    return reply(manifest, args.json, str(manifest["scan_id"]))
 
 
 def cmd_add_workers(c: Client, args: argparse.Namespace) -> int:
     added = c.add_workers(args.scan_id, args.cluster, args.n)
-    if args.json:
-        emit_json(added)
-    else:
-        out.print(
-            f"{added['n_workers']} workers requested on {args.cluster}: taskforce {added['taskforce_uuid']}"
-        )
-    return exit_codes.OK
+    text = f"{added['n_workers']} workers requested on {args.cluster}: taskforce {added['taskforce_uuid']}"
+    return reply(added, args.json, text)
 
 
 def cmd_abort(c: Client, args: argparse.Namespace) -> int:
     doc = c.abort(args.scan_id, delete_completed_scan=args.delete_completed)
-    emit_json(doc) if args.json else out.print(f"aborted {doc['manifest'].get('scan_id', args.scan_id)}")
-    return exit_codes.OK
+    return reply(doc, args.json, f"aborted {doc['manifest'].get('scan_id', args.scan_id)}")
 
 
 # -- the parser -----------------------------------------------------------------------------------------

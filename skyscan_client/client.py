@@ -60,7 +60,10 @@ class SkyscanError(Exception):
     @classmethod
     def from_response(cls, response: httpx.Response) -> SkyscanError:
         status = response.status_code
-        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else str(status)
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:  # a status outside the standard's list
+            phrase = str(status)
         try:
             body = response.json()
         except ValueError:

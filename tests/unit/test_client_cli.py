@@ -1,0 +1,62 @@
+"""How `skyscan` turns its command line into requests: launch's body, find's filter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from skyscan_client.cli import find_filter, launch_request, parser, state_matches
+
+
+def test_launch_flags_go_on_top_of_the_file(tmp_path: Path) -> None:
+    (tmp_path / "request.yaml").write_text("reco_algo: splinempe\nnsides: {'8': 0}\npriority: 3\n")
+    (tmp_path / "event.json").write_text(json.dumps({"run_id": 123456, "event_id": 1}))
+    args = parser().parse_args(
+        ["launch", "--file", str(tmp_path / "request.yaml"), "--event", str(tmp_path / "event.json"),
+         "--nsides", "8:0", "64:12", "--cluster", "osg=4", "--cluster", "osg=2", "--simulated",
+         "--worker-memory", "4GB", "--scanner-memory", "1024000000", "--classifier", "shift=alice",
+         "--classifier", "n=3", "--env", "A=b=c", "--debug-mode", "client-logs"]
+    )  # fmt: skip
+    assert launch_request(args) == {
+        "reco_algo": "splinempe",
+        "priority": 3,
+        "event_live_json": {"run_id": 123456, "event_id": 1},
+        "nsides": {"8": 0, "64": 12},
+        "real_or_simulated_event": "simulated",
+        "request_clusters": [["osg", 4], ["osg", 2]],  # the list form: a cluster may come twice
+        "worker_memory_bytes": "4GB",
+        "scanner_server_memory_bytes": 1024000000,
+        "classifiers": {"shift": "alice", "n": 3},
+        "scanner_server_env_from_user": {"A": "b=c"},
+        "debug_mode": ["client-logs"],
+        "docker_tag": "latest",
+    }
+
+
+def test_bad_flags_are_usage_errors() -> None:
+    for argv in (["launch", "--nsides", "8:x"], ["launch", "--cluster", "osg"], ["find", "--run", "r"]):
+        with pytest.raises(SystemExit) as caught:
+            parser().parse_args(argv)
+        assert caught.value.code == 2
+
+
+def test_find_filter_from_options() -> None:
+    args = parser().parse_args(["find", "--run", "7", "--event", "9", "--classifier", "n=3"])
+    assert find_filter(args) == {
+        "$and": [
+            {"event_metadata.run_id": 7},
+            {"event_metadata.event_id": 9},
+            {"classifiers.n": {"$in": ["3", 3]}},  # stored as text or as a number
+        ]
+    }
+    raw = parser().parse_args(["find", "--filter", '{"priority": {"$gt": 5}}'])
+    assert find_filter(raw) == {"priority": {"$gt": 5}}
+    assert find_filter(parser().parse_args(["find"])) == {}
+
+
+def test_state_matches_a_part() -> None:
+    assert state_matches("IN_PROGRESS__PARTIAL_RESULT_GENERATED", "in_progress")
+    assert state_matches("SCAN_HAS_FINAL_RESULT", "final")
+    assert not state_matches("PENDING__PRESTARTUP", "IN_PROGRESS")
