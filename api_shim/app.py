@@ -156,7 +156,7 @@ async def create_app(
         app.router.add_route(route.method, route.path, guard(route))
 
     async def kubernetes(app: web.Application) -> AsyncIterator[None]:
-        api = await kube.api_client(settings.kubeconfig)
+        api = await kube.connect(settings.kubeconfig)
         if not any(isinstance(a, auth.AllowAll) for a in app[AUTHENTICATORS]):
             # Scanners' own tokens, verified against the cluster's service-account issuer.
             app[AUTHENTICATORS].append(

@@ -21,26 +21,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import pickle
 import time
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, NamedTuple
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from api_shim import listing
 from api_shim.find_index import FindIndex
 from api_shim.packing import Packer
 from skyscan import kube, manifest
+from skyscan.kube import ApiError
 from skyscan.status import ScanRecord, compact, resource_version
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-SCAN = kube.SCAN_RESOURCE
 # The listing's resourceVersion: "0" is any version, answered from the API server's watch cache (whole,
 # whatever the limit); "" is the latest, read from etcd in pages of PAGE_SIZE.
 LIST_RESOURCE_VERSION = "0"
@@ -61,8 +57,8 @@ class Held(NamedTuple):
 
 
 class ScanCache:
-    def __init__(self, api: client.ApiClient, namespace: str, watch_timeout: int = 300) -> None:
-        self._objs = client.CustomObjectsApi(api)
+    def __init__(self, api: kube.Kube, namespace: str, watch_timeout: int = 300) -> None:
+        self._api = api
         self._namespace = namespace
         self._watch_timeout = watch_timeout
         self._scans: dict[str, Held] = {}
@@ -244,18 +240,15 @@ class ScanCache:
 
     async def _page(self, token: str | None) -> str:
         """One page of the listing, as text."""
-        response = await self._objs.list_namespaced_custom_object(
-            **SCAN, namespace=self._namespace, limit=PAGE_SIZE, _continue=token, _preload_content=False,
-            **({"resource_version": LIST_RESOURCE_VERSION} if LIST_RESOURCE_VERSION and not token else {}),
-        )  # fmt: skip
+        params: dict[str, Any] = {"limit": PAGE_SIZE, "continue": token}
+        if LIST_RESOURCE_VERSION and not token:
+            params["resourceVersion"] = LIST_RESOURCE_VERSION
         try:
-            body: bytes = await response.read()
-        finally:
-            response.release()
-        if response.status == 410:  # the continue token expired: list from the start
-            raise Gone(body.decode(errors="replace"))
-        if response.status != 200:
-            raise ApiException(status=response.status, reason=body.decode(errors="replace"))
+            body = await self._api.read("GET", kube.scan_path(self._namespace), params=params)
+        except ApiError as e:
+            if e.status == 410:  # the continue token expired: list from the start
+                raise Gone(e.message) from e
+            raise
         return body.decode()
 
     async def _run(self) -> None:
@@ -279,35 +272,22 @@ class ScanCache:
                 backoff = min(backoff * 2, 5.0)
 
     async def _watch(self) -> None:
-        response = await self._objs.list_namespaced_custom_object(
-            **SCAN,
-            namespace=self._namespace,
-            watch=True,
-            resource_version=self.resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_timeout,
-            _preload_content=False,
-            _request_timeout=self._watch_timeout + 30,
-        )
-        buffer = b""
-        try:
-            async for chunk in response.content.iter_any():
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        self._apply(json.loads(line))
-        finally:
-            response.release()
+        params: kube.Params = {
+            "resourceVersion": self.resource_version,
+            "allowWatchBookmarks": True,
+            "timeoutSeconds": self._watch_timeout,
+        }
+        async for event in self._api.watch(kube.scan_path(self._namespace), params):
+            self._apply(event)
 
     def _apply(self, event: dict[str, Any]) -> None:
         kind, obj = event.get("type"), event.get("object")
         if kind is None or not isinstance(obj, dict):  # a bare Status: the API server is restarting
-            raise ApiException(status=event.get("code"), reason=event.get("message") or "not a watch event")
+            raise ApiError(int(event.get("code") or 0), str(event.get("message") or "not a watch event"))
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise Gone(obj.get("message"))
-            raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+            raise ApiError(int(obj.get("code") or 0), str(obj.get("message")))
         self.resource_version = obj["metadata"]["resourceVersion"]
         self.last_event = time.monotonic()  # bookmarks too: the watch is alive
         if kind == "DELETED":

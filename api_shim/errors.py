@@ -12,9 +12,8 @@ from http import HTTPStatus
 
 import aiohttp
 from aiohttp import web
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from skyscan import logs
+from skyscan import kube, logs
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +72,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         headers = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
         phrase = HTTPStatus(e.status).phrase
         return json_error(e.status, phrase.lower(), e.text or phrase, headers)
-    except ApiException as e:
+    except kube.ApiError as e:
         if e.status in (408, 429, 500, 502, 503, 504):
             return json_error(503, "kubernetes API unavailable", f"The API server answered {e.status}.")
         log.exception(

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 
 import asyncpg
 from aiohttp import web
-from kubernetes_asyncio import client
 from pydantic import BaseModel, ValidationError
 
 from api_shim import models, view
@@ -28,6 +27,7 @@ from api_shim.tags import TagCatalog
 from api_shim.writes import ScanWrites
 from skyscan import payloads
 from skyscan.archive import Archive
+from skyscan.kube import Kube
 from skyscan.status import ScanRecord
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -65,7 +65,7 @@ class Shim:
     """Everything a handler needs, stored on the app under `SHIM`."""
 
     settings: ShimSettings
-    api: client.ApiClient
+    api: Kube
     cache: ScanCache
     store: ScanStore
     writes: ScanWrites

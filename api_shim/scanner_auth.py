@@ -19,11 +19,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from kubernetes_asyncio import client
 
 from api_shim import auth, oidc
 from api_shim.errors import ApiError
-from skyscan import names
+from skyscan import kube, names
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
 
@@ -31,7 +30,7 @@ DISCOVERY_PATH = "/.well-known/openid-configuration"
 class ClusterIssuer(oidc.Issuer):
     """The cluster's service-account issuer, reached through the Kubernetes API client."""
 
-    def __init__(self, api: client.ApiClient, issuer: str, **kwargs: Any) -> None:
+    def __init__(self, api: kube.Kube, issuer: str, **kwargs: Any) -> None:
         config = oidc.IssuerConfig(issuer=issuer, audience=names.SCANNER_TOKEN_AUDIENCE)
         super().__init__(config, **kwargs)
         self._api = api
@@ -44,18 +43,12 @@ class ClusterIssuer(oidc.Issuer):
             raise OSError(f"{url}: {e!r}") from e
 
 
-async def get_json(api: client.ApiClient, path: str) -> Any:
+async def get_json(api: kube.Kube, path: str) -> Any:
     """GET a non-resource path of the API server (discovery, JWKS) with the client's credentials."""
-    response = await api.call_api(
-        path, "GET", header_params={"Accept": "application/json, application/jwk-set+json"},
-        auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-    )  # fmt: skip
     try:
-        if response.status != 200:
-            raise ValueError(f"{path}: HTTP {response.status}")
-        body = await response.read()
-    finally:
-        response.release()
+        body = await api.read("GET", path, accept="application/json, application/jwk-set+json")
+    except kube.ApiError as e:
+        raise ValueError(f"{path}: HTTP {e.status}") from e
     if len(body) > oidc.MAX_DOCUMENT_BYTES:
         raise ValueError(f"{path}: larger than {oidc.MAX_DOCUMENT_BYTES} bytes")
     return json.loads(body)
@@ -78,7 +71,7 @@ class ScannerTokens:
     """An `auth.Authenticator` for scanner tokens; the issuer is learnt from the API server's own
     discovery document on first use."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, account: str, **verifier: Any) -> None:
+    def __init__(self, api: kube.Kube, namespace: str, account: str, **verifier: Any) -> None:
         self._api, self._namespace, self._account = api, namespace, account
         self._options = verifier
         self._verifier: oidc.OIDCVerifier | None = None

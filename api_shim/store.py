@@ -20,13 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from api_shim.cache import SCAN, ScanCache
+from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, not_found
 from api_shim.freshness import wrote
 from skyscan import kube, model, names
+from skyscan.kube import Kube, scan_path
 from skyscan.status import resource_version
 
 Obj = dict[str, Any]
@@ -43,8 +41,8 @@ class Change:
 
 
 class ScanStore:
-    def __init__(self, api: client.ApiClient, namespace: str, cache: ScanCache, timeout: float) -> None:
-        self._objs = client.CustomObjectsApi(api)
+    def __init__(self, api: Kube, namespace: str, cache: ScanCache, timeout: float) -> None:
+        self._api = api
         self.namespace = namespace
         self.cache = cache
         self._timeout = timeout
@@ -56,24 +54,20 @@ class ScanStore:
             "metadata": {"name": name, "annotations": {names.TIMESTAMP_ANNOTATION: repr(timestamp)}},
             "spec": spec,
         }
-        obj: Obj = await self._objs.create_namespaced_custom_object(
-            **SCAN, namespace=self.namespace, body=body, _request_timeout=self._timeout
+        obj: Obj = await self._api.request(
+            "POST", scan_path(self.namespace), body=body, timeout=self._timeout
         )
         self.cache.observe(obj)
         wrote(obj)
         return obj
 
     async def delete(self, name: str) -> None:
-        await self._objs.delete_namespaced_custom_object(
-            **SCAN, namespace=self.namespace, name=name, _request_timeout=self._timeout
-        )
+        await self._api.request("DELETE", scan_path(self.namespace, name), timeout=self._timeout)
 
     async def read(self, name: str) -> Obj:
         try:
-            obj: Obj = await self._objs.get_namespaced_custom_object(
-                **SCAN, namespace=self.namespace, name=name, _request_timeout=self._timeout
-            )
-        except ApiException as e:
+            obj: Obj = await self._api.request("GET", scan_path(self.namespace, name), timeout=self._timeout)
+        except kube.ApiError as e:
             if e.status == 404:
                 raise not_found() from None
             raise
@@ -81,21 +75,12 @@ class ScanStore:
         return obj
 
     async def _patch(self, name: str, body: Any, *, status: bool, content_type: str = MERGE) -> Obj:
-        call = (
-            self._objs.patch_namespaced_custom_object_status
-            if status
-            else self._objs.patch_namespaced_custom_object
-        )
+        path = scan_path(self.namespace, name, "status" if status else None)
         try:
-            obj: Obj = await call(
-                **SCAN,
-                namespace=self.namespace,
-                name=name,
-                body=body,
-                _content_type=content_type,
-                _request_timeout=self._timeout,
+            obj: Obj = await self._api.request(
+                "PATCH", path, body=body, content_type=content_type, timeout=self._timeout
             )
-        except ApiException as e:
+        except kube.ApiError as e:
             if e.status == 404:
                 raise not_found() from None
             raise
@@ -122,7 +107,7 @@ class ScanStore:
             await self._patch(name, {"status": {"lastUpdated": now()}}, status=True)
         try:
             return await self._patch(name, ops, status=True, content_type=JSON_PATCH)
-        except ApiException as e:
+        except kube.ApiError as e:
             if e.status != 422:  # a status the cache did not know was missing
                 raise
         await self._patch(name, {"status": {"lastUpdated": now()}}, status=True)
@@ -156,7 +141,7 @@ class ScanStore:
                 return current
             try:
                 return await self._guarded(name, change, current["metadata"]["resourceVersion"])
-            except ApiException as e:
+            except kube.ApiError as e:
                 if e.status != 409:
                     raise
             if time.monotonic() >= deadline:

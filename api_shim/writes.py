@@ -16,14 +16,11 @@ import time
 import uuid
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from api_shim import models, view
 from api_shim.errors import ApiError, bad_request, not_found
 from api_shim.launch import Launch
 from api_shim.store import Change, Obj, ScanStore, now
-from skyscan import manifest, model, payloads
+from skyscan import kube, manifest, model, payloads
 from skyscan.archive import Archive
 from skyscan.state import NOT_YET_REQUESTED
 from skyscan.status import ScanRecord
@@ -67,7 +64,7 @@ class ScanWrites:
 
     def __init__(
         self,
-        api: client.ApiClient,
+        api: kube.Kube,
         store: ScanStore,
         add_workers_timeout: float,
         archive: Archive | None = None,
@@ -133,7 +130,7 @@ class ScanWrites:
         try:
             await payloads.add_event_owner(self.api, self.namespace, scan["spec"]["sensorEventId"], scan)
             return
-        except ApiException as e:
+        except kube.ApiError as e:
             if e.status != 404:
                 raise
         try:
@@ -153,7 +150,7 @@ class ScanWrites:
             return False
         try:
             await payloads.create_event(self.api, self.namespace, sensor_event_id, data, owners=[scan])
-        except ApiException as e:
+        except kube.ApiError as e:
             if e.status != 409:
                 raise
             # Stored meanwhile by a concurrent rescan: join its owners.

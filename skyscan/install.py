@@ -8,9 +8,6 @@ import asyncio
 import sys
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from skyscan import crd, kube, names
 
 
@@ -25,10 +22,10 @@ def scanner_account() -> dict[str, Any]:
     }
 
 
-async def ensure_scanner_account(api: client.ApiClient, namespace: str) -> None:
+async def ensure_scanner_account(api: kube.Kube, namespace: str) -> None:
     try:
-        await client.CoreV1Api(api).create_namespaced_service_account(namespace, scanner_account())
-    except ApiException as e:
+        await api.request("POST", kube.core_path("serviceaccounts", namespace), body=scanner_account())
+    except kube.ApiError as e:
         if e.status != 409:
             raise
 

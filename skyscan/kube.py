@@ -41,7 +41,7 @@ READ_BUFSIZE = 2**21
 TOKEN_REREAD_SECONDS = 60.0
 IN_CLUSTER = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
-Params = Mapping[str, str | int | bool | None]
+Params = Mapping[str, Any]  # str, int or bool values; None ones are left out
 
 
 class ApiError(Exception):
@@ -334,46 +334,3 @@ async def apply_crd(kube: Kube, body: dict[str, Any], timeout: float = 60.0) -> 
         if time.monotonic() > deadline:
             raise TimeoutError(f"CRD {name} not Established after {timeout}s")
         await asyncio.sleep(0.2)
-
-
-# ------------------------------------------------------------------------------ transitional
-# The kubernetes_asyncio client, for the callers not yet moved to Kube (removed when none is left).
-SCAN_RESOURCE = {"group": model.GROUP, "version": model.VERSION, "plural": model.PLURAL}
-
-
-async def api_client(kubeconfig: str | None = None) -> Any:
-    from kubernetes_asyncio import client, config
-
-    cfg = client.Configuration()
-    if kubeconfig:
-        await config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    else:
-        try:
-            config.load_incluster_config(client_configuration=cfg)
-        except config.ConfigException:
-            await config.load_kube_config(client_configuration=cfg)
-    api = client.ApiClient(configuration=cfg)
-    rest = api.rest_client
-    old: aiohttp.ClientSession = rest.pool_manager
-    rest.pool_manager = aiohttp.ClientSession(
-        connector=old.connector, trust_env=False, read_bufsize=READ_BUFSIZE
-    )
-    old.detach()
-    return api
-
-
-async def legacy_list_scans(
-    api: Any, namespace: str, page_size: int = 500
-) -> AsyncIterator[list[dict[str, Any]]]:
-    from kubernetes_asyncio import client
-
-    objects = client.CustomObjectsApi(api)
-    token = ""
-    while True:
-        page = await objects.list_namespaced_custom_object(
-            **SCAN_RESOURCE, namespace=namespace, limit=page_size, _continue=token or None
-        )
-        yield page.get("items") or []
-        token = (page.get("metadata") or {}).get("continue") or ""
-        if not token:
-            return

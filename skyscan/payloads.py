@@ -29,10 +29,8 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from skyscan import names
+from skyscan import kube, names
+from skyscan.kube import ApiError, Kube
 
 DATA_KEY = "payload.json.gz"
 MAX_COMPRESSED_BYTES = 1_000_000
@@ -84,27 +82,29 @@ async def encode_async(payload: Any, what: str) -> bytes:
     return await asyncio.to_thread(encode, payload, what)
 
 
-async def _read(api: client.ApiClient, namespace: str, name: str) -> Any | None:
+async def _read(api: Kube, namespace: str, name: str) -> Any | None:
     raw = await _read_raw(api, namespace, name)
     return None if raw is None else await asyncio.to_thread(json.loads, raw)
 
 
-async def _read_raw(api: client.ApiClient, namespace: str, name: str) -> bytes | None:
+async def _read_raw(api: Kube, namespace: str, name: str) -> bytes | None:
     """The stored JSON bytes (uncompressed, not parsed), or None when there is no such object."""
     data = await stored(api, namespace, name)
     return None if data is None else await asyncio.to_thread(gzip.decompress, data)
 
 
-async def stored(api: client.ApiClient, namespace: str, name: str) -> bytes | None:
+def _configmap_path(namespace: str, name: str | None = None) -> str:
+    return kube.core_path("configmaps", namespace, name)
+
+
+async def stored(api: Kube, namespace: str, name: str) -> bytes | None:
     """A payload's bytes exactly as stored (gzip), or None when there is no such object."""
-    response = await client.CoreV1Api(api).read_namespaced_config_map(name, namespace, _preload_content=False)
-    if response.status == 404:
-        response.release()
-        return None
-    if response.status >= 400:
-        response.release()
-        raise ApiException(status=response.status, reason=response.reason)
-    body = await response.read()
+    try:
+        body = await api.read("GET", _configmap_path(namespace, name))
+    except ApiError as e:
+        if e.status == 404:
+            return None
+        raise
 
     def unpack() -> bytes:
         return base64.b64decode((json.loads(body).get("binaryData") or {})[DATA_KEY])
@@ -113,44 +113,38 @@ async def stored(api: client.ApiClient, namespace: str, name: str) -> bytes | No
 
 
 async def create_event(
-    api: client.ApiClient, namespace: str, sensor_event_id: str, data: bytes, owners: list[dict[str, Any]]
+    api: Kube, namespace: str, sensor_event_id: str, data: bytes, owners: list[dict[str, Any]]
 ) -> None:
     """Store an encoded event, owned from the start by `owners` (the Scans that use it)."""
     body = configmap(
         names.event_object_name(sensor_event_id), "event", data, [owner_reference(o) for o in owners]
     )
     body["immutable"] = True
-    await client.CoreV1Api(api).create_namespaced_config_map(namespace, body)
+    await api.read("POST", _configmap_path(namespace), body=body)  # the answer echoes the payload: unparsed
 
 
-async def event_exists(api: client.ApiClient, namespace: str, sensor_event_id: str) -> bool:
-    # Unparsed: the payload itself is not needed (and a non-2xx answer does not raise here).
-    response = await client.CoreV1Api(api).read_namespaced_config_map(
-        names.event_object_name(sensor_event_id), namespace, _preload_content=False
-    )
-    response.release()
-    if response.status not in (200, 404):
-        raise ApiException(status=response.status, reason=response.reason)
-    return bool(response.status == 200)
+async def event_exists(api: Kube, namespace: str, sensor_event_id: str) -> bool:
+    return await event_metadata(api, namespace, sensor_event_id) is not None
 
 
-async def add_event_owner(
-    api: client.ApiClient, namespace: str, sensor_event_id: str, scan: dict[str, Any]
-) -> None:
+async def add_event_owner(api: Kube, namespace: str, sensor_event_id: str, scan: dict[str, Any]) -> None:
     """Make `scan` one more owner of the event (strategic merge on ownerReferences, keyed by uid)."""
     await add_owners(api, namespace, names.event_object_name(sensor_event_id), [owner_reference(scan)])
 
 
 async def add_owners(
-    api: client.ApiClient, namespace: str, name: str, owners: list[dict[str, Any]], resource_version: str = ""
+    api: Kube, namespace: str, name: str, owners: list[dict[str, Any]], resource_version: str = ""
 ) -> None:
     """Add ownerReferences to a payload (strategic merge, keyed by uid); with `resource_version`,
     only if the object has not changed since (else 409)."""
     meta: dict[str, Any] = {"ownerReferences": owners}
     if resource_version:
         meta["resourceVersion"] = resource_version
-    await client.CoreV1Api(api).patch_namespaced_config_map(
-        name, namespace, {"metadata": meta}, _content_type="application/strategic-merge-patch+json"
+    await api.request(
+        "PATCH",
+        _configmap_path(namespace, name),
+        body={"metadata": meta},
+        content_type=kube.STRATEGIC_MERGE_PATCH,
     )
 
 
@@ -161,89 +155,80 @@ _METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=
 
 
 async def _get_metadata(
-    api: client.ApiClient, path: str, accept: str, query: list[tuple[str, str]] | None = None
+    api: Kube, path: str, accept: str, params: kube.Params | None = None
 ) -> dict[str, Any] | None:
-    response = await api.call_api(
-        path, "GET", query_params=query or [], header_params={"Accept": accept},
-        auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-    )  # fmt: skip
     try:
-        if response.status == 404:
+        found: dict[str, Any] = await api.request("GET", path, params=params, accept=accept)
+    except ApiError as e:
+        if e.status == 404:
             return None
-        if response.status != 200:
-            raise ApiException(status=response.status, reason=response.reason)
-        found: dict[str, Any] = json.loads(await response.read())
-        return found
-    finally:
-        response.release()
+        raise
+    return found
 
 
-async def event_metadata(
-    api: client.ApiClient, namespace: str, sensor_event_id: str
-) -> dict[str, Any] | None:
+async def event_metadata(api: Kube, namespace: str, sensor_event_id: str) -> dict[str, Any] | None:
     """The stored event's metadata (owners, resourceVersion), or None when there is none."""
-    path = f"/api/v1/namespaces/{namespace}/configmaps/{names.event_object_name(sensor_event_id)}"
-    found = await _get_metadata(api, path, _METADATA)
+    found = await _get_metadata(
+        api, _configmap_path(namespace, names.event_object_name(sensor_event_id)), _METADATA
+    )
     return None if found is None else dict(found.get("metadata") or {})
 
 
 async def list_payload_metadata(
-    api: client.ApiClient, namespace: str, page_size: int = 500
+    api: Kube, namespace: str, page_size: int = 500
 ) -> AsyncIterator[list[dict[str, Any]]]:
     """The metadata of every payload ConfigMap of the namespace, a page at a time."""
-    path = f"/api/v1/namespaces/{namespace}/configmaps"
-    token = ""
+    token: str | None = None
     while True:
-        query = [("labelSelector", names.PAYLOAD_LABEL), ("limit", str(page_size))]
-        if token:
-            query.append(("continue", token))
-        page = await _get_metadata(api, path, _METADATA_LIST, query) or {}
+        params: kube.Params = {"labelSelector": names.PAYLOAD_LABEL, "limit": page_size, "continue": token}
+        page = await _get_metadata(api, _configmap_path(namespace), _METADATA_LIST, params) or {}
         yield [dict(item.get("metadata") or {}) for item in page.get("items") or []]
-        token = (page.get("metadata") or {}).get("continue") or ""
+        token = (page.get("metadata") or {}).get("continue")
         if not token:
             return
 
 
-async def delete_payload(api: client.ApiClient, namespace: str, name: str, resource_version: str) -> None:
+async def delete_payload(api: Kube, namespace: str, name: str, resource_version: str) -> None:
     """Delete a payload only if it has not changed since `resource_version` was seen (else 409)."""
-    await client.CoreV1Api(api).delete_namespaced_config_map(
-        name, namespace, body={"preconditions": {"resourceVersion": resource_version}}
+    await api.request(
+        "DELETE",
+        _configmap_path(namespace, name),
+        body={"preconditions": {"resourceVersion": resource_version}},
     )
 
 
-async def read_event(api: client.ApiClient, namespace: str, sensor_event_id: str) -> Any | None:
+async def read_event(api: Kube, namespace: str, sensor_event_id: str) -> Any | None:
     return await _read(api, namespace, names.event_object_name(sensor_event_id))
 
 
-async def write_result(api: client.ApiClient, namespace: str, scan: dict[str, Any], data: bytes) -> None:
+async def write_result(api: Kube, namespace: str, scan: dict[str, Any], data: bytes) -> None:
     """Create or overwrite the scan's result object."""
     name = names.result_object_name(scan["metadata"]["name"])
     await _write_owned(api, namespace, scan, name, "result", data)
 
 
 async def _write_owned(
-    api: client.ApiClient, namespace: str, scan: dict[str, Any], name: str, kind: str, data: bytes
+    api: Kube, namespace: str, scan: dict[str, Any], name: str, kind: str, data: bytes
 ) -> None:
-    core = client.CoreV1Api(api)
     body = configmap(name, kind, data, [owner_reference(scan)])
     try:
-        await core.create_namespaced_config_map(namespace, body)
-    except ApiException as e:
+        await api.read("POST", _configmap_path(namespace), body=body)
+    except ApiError as e:
         if e.status != 409:
             raise
-        await core.replace_namespaced_config_map(body["metadata"]["name"], namespace, body)
+        await api.read("PUT", _configmap_path(namespace, name), body=body)
 
 
-async def read_result(api: client.ApiClient, namespace: str, scan_id: str) -> Any | None:
+async def read_result(api: Kube, namespace: str, scan_id: str) -> Any | None:
     return await _read(api, namespace, names.result_object_name(scan_id))
 
 
-async def write_startup(api: client.ApiClient, namespace: str, scan: dict[str, Any], data: bytes) -> None:
+async def write_startup(api: Kube, namespace: str, scan: dict[str, Any], data: bytes) -> None:
     """Create or overwrite the scan's startup.json object (`data` from `compress`)."""
     name = names.startup_object_name(scan["metadata"]["name"])
     await _write_owned(api, namespace, scan, name, "startup", data)
 
 
-async def read_startup(api: client.ApiClient, namespace: str, scan_id: str) -> bytes | None:
+async def read_startup(api: Kube, namespace: str, scan_id: str) -> bytes | None:
     """The stored startup.json, byte for byte, or None before the sidecar uploaded it."""
     return await _read_raw(api, namespace, names.startup_object_name(scan_id))

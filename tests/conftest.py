@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import install, kube
 from skyscan.archive import Archive
@@ -52,24 +50,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.fixture
-async def api(cluster: Cluster) -> AsyncIterator[client.ApiClient]:
-    api = await kube.api_client(cluster.kubeconfig)
-    async with api:
+async def api(cluster: Cluster) -> AsyncIterator[kube.Kube]:
+    async with await kube.connect(cluster.kubeconfig) as api:
         yield api
 
 
 @pytest.fixture
-async def namespace(api: client.ApiClient) -> AsyncIterator[str]:
+async def namespace(api: kube.Kube) -> AsyncIterator[str]:
     """A fresh namespace, ready for Pods (its default service account exists)."""
-    core = client.CoreV1Api(api)
     name = f"t-{secrets.token_hex(4)}"
-    await core.create_namespace({"metadata": {"name": name, "labels": {"skyscan.io/test": "true"}}})
-    await eventually(lambda: core.read_namespaced_service_account("default", name), timeout=30)
+    body = {"metadata": {"name": name, "labels": {"skyscan.io/test": "true"}}}
+    await api.request("POST", kube.core_path("namespaces"), body=body)
+    await eventually(
+        lambda: api.request("GET", kube.core_path("serviceaccounts", name, "default")), timeout=30
+    )
     await install.ensure_scanner_account(api, name)
     yield name
     try:
-        await core.delete_namespace(name)
-    except ApiException as e:
+        await api.request("DELETE", kube.core_path("namespaces", name=name))
+    except kube.ApiError as e:
         if e.status != 404:
             raise
 

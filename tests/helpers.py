@@ -7,9 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from skyscan import kube
+from skyscan.kube import ApiError
 
 T = TypeVar("T")
 
@@ -22,10 +20,7 @@ async def eventually(probe: Callable[[], Awaitable[T]], timeout: float = 30.0, i
         try:
             if result := await probe():
                 return result
-        except (ApiException, AssertionError) as e:
+        except (ApiError, AssertionError) as e:
             last = e
         await asyncio.sleep(interval)
     raise TimeoutError(f"condition not met within {timeout}s (last error: {last!r})")
-
-
-SCAN = kube.SCAN_RESOURCE

@@ -48,8 +48,6 @@ from typing import Any
 
 import aiohttp
 import httpx
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -140,7 +138,7 @@ def is_playable(pod: dict[str, Any]) -> bool:
 
 
 async def container_env(
-    api: client.ApiClient, namespace: str, container: dict[str, Any], secrets: dict[str, dict[str, str]]
+    api: kube.Kube, namespace: str, container: dict[str, Any], secrets: dict[str, dict[str, str]]
 ) -> dict[str, str]:
     """A container's env as its process sees it: plain values, and `secretKeyRef`s resolved by reading
     the Secret with the simulator's own (admin) client, as the kubelet does."""
@@ -150,8 +148,8 @@ async def container_env(
             env[e["name"]] = e["value"] or ""
         elif ref := (e.get("valueFrom") or {}).get("secretKeyRef"):
             if ref["name"] not in secrets:
-                secret = await client.CoreV1Api(api).read_namespaced_secret(ref["name"], namespace)
-                secrets[ref["name"]] = secret.data or {}
+                secret = await api.request("GET", kube.core_path("secrets", namespace, ref["name"]))
+                secrets[ref["name"]] = secret.get("data") or {}
             env[e["name"]] = base64.b64decode(secrets[ref["name"]].get(ref["key"], "")).decode()
     return env
 
@@ -167,7 +165,7 @@ def option(args: list[str], name: str, default: str) -> str:
 
 
 async def read_server_pod(
-    api: client.ApiClient, namespace: str, pod: dict[str, Any], settings: ScannerSimSettings, workdir: Path
+    api: kube.Kube, namespace: str, pod: dict[str, Any], settings: ScannerSimSettings, workdir: Path
 ) -> ServerPod:
     container = pod["spec"]["containers"][0]
     secrets: dict[str, dict[str, str]] = {}
@@ -435,9 +433,9 @@ class ScannerServer:
 class PodPlayer:
     """Watches scanner Pods and runs one `ScannerServer` per held, running Pod."""
 
-    def __init__(self, api: client.ApiClient, settings: ScannerSimSettings) -> None:
+    def __init__(self, api: kube.Kube, settings: ScannerSimSettings) -> None:
         self.api, self.settings = api, settings
-        self.core = client.CoreV1Api(api)
+        self.pods = kube.core_path("pods", settings.namespace)
         self.running: dict[str, asyncio.Task[None]] = {}
         self.finished: set[str] = set()
 
@@ -446,35 +444,31 @@ class PodPlayer:
         while True:
             try:
                 if not version:
-                    listed = await self.core.list_namespaced_pod(
-                        self.settings.namespace, label_selector=SCANNER_SELECTOR
+                    listed = await self.api.request(
+                        "GET", self.pods, params={"labelSelector": SCANNER_SELECTOR}
                     )
-                    version = listed.metadata.resource_version
-                    for pod in listed.items:
-                        self.consider("ADDED", self.api.sanitize_for_serialization(pod))
+                    version = listed["metadata"]["resourceVersion"]
+                    for pod in listed["items"]:
+                        self.consider("ADDED", pod)
                     if ready is not None and not ready.is_set():
                         print(f"{READY_LINE} in namespace {self.settings.namespace}", flush=True)
                         ready.set()
-                async with watch.Watch().stream(
-                    self.core.list_namespaced_pod,
-                    self.settings.namespace,
-                    label_selector=SCANNER_SELECTOR,
-                    resource_version=version,
-                    timeout_seconds=300,
-                    allow_watch_bookmarks=True,
-                ) as stream:
-                    async for event in stream:
-                        obj = event["raw_object"]
-                        if event["type"] == "ERROR":
-                            version = "" if obj.get("code") == 410 else version
-                            break
-                        version = obj["metadata"]["resourceVersion"]
-                        if event["type"] != "BOOKMARK":
-                            self.consider(event["type"], obj)
-            except ApiException as e:
+                params: kube.Params = {
+                    "labelSelector": SCANNER_SELECTOR, "resourceVersion": version, "timeoutSeconds": 300,
+                    "allowWatchBookmarks": True,
+                }  # fmt: skip
+                async for event in self.api.watch(self.pods, params):
+                    obj = event["object"]
+                    if event["type"] == "ERROR":
+                        version = "" if obj.get("code") == 410 else version
+                        break
+                    version = obj["metadata"]["resourceVersion"]
+                    if event["type"] != "BOOKMARK":
+                        self.consider(event["type"], obj)
+            except kube.ApiError as e:
                 if e.status == 410:
                     version = ""
-                log.warning("pod watch: %s; re-listing", e.reason)
+                log.warning("pod watch: %s; re-listing", e)
                 await asyncio.sleep(1)
             except (TimeoutError, OSError, aiohttp.ClientError) as e:
                 # The API server restarting cuts the stream mid-chunk (a ClientPayloadError): watch again.
@@ -553,11 +547,9 @@ class PodPlayer:
             content_type = "application/merge-patch+json"
         for delay in (0.5, 1, 2, 4, 8, 8, 8, 8, 8, 8):  # the API server may be restarting: a minute
             try:
-                await self.core.patch_namespaced_pod(
-                    name, self.settings.namespace, patch, _content_type=content_type
-                )
+                await self.api.request("PATCH", f"{self.pods}/{name}", body=patch, content_type=content_type)
                 return
-            except ApiException as e:
+            except kube.ApiError as e:
                 if e.status in (404, 422):  # gone already, or the hold already lifted
                     return
                 if e.status < 500:
@@ -568,8 +560,7 @@ class PodPlayer:
 
 
 async def serve(settings: ScannerSimSettings) -> None:
-    api = await kube.api_client(settings.kubeconfig)
-    async with api:
+    async with await kube.connect(settings.kubeconfig) as api:
         await PodPlayer(api, settings).watch_pods(asyncio.Event())
 
 

@@ -39,8 +39,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -335,17 +333,15 @@ def ensure_archive(s: LocalStackSettings, state: dict[str, Any]) -> str:
 async def prepare_cluster(kubeconfig: str, namespace: str, timeout: float) -> None:
     """The CRD, the namespace (ready for Pods) and the scanners' ServiceAccount."""
     await install.install(kubeconfig)
-    api = await kube.api_client(kubeconfig)
-    async with api:
-        core = client.CoreV1Api(api)
-        with contextlib.suppress(ApiException):
-            await core.create_namespace({"metadata": {"name": namespace}})
+    async with await kube.connect(kubeconfig) as api:
+        with contextlib.suppress(kube.ApiError):
+            await api.request("POST", kube.core_path("namespaces"), body={"metadata": {"name": namespace}})
         deadline = time.monotonic() + timeout
         while True:
             try:
-                await core.read_namespaced_service_account("default", namespace)
+                await api.request("GET", kube.core_path("serviceaccounts", namespace, "default"))
                 break
-            except ApiException as e:
+            except kube.ApiError as e:
                 if e.status != 404 or time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.2)

@@ -10,18 +10,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 import aiohttp
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import conditions as cond
 from skyscan import kube, model, names, payloads
+from skyscan.kube import ApiError, Kube, core_path, scan_path
 from skyscan.patch import merge_patch
 from skyscan.status import ScanRecord
 from skyscan_operator import metrics, scanner_job
@@ -50,7 +48,7 @@ from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable
 
 log = logging.getLogger(__name__)
 MERGE = kube.MERGE_PATCH
-SCAN = kube.SCAN_RESOURCE
+JSON_PATCH = "application/json-patch+json"
 
 
 def secret_data(string_data: dict[str, str]) -> dict[str, str]:
@@ -58,13 +56,13 @@ def secret_data(string_data: dict[str, str]) -> dict[str, str]:
     return {k: base64.b64encode(v.encode()).decode() for k, v in string_data.items()}
 
 
-# What a Kubernetes API call raises: an answer (ApiException), or none (connection, timeout).
-KUBE_ERRORS = (ApiException, aiohttp.ClientError, asyncio.TimeoutError)
+# What a Kubernetes API call raises: an answer (ApiError), or none (connection, timeout).
+KUBE_ERRORS = (ApiError, aiohttp.ClientError, asyncio.TimeoutError)
 
 
 def is_api_outage(e: BaseException) -> bool:
     """The API server did not answer, or answered that it cannot now (408, 429, 5xx)."""
-    if isinstance(e, ApiException):
+    if isinstance(e, ApiError):
         return not e.status or e.status in (408, 429) or e.status >= 500
     return isinstance(e, aiohttp.ClientError | asyncio.TimeoutError | ConnectionError)
 
@@ -74,7 +72,7 @@ def api_refusal(e: BaseException) -> str:
     `StartFailed` (the object itself was refused: invalid, or its name is taken) counts as a failed
     attempt; an outage (`APIUnavailable`), a quota refusal (`QuotaExceeded`, which the reference
     retries forever too) and missing permissions of the operator (`APIForbidden`) do not."""
-    if is_api_outage(e) or not isinstance(e, ApiException):
+    if is_api_outage(e) or not isinstance(e, ApiError):
         return "APIUnavailable"
     if e.status == 403 and "quota" in describe(e).lower():
         return "QuotaExceeded"
@@ -85,15 +83,9 @@ def api_refusal(e: BaseException) -> str:
 
 def describe(e: BaseException) -> str:
     """An API error in one line: the status and the API server's message, or the exception."""
-    if not isinstance(e, ApiException):
+    if not isinstance(e, ApiError):
         return f"{type(e).__name__}: {e}"
-    body = e.body or ""
-    message = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
-    try:
-        message = str(json.loads(message).get("message") or message)
-    except (ValueError, AttributeError):
-        pass
-    return f"HTTP {e.status} {e.reason}: {message[:300]}"
+    return f"HTTP {e.status} {e.reason}: {e.message[:300]}"
 
 
 class Stop(Exception):
@@ -107,7 +99,7 @@ class Stop(Exception):
 class Applier:
     def __init__(
         self,
-        api: client.ApiClient,
+        api: Kube,
         wms: WMSClient | None,
         store: Store,
         events: EventPoster,
@@ -115,9 +107,6 @@ class Applier:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
-        self.objects = client.CustomObjectsApi(api)
-        self.batch = client.BatchV1Api(api)
-        self.core = client.CoreV1Api(api)
         self.wms, self.store, self.events, self.settings, self.clock = wms, store, events, settings, clock
 
     async def apply(self, scan: ScanView, body: dict[str, Any], plan: Plan) -> float | None:
@@ -177,10 +166,10 @@ class Run:
             return
         s = self.scan
         try:
-            new = await self.a.objects.patch_namespaced_custom_object_status(
-                **SCAN, namespace=s.namespace, name=s.name, body={"status": delta}, _content_type=MERGE
+            new = await self.a.api.request(
+                "PATCH", scan_path(s.namespace, s.name, "status"), body={"status": delta}, content_type=MERGE
             )
-        except ApiException as e:
+        except ApiError as e:
             if e.status == 404:
                 raise Stop() from e
             raise
@@ -300,10 +289,10 @@ class Run:
             "metadata": {"finalizers": wanted, "resourceVersion": self.body["metadata"]["resourceVersion"]}
         }
         try:
-            new = await self.a.objects.patch_namespaced_custom_object(
-                **SCAN, namespace=self.scan.namespace, name=self.scan.name, body=patch, _content_type=MERGE
+            new = await self.a.api.request(
+                "PATCH", scan_path(self.scan.namespace, self.scan.name), body=patch, content_type=MERGE
             )
-        except ApiException as e:
+        except ApiError as e:
             if e.status in (404, 409):
                 raise Stop(0.5 if e.status == 409 else None) from e  # changed meanwhile: plan again
             raise
@@ -366,9 +355,9 @@ class Run:
         s = self.scan
         secret = scanner_job.build_secret(s.name, s.uid, s.namespace, connection)
         try:
-            await self.a.core.create_namespaced_secret(s.namespace, secret)
+            await self.a.api.request("POST", core_path("secrets", s.namespace), body=secret)
         except KUBE_ERRORS as e:
-            if not (isinstance(e, ApiException) and e.status == 409):
+            if not (isinstance(e, ApiError) and e.status == 409):
                 await self.kube_refused(e, f"creating Secret {secret['metadata']['name']}")
             await self.adopt_secret(secret["metadata"]["name"], {"data": secret_data(secret["stringData"])})
         self.workflow().queues_activated = True
@@ -387,38 +376,39 @@ class Run:
         ]
         ops += [{"op": "add", "path": f"/{k}", "value": v} for k, v in (replace or {}).items()]
         try:
-            return await self.a.core.patch_namespaced_secret(
-                name, self.scan.namespace, ops, _content_type="application/json-patch+json"
+            return await self.a.api.request(
+                "PATCH", core_path("secrets", self.scan.namespace, name), body=ops, content_type=JSON_PATCH
             )
         except KUBE_ERRORS as e:
-            if not (isinstance(e, ApiException) and e.status in (404, 422)):
+            if not (isinstance(e, ApiError) and e.status in (404, 422)):
                 await self.kube_refused(e, f"adopting Secret {name}")
             self.fail_attempt("StartFailed", f"Secret {name} exists and belongs to someone else")
             await self.patch_status()
             raise Stop() from e
 
-    async def check_owner(self, meta: Any, kind: str) -> None:
-        owners = [o.uid for o in meta.owner_references or [] if o.controller]
+    async def check_owner(self, meta: dict[str, Any], kind: str) -> None:
+        owners = [o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")]
         if owners != [self.scan.uid]:
-            self.fail_attempt("StartFailed", f"{kind} {meta.name} exists and belongs to someone else")
+            self.fail_attempt("StartFailed", f"{kind} {meta['name']} exists and belongs to someone else")
             await self.patch_status()
             raise Stop()
 
     async def create_job(self, job: dict[str, Any]) -> None:
         s = self.scan
         name = job["metadata"]["name"]
+        jobs = kube.path("batch/v1", "jobs", s.namespace)
         try:
-            created = await self.a.batch.create_namespaced_job(s.namespace, job)
-            created_at = created.metadata.creation_timestamp
+            created = await self.a.api.request("POST", jobs, body=job)
+            created_at = cond.epoch(created["metadata"].get("creationTimestamp"))
         except KUBE_ERRORS as e:
-            if not (isinstance(e, ApiException) and e.status == 409):
+            if not (isinstance(e, ApiError) and e.status == 409):
                 await self.kube_refused(e, f"creating Job {name}")
-            existing = await self.a.batch.read_namespaced_job(name, s.namespace)
-            await self.check_owner(existing.metadata, "Job")
-            created_at = existing.metadata.creation_timestamp
+            existing = await self.a.api.request("GET", f"{jobs}/{name}")
+            await self.check_owner(existing["metadata"], "Job")
+            created_at = cond.epoch(existing["metadata"].get("creationTimestamp"))
         self.draft.job = model.JobStatus(
             name=name,
-            created_at=cond.iso(created_at.timestamp() if created_at else self.now()),
+            created_at=cond.iso(created_at or self.now()),
             state="Pending",
             reason="Pending",
         )
@@ -434,31 +424,33 @@ class Run:
         body = scanner_job.credential_secret(s.name, s.uid, s.namespace)
         name = body["metadata"]["name"]
         try:
-            secret = await self.a.core.create_namespaced_secret(s.namespace, body)
+            secret = await self.a.api.request("POST", core_path("secrets", s.namespace), body=body)
         except KUBE_ERRORS as e:
-            if not (isinstance(e, ApiException) and e.status == 409):
+            if not (isinstance(e, ApiError) and e.status == 409):
                 await self.kube_refused(e, f"creating Secret {name}")
             secret = await self.adopt_secret(name)
-        request = scanner_job.token_request(name, secret.metadata.uid, lifetime_seconds)
+        request = scanner_job.token_request(name, secret["metadata"]["uid"], lifetime_seconds)
         account = self.settings.scanner_service_account
         try:
-            granted = await self.a.core.create_namespaced_service_account_token(account, s.namespace, request)
-            await self.a.core.patch_namespaced_secret(
-                name, s.namespace, {"stringData": {names.SCANNER_TOKEN_KEY: granted.status.token}}
+            granted = await self.a.api.request(
+                "POST", core_path("serviceaccounts", s.namespace, account, "token"), body=request
             )
+            await self.a.api.request(
+                "PATCH", core_path("secrets", s.namespace, name),
+                body={"stringData": {names.SCANNER_TOKEN_KEY: granted["status"]["token"]}},
+                content_type=kube.STRATEGIC_MERGE_PATCH,
+            )  # fmt: skip
         except KUBE_ERRORS as e:
             await self.kube_refused(e, f"issuing a token for ServiceAccount {account}")
-        expires = granted.status.expiration_timestamp
-        self.draft.credential = model.ScannerCredential(
-            secret=name, expires_at=expires.timestamp() if expires else None
-        )
+        expires = cond.epoch(granted["status"].get("expirationTimestamp"))
+        self.draft.credential = model.ScannerCredential(secret=name, expires_at=expires)
         await self.patch_status()
         self.event("ScannerCredentialIssued", f"the scanner's own token, bound to Secret {name}")
 
     async def revoke_credential(self, secret: str) -> None:
         try:
-            await self.a.core.delete_namespaced_secret(secret, self.scan.namespace)
-        except ApiException as e:
+            await self.a.api.request("DELETE", core_path("secrets", self.scan.namespace, secret))
+        except ApiError as e:
             if e.status != 404:
                 raise
         if self.draft.credential:
@@ -476,7 +468,7 @@ class Run:
             try:
                 await payloads.add_event_owner(self.a.api, s.namespace, sensor_event_id, self.body)
                 self.event("EventAdopted", f"now an owner of its sensor event {sensor_event_id}")
-            except ApiException as e:
+            except ApiError as e:
                 if e.status != 404:
                     raise
                 meta = None  # deleted meanwhile
@@ -484,10 +476,11 @@ class Run:
 
     async def delete_job(self, name: str) -> None:
         try:
-            await self.a.batch.delete_namespaced_job(
-                name, self.scan.namespace, propagation_policy="Background"
-            )
-        except ApiException as e:
+            await self.a.api.request(
+                "DELETE", kube.path("batch/v1", "jobs", self.scan.namespace, name),
+                params={"propagationPolicy": "Background"},
+            )  # fmt: skip
+        except ApiError as e:
             if e.status != 404:
                 raise
             return
@@ -547,19 +540,15 @@ class Run:
     async def replace(self, new_id: str, body: dict[str, Any]) -> None:
         s = self.scan
         try:
-            created = await self.a.objects.create_namespaced_custom_object(
-                **SCAN, namespace=s.namespace, body=body
-            )
+            created = await self.a.api.request("POST", scan_path(s.namespace), body=body)
             self.event("ReplacementCreated", f"created replacement scan {new_id}")
-        except ApiException as e:
+        except ApiError as e:
             if e.status != 409:
                 raise
-            created = await self.a.objects.get_namespaced_custom_object(
-                **SCAN, namespace=s.namespace, name=new_id
-            )
+            created = await self.a.api.request("GET", scan_path(s.namespace, new_id))
         try:  # the shared sensor event must outlive the original scan
             await payloads.add_event_owner(self.a.api, s.namespace, s.spec.sensor_event_id, created)
-        except ApiException as e:
+        except ApiError as e:
             if e.status == 403:  # the replacement still runs; only its event's lifetime is at risk
                 self.event("EventOwnerNotAdded", f"cannot add {new_id} as an owner of the sensor event", True)
             elif e.status != 404:  # 404: no stored event (a Scan made with kubectl), nothing to keep alive
@@ -567,12 +556,9 @@ class Run:
         if self.scan.spec.replaced_by == new_id and self.scan.spec.deleted:
             return
         # The one spec write the operator makes: exactly these two fields, as a merge patch.
-        new = await self.a.objects.patch_namespaced_custom_object(
-            **SCAN,
-            namespace=s.namespace,
-            name=s.name,
-            body={"spec": {"deleted": True, "replacedBy": new_id}},
-            _content_type=MERGE,
-        )
+        new = await self.a.api.request(
+            "PATCH", scan_path(s.namespace, s.name), body={"spec": {"deleted": True, "replacedBy": new_id}},
+            content_type=MERGE,
+        )  # fmt: skip
         self.body = new
         self.a.store.put_scan(new)

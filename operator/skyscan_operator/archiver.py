@@ -20,9 +20,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from skyscan import conditions as cond
 from skyscan import kube, logs, manifest, names, payloads
 from skyscan.archive import Archive, ArchivedScan
@@ -80,10 +77,9 @@ class ArchiveQueue:
 
 
 class Archiver:
-    def __init__(self, api: client.ApiClient, settings: OperatorSettings, clock: Callable[[], float]) -> None:
+    def __init__(self, api: kube.Kube, settings: OperatorSettings, clock: Callable[[], float]) -> None:
         assert settings.archive_dsn is not None
         self._api, self._settings, self._clock = api, settings, clock
-        self._objs = client.CustomObjectsApi(api)
         self._archive: Archive | None = None
         self.queue = ArchiveQueue()
         self.moved = 0
@@ -130,10 +126,8 @@ class Archiver:
     async def move(self, key: Key) -> None:
         namespace, name = key
         try:
-            obj: dict[str, Any] = await self._objs.get_namespaced_custom_object(
-                **kube.SCAN_RESOURCE, namespace=namespace, name=name
-            )
-        except ApiException as e:
+            obj: dict[str, Any] = await self._api.request("GET", kube.scan_path(namespace, name))
+        except kube.ApiError as e:
             if e.status == 404:
                 return
             raise
@@ -164,11 +158,11 @@ class Archiver:
         )
         unchanged = {k: obj["metadata"][k] for k in ("uid", "resourceVersion")}
         try:
-            await self._objs.delete_namespaced_custom_object(
-                **kube.SCAN_RESOURCE, namespace=namespace, name=name,
+            await self._api.request(
+                "DELETE", kube.scan_path(namespace, name),
                 body={"preconditions": unchanged, "propagationPolicy": "Background"},
             )  # fmt: skip
-        except ApiException as e:
+        except kube.ApiError as e:
             if e.status == 404:
                 return
             if e.status != 409:
@@ -183,7 +177,9 @@ class Archiver:
         exists when the move is done; a failure only logs."""
         body = event_body(scan, type_, reason, message, self._clock())
         try:
-            await client.CoreV1Api(self._api).create_namespaced_event(scan["metadata"]["namespace"], body)
-        except (ApiException, OSError) as e:
+            await self._api.request(
+                "POST", kube.core_path("events", scan["metadata"]["namespace"]), body=body
+            )
+        except (kube.ApiError, OSError) as e:
             name = scan["metadata"]["name"]
             log.warning("could not post event %s for %s: %s", reason, name, e, extra=logs.about(name))

@@ -23,8 +23,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from skyscan import conditions as cond
@@ -54,7 +52,7 @@ class Controller:
         self.queue: WorkQueue[Key] = WorkQueue()
         self.last_low_priority_admission: float | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._api: client.ApiClient | None = None
+        self._api: kube.Kube | None = None
         self.wms: WMSClient | None = None
         self.events: EventPoster | None = None
         self.applier: Applier | None = None
@@ -67,7 +65,7 @@ class Controller:
     async def start(self) -> None:
         s = self.settings
         self.started_at = self.clock()
-        self._api = await kube.api_client(s.kubeconfig)
+        self._api = await kube.connect(s.kubeconfig)
         if s.wms_base_url:
             self.wms = WMSClient(
                 s.wms_base_url,
@@ -206,7 +204,7 @@ class Controller:
         plan = planner.plan(scan, self.observe(key, scan, now), now, self.settings)
         try:
             wake = await self.applier.apply(scan, body, plan)
-        except ApiException as e:
+        except kube.ApiError as e:
             if e.status == 404:
                 return None
             raise
@@ -287,7 +285,7 @@ class Controller:
     async def _payload_refs(self, namespace: str) -> dict[janitor.Ref, list[dict[str, Any]]]:
         assert self._api is not None
         refs: dict[janitor.Ref, list[dict[str, Any]]] = {}
-        async for page in kube.legacy_list_scans(self._api, namespace):
+        async for page in kube.list_scans(self._api, namespace):
             for ref, owners in janitor.referenced(page).items():
                 refs.setdefault(ref, []).extend(owners)
         return refs
@@ -302,7 +300,7 @@ class Controller:
                 owners, version = list(change.owners), change.resource_version
                 await payloads.add_owners(self._api, namespace, change.name, owners, version)
                 log.info("janitor: %s/%s adopted by the Scans naming it", namespace, change.name)
-        except ApiException as e:
+        except kube.ApiError as e:
             if e.status not in (404, 409):  # gone, or changed since it was listed: the next sweep sees
                 raise
 

@@ -7,10 +7,7 @@ import logging
 import secrets
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from skyscan import logs, model
+from skyscan import kube, logs, model
 from skyscan.conditions import iso
 
 log = logging.getLogger(__name__)
@@ -42,8 +39,8 @@ def event_body(scan: dict[str, Any], type_: str, reason: str, message: str, now:
 class EventPoster:
     """A queue drained by one task, so reconciles never wait on Events and failures only log."""
 
-    def __init__(self, api: client.ApiClient, maxsize: int = 10_000) -> None:
-        self._core = client.CoreV1Api(api)
+    def __init__(self, api: kube.Kube, maxsize: int = 10_000) -> None:
+        self._api = api
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize)
         self._task: asyncio.Task[None] | None = None
 
@@ -67,7 +64,9 @@ class EventPoster:
         while True:
             body = await self._queue.get()
             try:
-                await self._core.create_namespaced_event(body["metadata"]["namespace"], body)
-            except (ApiException, OSError) as e:
+                await self._api.request(
+                    "POST", kube.core_path("events", body["metadata"]["namespace"]), body=body
+                )
+            except (kube.ApiError, OSError) as e:
                 scan_id = body["involvedObject"]["name"]
                 log.warning("could not post event %s: %s", body["reason"], e, extra=logs.about(scan_id))

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from kubernetes_asyncio import client
 
 from skyscan import kube
+from skyscan.kube import core_path
 from skyscan_local import postgres
 from skyscan_local import stack as localstack
 from tests.conftest import ArchiveServer, Cluster
@@ -98,17 +98,14 @@ class Stack:
 
 
 async def _create_namespace(kubeconfig: str, name: str) -> None:
-    api = await kube.api_client(kubeconfig)
-    async with api:
-        await client.CoreV1Api(api).create_namespace(
-            {"metadata": {"name": name, "labels": {"skyscan.io/test": "true"}}}
-        )
+    async with await kube.connect(kubeconfig) as api:
+        body = {"metadata": {"name": name, "labels": {"skyscan.io/test": "true"}}}
+        await api.request("POST", core_path("namespaces"), body=body)
 
 
 async def _delete_namespace(kubeconfig: str, name: str) -> None:
-    api = await kube.api_client(kubeconfig)
-    async with api:
-        await client.CoreV1Api(api).delete_namespace(name)
+    async with await kube.connect(kubeconfig) as api:
+        await api.request("DELETE", core_path("namespaces", name=name))
 
 
 @pytest.fixture(scope="session")

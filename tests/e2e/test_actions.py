@@ -4,20 +4,18 @@ DELETE mid-scan (the WMS workflow is aborted, the Job removed, the record kept).
 from __future__ import annotations
 
 import httpx
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import kube
+from skyscan.kube import ApiError, core_path
 from tests.e2e.conftest import LONG_NSIDES, Rest, Stack, wms_workflow
 from tests.helpers import eventually
 
 
 async def job_gone(stack: Stack, scan_id: str) -> bool:
-    api = await kube.api_client(stack.kubeconfig)
-    async with api:
+    async with await kube.connect(stack.kubeconfig) as api:
         try:
-            await client.BatchV1Api(api).read_namespaced_job(f"skyscan-{scan_id}", stack.namespace)
-        except ApiException as e:
+            await api.request("GET", kube.path("batch/v1", "jobs", stack.namespace, f"skyscan-{scan_id}"))
+        except ApiError as e:
             if e.status == 404:
                 return True
             raise
@@ -89,15 +87,16 @@ async def test_rescan_with_replace_redirects_to_the_new_scan(rest: Rest, stack: 
 
 
 async def scanner_exit_code(stack: Stack, scan_id: str) -> int | None:
-    api = await kube.api_client(stack.kubeconfig)
-    async with api:
-        pods = await client.CoreV1Api(api).list_namespaced_pod(
-            stack.namespace, label_selector=f"skyscan.io/scan-id={scan_id}"
+    async with await kube.connect(stack.kubeconfig) as api:
+        pods = await api.request(
+            "GET",
+            core_path("pods", stack.namespace),
+            params={"labelSelector": f"skyscan.io/scan-id={scan_id}"},
         )
-    for pod in pods.items:
-        for container in pod.status.container_statuses or []:
-            if container.state and container.state.terminated:
-                return int(container.state.terminated.exit_code)
+    for pod in pods["items"]:
+        for container in (pod.get("status") or {}).get("containerStatuses") or []:
+            if terminated := (container.get("state") or {}).get("terminated"):
+                return int(terminated["exitCode"])
     return None
 
 

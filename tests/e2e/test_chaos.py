@@ -19,14 +19,14 @@ from typing import Any
 
 import httpx
 import pytest
-from kubernetes_asyncio import client
 
 from skyscan import kube
+from skyscan.kube import core_path, scan_path
 from skyscan.status import ScanRecord
 from skyscan_local import stack as localstack
 from tests.e2e.conftest import LONG_NSIDES, Rest, scan_request
 from tests.e2e.own_cluster import OwnCluster, own_cluster
-from tests.helpers import SCAN, eventually
+from tests.helpers import eventually
 
 SCANS, DELETED = 8, (2, 5)  # launch 8; soft-delete the 3rd and the 6th while they run
 KILLED = ("operator", "shim", "wms-simulator")
@@ -121,12 +121,10 @@ async def test_scans_survive_random_kills_of_every_component(own: OwnCluster, ow
         ["wms-simulator", "shim", "operator", "scanner-simulator"], True
     ), "a component died besides the killed ones"
 
-    api = await kube.api_client(stack.kubeconfig)
-    async with api:
-        objs = client.CustomObjectsApi(api)
+    async with await kube.connect(stack.kubeconfig) as api:
 
         async def scans() -> dict[str, dict[str, Any]]:
-            listed = await objs.list_namespaced_custom_object(**SCAN, namespace=stack.namespace)
+            listed = await api.request("GET", scan_path(stack.namespace))
             return {s["metadata"]["name"]: s for s in listed["items"]}
 
         # Every Scan (acknowledged or not: a POST cut by a kill may still have made one) ends.
@@ -165,8 +163,8 @@ async def test_scans_survive_random_kills_of_every_component(own: OwnCluster, ow
         assert all(reason and not reason.startswith("None") for reason in failures.values()), failures
 
         # One Job and one workflow per scan.
-        jobs = (await client.BatchV1Api(api).list_namespaced_job(stack.namespace)).items
-        job_names = [j.metadata.name for j in jobs]
+        jobs = (await api.request("GET", kube.path("batch/v1", "jobs", stack.namespace)))["items"]
+        job_names = [j["metadata"]["name"] for j in jobs]
         assert len(job_names) == len(set(job_names))
         async with httpx.AsyncClient(base_url=stack.wms_url, timeout=10) as wms:
             workflows = (await wms.get("/_sim/workflows")).json()["workflows"]
@@ -182,11 +180,16 @@ async def test_scans_survive_random_kills_of_every_component(own: OwnCluster, ow
         log(began, f"{len(workflows)} workflows, {len(job_names)} Jobs for {len(found)} Scans")
 
         # No payload without an owner once the janitor had its period.
-        core = client.CoreV1Api(api)
 
         async def no_ownerless() -> bool:
-            maps = await core.list_namespaced_config_map(stack.namespace, label_selector="skyscan.io/payload")
-            ownerless = [m.metadata.name for m in maps.items if not m.metadata.owner_references]
+            maps = await api.request(
+                "GET",
+                core_path("configmaps", stack.namespace),
+                params={"labelSelector": "skyscan.io/payload"},
+            )
+            ownerless = [
+                m["metadata"]["name"] for m in maps["items"] if not m["metadata"].get("ownerReferences")
+            ]
             assert not ownerless, f"ownerless payloads: {ownerless}"
             return True
 

@@ -10,9 +10,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
-from kubernetes_asyncio import client
 
 from skyscan import kube, names, presign
+from skyscan.kube import core_path
 from skyscan_local import stack as localstack
 from skyscan_local.wms_simulator import startup_url_of
 from tests.e2e.conftest import Rest, Stack
@@ -40,18 +40,19 @@ async def test_a_scan_completes_through_the_presigned_hand_off(rest: Rest, stack
     assert f"worker fetched startup.json for {workflow_id} via presigned URL: 200" in log
 
     # The file is stored as the scan's payload object.
-    api = await kube.api_client(stack.kubeconfig)
-    async with api:
-        cm = await client.CoreV1Api(api).read_namespaced_config_map(
-            names.startup_object_name(scan_id), stack.namespace
+    async with await kube.connect(stack.kubeconfig) as api:
+        cm = await api.request(
+            "GET", core_path("configmaps", stack.namespace, names.startup_object_name(scan_id))
         )
-        job = await client.BatchV1Api(api).read_namespaced_job(names.job_name(scan_id), stack.namespace)
-    assert cm.metadata.labels[names.PAYLOAD_LABEL] == "startup"
-    assert cm.metadata.owner_references[0].name == scan_id
-    (sidecar,) = job.spec.template.spec.init_containers
-    assert sidecar.restart_policy == "Always" and sidecar.command == ["skyscan-sidecar"]
-    auth = next(e for e in sidecar.env if e.name == "SKYSCAN_SKYDRIVER_AUTH")
-    assert auth.value is None  # a reference to the scanner's Secret, never the token itself
+        job = await api.request(
+            "GET", kube.path("batch/v1", "jobs", stack.namespace, names.job_name(scan_id))
+        )
+    assert cm["metadata"]["labels"][names.PAYLOAD_LABEL] == "startup"
+    assert cm["metadata"]["ownerReferences"][0]["name"] == scan_id
+    (sidecar,) = job["spec"]["template"]["spec"]["initContainers"]
+    assert sidecar["restartPolicy"] == "Always" and sidecar["command"] == ["skyscan-sidecar"]
+    auth = next(e for e in sidecar["env"] if e["name"] == "SKYSCAN_SKYDRIVER_AUTH")
+    assert "value" not in auth  # a reference to the scanner's Secret, never the token itself
 
     # The URL the operator gave the workers, over real HTTP with no credential.
     (workflow,) = [

@@ -8,30 +8,30 @@ import asyncio
 import json
 from typing import Any
 
-from kubernetes_asyncio import client
 from skyreader import SkyScanResult
 
 from skyscan import kube
+from skyscan.kube import core_path
 from skyscan.state import NOT_YET_REQUESTED
 from tests.e2e.conftest import Rest, Stack, follow_states, wms_workflow
 from tests.helpers import eventually
 
 
 async def scan_event_reasons(stack: Stack, scan_id: str) -> list[str]:
-    api = await kube.api_client(stack.kubeconfig)
-    async with api:
-        events = await client.CoreV1Api(api).list_namespaced_event(
-            stack.namespace, field_selector=f"involvedObject.name={scan_id}"
+    async with await kube.connect(stack.kubeconfig) as api:
+        events = await api.request(
+            "GET",
+            core_path("events", stack.namespace),
+            params={"fieldSelector": f"involvedObject.name={scan_id}"},
         )
-    ordered = sorted(events.items, key=lambda e: int(e.metadata.resource_version))  # creation order
-    return [e.reason for e in ordered]
+    ordered = sorted(events["items"], key=lambda e: int(e["metadata"]["resourceVersion"]))  # creation order
+    return [e["reason"] for e in ordered]
 
 
 async def job_succeeded(stack: Stack, scan_id: str) -> bool:
-    api = await kube.api_client(stack.kubeconfig)
-    async with api:
-        job = await client.BatchV1Api(api).read_namespaced_job(f"skyscan-{scan_id}", stack.namespace)
-    return bool(job.status.succeeded)
+    async with await kube.connect(stack.kubeconfig) as api:
+        job = await api.request("GET", kube.path("batch/v1", "jobs", stack.namespace, f"skyscan-{scan_id}"))
+    return bool((job.get("status") or {}).get("succeeded"))
 
 
 async def test_a_scan_runs_from_submission_to_finished_workflow(rest: Rest, stack: Stack) -> None:

@@ -14,9 +14,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from kubernetes_asyncio import client
 
 from skyscan import kube, logs, names
+from skyscan.kube import core_path
 from skyscan_local import stack as localstack
 from skyscan_local.wms_simulator import startup_url_of
 from tests.e2e.conftest import LONG_NSIDES, Rest, Stack
@@ -38,15 +38,12 @@ def own(tmp_path: Path, archive_dsn: str) -> Iterator[OwnCluster]:
 
 async def scanner_token(stack: Stack, scan_id: str) -> str:
     """The scanner's per-scan token, from its Secret (there while the scan runs)."""
-    api = await kube.api_client(stack.kubeconfig)
-    async with api:
-        core = client.CoreV1Api(api)
+    async with await kube.connect(stack.kubeconfig) as api:
 
         async def read() -> str | None:
-            secret = await core.read_namespaced_secret(
-                names.scanner_token_secret_name(scan_id), stack.namespace
-            )
-            token = (secret.data or {}).get(names.SCANNER_TOKEN_KEY)
+            name = names.scanner_token_secret_name(scan_id)
+            secret = await api.request("GET", core_path("secrets", stack.namespace, name))
+            token = (secret.get("data") or {}).get(names.SCANNER_TOKEN_KEY)
             return base64.b64decode(token).decode() if token else None
 
         return await eventually(read, timeout=30, interval=0.1)

@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 import yaml
-from kubernetes_asyncio import client
 
-from skyscan import crd
+from skyscan import crd, kube
+from skyscan.kube import Kube
 from skyscan_local import stack as localstack
 from tests.conftest import Cluster
 from tests.e2e.conftest import FAST, KUBECTL, REPO, scan_request
@@ -206,7 +206,7 @@ async def service_account_kubeconfig(kubeconfig: str, namespace: str, account: s
 
 
 async def test_the_stack_runs_on_its_least_privilege_service_accounts(
-    cluster: Cluster, namespace: str, api: client.ApiClient, tmp_path: Path, archive_dsn: str
+    cluster: Cluster, namespace: str, api: Kube, tmp_path: Path, archive_dsn: str
 ) -> None:
     """The shim and the operator, each with only its Role, carry a scan through start and soft delete."""
     cluster_scoped = await apply_rbac(
@@ -248,10 +248,10 @@ async def test_the_stack_runs_on_its_least_privilege_service_accounts(
                 timeout=30,
             )
             job = await eventually(
-                lambda: client.BatchV1Api(api).read_namespaced_job(f"skyscan-{scan_id}", namespace),
+                lambda: api.request("GET", kube.path("batch/v1", "jobs", namespace, f"skyscan-{scan_id}")),
                 timeout=30,
             )
-            assert job.metadata.owner_references[0].name == scan_id
+            assert job["metadata"]["ownerReferences"][0]["name"] == scan_id
             assert (await http.request("DELETE", f"/scan/{scan_id}", json={})).status_code == 200
             await eventually(lambda: status_when(lambda s: s["wms_deactivated"] == "ABORTED"), timeout=30)
         for log in ("operator.log", "shim.log"):

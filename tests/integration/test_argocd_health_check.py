@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from kubernetes_asyncio import client
-
+from skyscan.kube import Kube, core_path
 from tests.conftest import Cluster
 from tests.gitops import HEALTH_LUA
 
@@ -17,14 +16,13 @@ KEY = "resource.customizations.health.skyscan.io_Scan"
 
 
 async def test_the_kustomization_adds_the_health_check_to_argocd_cm(
-    cluster: Cluster, api: client.ApiClient, namespace: str
+    cluster: Cluster, api: Kube, namespace: str
 ) -> None:
-    core = client.CoreV1Api(api)
     installed = {
         "metadata": {"name": "argocd-cm", "labels": {"app.kubernetes.io/name": "argocd-cm"}},
         "data": {"url": "https://argocd.example.org"},
     }  # fmt: skip  (as Argo CD's install leaves it)
-    await core.create_namespaced_config_map(namespace, installed)
+    await api.request("POST", core_path("configmaps", namespace), body=installed)
     process = await asyncio.create_subprocess_exec(
         KUBECTL, "--kubeconfig", cluster.kubeconfig, "-n", namespace, "apply", "--server-side",
         "--field-manager=skyscan", "-k", str(HEALTH_LUA.parent),
@@ -32,9 +30,9 @@ async def test_the_kustomization_adds_the_health_check_to_argocd_cm(
     )  # fmt: skip
     output, _ = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, output.decode()
-    cm = await core.read_namespaced_config_map("argocd-cm", namespace)
-    assert cm.data == {"url": "https://argocd.example.org", KEY: HEALTH_LUA.read_text()}
-    assert cm.metadata.labels == {
+    cm = await api.request("GET", core_path("configmaps", namespace, "argocd-cm"))
+    assert cm["data"] == {"url": "https://argocd.example.org", KEY: HEALTH_LUA.read_text()}
+    assert cm["metadata"]["labels"] == {
         "app.kubernetes.io/name": "argocd-cm",
         "app.kubernetes.io/part-of": "argocd",
     }

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import aiohttp
 import asyncpg
-from kubernetes_asyncio import client
+
+from skyscan.kube import Kube
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "bench"))
 import harness
@@ -24,7 +25,7 @@ from tests.conftest import Cluster
 
 
 async def test_a_real_shim_serves_the_stored_scans(
-    cluster: Cluster, api: client.ApiClient, namespace: str, tmp_path: Path
+    cluster: Cluster, api: Kube, namespace: str, tmp_path: Path
 ) -> None:
     ids = await harness.create_scans(api, namespace, 6, event=True, first=20)
     config = harness.ShimConfig.make(cluster.kubeconfig, namespace, tmp_path)

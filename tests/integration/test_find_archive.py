@@ -11,13 +11,13 @@ from typing import Any
 
 import asyncpg
 import pytest
-from kubernetes_asyncio import client
 
 from api_shim.archive_find import queries, translate
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError
 from api_shim.filters import FindLimits, parse_filter
 from api_shim.handlers import find
+from skyscan import kube
 from skyscan.archive import Archive, ArchivedScan
 from tests.unit.test_shim_filters import DOC, MATCH_CASES
 
@@ -139,7 +139,9 @@ CASES = list({json.dumps(q): q for q in [q for q, _ in MATCH_CASES] + ARCHIVE_CA
 
 @pytest.fixture
 async def live() -> AsyncIterator[ScanCache]:
-    async with client.ApiClient() as api:  # never called: an empty cache, no live scans
+    async with kube.Kube(
+        kube.Endpoint("http://unused.invalid")
+    ) as api:  # never called: an empty cache, no live scans
         yield ScanCache(api, NAMESPACE)
 
 

@@ -7,12 +7,11 @@ import json
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from skyscan import crd
+from skyscan import crd, kube
+from skyscan.kube import ApiError, Kube, core_path, scan_path
 from skyscan_local import control_plane as localcluster
-from tests.helpers import SCAN, eventually
+from tests.helpers import eventually
 from tests.unit.test_crd import minimal_spec
 
 MERGE = "application/merge-patch+json"
@@ -27,29 +26,28 @@ def scan(name: str, **spec_changes: Any) -> dict[str, Any]:
     }
 
 
-async def test_crd_is_established_with_printer_columns(api: client.ApiClient) -> None:
-    got = await client.ApiextensionsV1Api(api).read_custom_resource_definition(crd.CRD_NAME)
-    assert any(c.type == "Established" and c.status == "True" for c in got.status.conditions)
-    version = got.spec.versions[0]
-    assert version.name == "v1alpha1" and version.subresources.status == {}
-    assert [c.name for c in version.additional_printer_columns][:3] == ["State", "Priority", "Algo"]
-    assert got.spec.names.short_names == ["scn"]
+async def test_crd_is_established_with_printer_columns(api: Kube) -> None:
+    got = await api.request(
+        "GET", kube.path("apiextensions.k8s.io/v1", "customresourcedefinitions", name=crd.CRD_NAME)
+    )
+    assert kube.is_established(got)
+    version = got["spec"]["versions"][0]
+    assert version["name"] == "v1alpha1" and version["subresources"]["status"] == {}
+    assert [c["name"] for c in version["additionalPrinterColumns"]][:3] == ["State", "Priority", "Algo"]
+    assert got["spec"]["names"]["shortNames"] == ["scn"]
 
 
-async def test_valid_scan_is_accepted_with_defaults(api: client.ApiClient, namespace: str) -> None:
-    objs = client.CustomObjectsApi(api)
-    await objs.create_namespaced_custom_object(
-        **SCAN,
-        namespace=namespace,
+async def test_valid_scan_is_accepted_with_defaults(api: Kube, namespace: str) -> None:
+    await api.request(
+        "POST",
+        scan_path(namespace),
         body=scan(
             "0194d2a3b4cx4a1b2c3d4e5f6a7b8c9d0",
             classifiers={"origin": "alert", "n": 3, "ok": True, "z": None},
             scannerServerEnvFromUser={"SKYSCAN_URL": "https://example.test/" + "p" * 200},
         ),
     )
-    got = await objs.get_namespaced_custom_object(
-        **SCAN, namespace=namespace, name="0194d2a3b4cx4a1b2c3d4e5f6a7b8c9d0"
-    )
+    got = await api.request("GET", scan_path(namespace, "0194d2a3b4cx4a1b2c3d4e5f6a7b8c9d0"))
     spec = got["spec"]
     assert spec["scannerServerMemoryBytes"] == 1_024_000_000
     assert spec["workerMemoryBytes"] == 8_000_000_000 and spec["workerDiskBytes"] == 1_000_000_000
@@ -57,21 +55,19 @@ async def test_valid_scan_is_accepted_with_defaults(api: client.ApiClient, names
     assert spec["classifiers"]["n"] == 3 and spec["classifiers"]["ok"] is True
 
 
-async def test_status_is_a_subresource(api: client.ApiClient, namespace: str) -> None:
-    objs = client.CustomObjectsApi(api)
-    await objs.create_namespaced_custom_object(**SCAN, namespace=namespace, body=scan("s1"))
-    await objs.patch_namespaced_custom_object_status(
-        **SCAN,
-        namespace=namespace,
-        name="s1",
+async def test_status_is_a_subresource(api: Kube, namespace: str) -> None:
+    await api.request("POST", scan_path(namespace), body=scan("s1"))
+    await api.request(
+        "PATCH",
+        scan_path(namespace, "s1", "status"),
         body={"status": {"state": "PENDING", "observedGeneration": 1}},
-        _content_type=MERGE,
+        content_type=MERGE,
     )
     # A status written through the main resource is ignored.
-    await objs.patch_namespaced_custom_object(
-        **SCAN, namespace=namespace, name="s1", body={"status": {"state": "HACKED"}}, _content_type=MERGE
+    await api.request(
+        "PATCH", scan_path(namespace, "s1"), body={"status": {"state": "HACKED"}}, content_type=MERGE
     )
-    got = await objs.get_namespaced_custom_object(**SCAN, namespace=namespace, name="s1")
+    got = await api.request("GET", scan_path(namespace, "s1"))
     assert got["status"]["state"] == "PENDING"
 
 
@@ -100,38 +96,36 @@ async def test_status_is_a_subresource(api: client.ApiClient, namespace: str) ->
     ],
 )
 async def test_invalid_scans_are_rejected_naming_the_field(
-    api: client.ApiClient, namespace: str, changes: dict[str, Any], drop: str | None, expected: str
+    api: Kube, namespace: str, changes: dict[str, Any], drop: str | None, expected: str
 ) -> None:
     body = scan("bad", **changes)
     if drop:
         del body["spec"][drop]
-    with pytest.raises(ApiException) as err:
-        await client.CustomObjectsApi(api).create_namespaced_custom_object(
-            **SCAN, namespace=namespace, body=body
-        )
+    with pytest.raises(ApiError) as err:
+        await api.request("POST", scan_path(namespace), body=body)
     assert err.value.status == 422
     assert expected in json.loads(err.value.body)["message"]
 
 
-async def test_a_job_runs_to_complete_through_kwok(api: client.ApiClient, namespace: str) -> None:
-    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+async def test_a_job_runs_to_complete_through_kwok(api: Kube, namespace: str) -> None:
     phases: list[str] = []
     nodes: set[str] = set()
 
     async def record_pods() -> None:
-        async with watch.Watch().stream(core.list_namespaced_pod, namespace, timeout_seconds=60) as stream:
-            async for event in stream:
-                pod = event["object"]
-                nodes.add(pod.spec.node_name or "")
-                if pod.status.phase and (not phases or phases[-1] != pod.status.phase):
-                    phases.append(pod.status.phase)
-                if pod.status.phase == "Succeeded":
-                    return
+        async for event in api.watch(core_path("pods", namespace), {"timeoutSeconds": 60}):
+            pod = event["object"]
+            nodes.add(pod["spec"].get("nodeName") or "")
+            phase = (pod.get("status") or {}).get("phase")
+            if phase and (not phases or phases[-1] != phase):
+                phases.append(phase)
+            if phase == "Succeeded":
+                return
 
     recorder = asyncio.create_task(record_pods())
-    await batch.create_namespaced_job(
-        namespace,
-        {
+    await api.request(
+        "POST",
+        kube.path("batch/v1", "jobs", namespace),
+        body={
             "metadata": {"name": "hello"},
             "spec": {
                 "backoffLimit": 0,
@@ -143,8 +137,9 @@ async def test_a_job_runs_to_complete_through_kwok(api: client.ApiClient, namesp
     )
 
     async def complete() -> bool:
-        job = await batch.read_namespaced_job_status("hello", namespace)
-        return any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or [])
+        job = await api.request("GET", kube.path("batch/v1", "jobs", namespace, "hello", "status"))
+        conditions = (job.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Complete" and c["status"] == "True" for c in conditions)
 
     await eventually(complete, timeout=60)
     await asyncio.wait_for(recorder, timeout=30)
@@ -152,12 +147,12 @@ async def test_a_job_runs_to_complete_through_kwok(api: client.ApiClient, namesp
     assert phases[-2:] == ["Running", "Succeeded"], phases
 
 
-async def test_deleting_an_owner_collects_what_it_owns(api: client.ApiClient, namespace: str) -> None:
-    objs, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    owner = await objs.create_namespaced_custom_object(**SCAN, namespace=namespace, body=scan("owner"))
-    await core.create_namespaced_config_map(
-        namespace,
-        {
+async def test_deleting_an_owner_collects_what_it_owns(api: Kube, namespace: str) -> None:
+    owner = await api.request("POST", scan_path(namespace), body=scan("owner"))
+    await api.request(
+        "POST",
+        core_path("configmaps", namespace),
+        body={
             "metadata": {
                 "name": "owned",
                 "ownerReferences": [
@@ -173,12 +168,12 @@ async def test_deleting_an_owner_collects_what_it_owns(api: client.ApiClient, na
             "data": {"k": "v"},
         },
     )
-    await objs.delete_namespaced_custom_object(**SCAN, namespace=namespace, name="owner")
+    await api.request("DELETE", scan_path(namespace, "owner"))
 
     async def gone() -> bool:
         try:
-            await core.read_namespaced_config_map("owned", namespace)
-        except ApiException as e:
+            await api.request("GET", core_path("configmaps", namespace, "owned"))
+        except ApiError as e:
             return e.status == 404
         return False
 

@@ -33,11 +33,11 @@ from aiohttp.test_utils import TestServer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
-from kubernetes_asyncio import client
 
 from api_shim import auth, oidc
 from api_shim.app import create_app
 from api_shim.settings import ShimSettings
+from skyscan.kube import Kube, core_path
 from tests.conftest import Cluster
 
 REALM = "/realms/icecube"
@@ -517,16 +517,18 @@ def api_server_access(cluster: Cluster, tmp_path: Path) -> tuple[str, Path, Path
     )
 
 
-async def service_account_token(api: client.ApiClient, namespace: str, audience: str) -> str:
-    request = await client.CoreV1Api(api).create_namespaced_service_account_token(
-        "default", namespace, {"spec": {"audiences": [audience], "expirationSeconds": 600}}
+async def service_account_token(api: Kube, namespace: str, audience: str) -> str:
+    request = await api.request(
+        "POST",
+        core_path("serviceaccounts", namespace, "default", "token"),
+        body={"spec": {"audiences": [audience], "expirationSeconds": 600}},
     )
-    token: str = request.status.token
+    token: str = request["status"]["token"]
     return token
 
 
 async def test_a_service_account_token_of_the_api_server_verifies(
-    cluster: Cluster, api: client.ApiClient, namespace: str, tmp_path: Path
+    cluster: Cluster, api: Kube, namespace: str, tmp_path: Path
 ) -> None:
     server, ca_file, token_file = api_server_access(cluster, tmp_path)
     subject = f"system:serviceaccount:{namespace}:default"
@@ -557,7 +559,7 @@ async def test_a_service_account_token_of_the_api_server_verifies(
 
 
 async def test_the_api_server_wants_a_bearer_for_its_discovery(
-    cluster: Cluster, api: client.ApiClient, namespace: str, tmp_path: Path
+    cluster: Cluster, api: Kube, namespace: str, tmp_path: Path
 ) -> None:
     server, ca_file, _ = api_server_access(cluster, tmp_path)
     verifier = oidc.OIDCVerifier([oidc.IssuerConfig(issuer=server, audience="skyscan", ca_file=ca_file)])

@@ -9,9 +9,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import conditions as cond
+from skyscan.kube import ApiError
 from skyscan_operator.apply import Run, Stop, api_refusal
 from skyscan_operator.planner import Admission, Observed, plan
 from skyscan_operator.store import Store
@@ -21,10 +21,8 @@ from tests.unit.test_planner import S as PLANNER_SETTINGS
 S = SimpleNamespace  # fakes of the applier's collaborators
 
 
-def api_error(status: int, message: str = "") -> ApiException:
-    e = ApiException(status=status, reason="Reason")
-    e.body = json.dumps({"kind": "Status", "message": message}).encode()
-    return e
+def api_error(status: int, message: str = "") -> ApiError:
+    return ApiError(status, "Reason", json.dumps({"kind": "Status", "message": message}).encode())
 
 
 QUOTA = 'jobs.batch "skyscan-s1" is forbidden: exceeded quota: q, requested: count/jobs.batch=1, used: 0'
@@ -64,7 +62,7 @@ def in_attempt(attempts: int = 1) -> Run:
     first["backlog"]["attempts"] = attempts - 1
     admitted = plan(scan(first), Observed(event=True, admission=Admission(True)), NOW - 5, SETTINGS)
 
-    async def patch_status(**kw: Any) -> dict[str, Any]:
+    async def patch_status(*args: Any, **kw: Any) -> dict[str, Any]:
         meta = {"name": "s1", "namespace": "ns", "uid": "uid-1", "resourceVersion": "9"}
         return {"metadata": meta, "spec": {}, "status": {}}
 
@@ -73,7 +71,7 @@ def in_attempt(attempts: int = 1) -> Run:
         clock=lambda: NOW,
         store=Store(),
         events=S(post=lambda *a: None),
-        objects=S(patch_namespaced_custom_object_status=patch_status),
+        api=S(request=patch_status),  # the status patch is the only API call here
     )
     view = scan(admitted.status)
     return Run(applier, view, {"metadata": {}, "status": {}}, admitted)  # type: ignore[arg-type]

@@ -67,7 +67,7 @@ def test_unpacking_before_any_packing_is_refused() -> None:
 
 
 async def test_the_cache_holds_the_compact_form_and_answers_copies() -> None:
-    cache = ScanCache(None, "skyscan")  # filled by hand: no API calls
+    cache = ScanCache(None, "skyscan")  # type: ignore[arg-type]  # filled by hand: no API calls
     obj = waiting_scan(1)
     cache.observe(obj)
     held = cache.get("scan-00001")

@@ -12,12 +12,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
 
 from api_shim.cache import ScanCache
 from api_shim.filters import parse_filter
 from api_shim.handlers import find
-from skyscan import manifest
+from skyscan import kube, manifest
 from tests.unit.test_shim_view import SCAN
 
 
@@ -30,7 +29,9 @@ def scan(name: str, version: int, priority: int = 0) -> dict[str, Any]:
 
 @pytest.fixture
 async def cache() -> AsyncIterator[ScanCache]:
-    async with client.ApiClient() as api:  # never called: the cache is filled by hand
+    async with kube.Kube(
+        kube.Endpoint("http://unused.invalid")
+    ) as api:  # never called: the cache is filled by hand
         yield ScanCache(api, "skyscan")
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import make_mocked_request
-from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import BaseModel, ValidationError
 
 from api_shim import auth, models
@@ -16,6 +15,7 @@ from api_shim.app import redirect_location
 from api_shim.cache import Gone, ScanCache
 from api_shim.errors import ApiError
 from api_shim.plumbing import parse_bool
+from skyscan import kube
 from skyscan.status import compact
 
 
@@ -117,7 +117,7 @@ async def test_static_tokens(tmp_path: Path) -> None:
 
 
 async def test_watch_events_update_the_cache() -> None:
-    cache = ScanCache(None, "ns")  # no API calls in this test
+    cache = ScanCache(None, "ns")  # type: ignore[arg-type]  # no API calls in this test
 
     def scan(name: str, rv: int, **spec: str) -> dict[str, Any]:
         return {"metadata": {"name": name, "resourceVersion": str(rv)}, "spec": spec}
@@ -141,7 +141,7 @@ async def test_watch_events_update_the_cache() -> None:
     with pytest.raises(Gone):
         cache._apply({"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}})
     # A restarting API server may answer a watch with a bare Status: a reconnect, not a KeyError.
-    with pytest.raises(ApiException) as unavailable:
+    with pytest.raises(kube.ApiError) as unavailable:
         cache._apply({"kind": "Status", "code": 503, "message": "the server is shutting down"})
     assert unavailable.value.status == 503 and cache.resource_version == "10"
 

@@ -41,13 +41,15 @@ import jwt
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
-from kubernetes_asyncio import client
+
+from skyscan import kube
+from skyscan.kube import Kube, core_path, scan_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 from api_shim.auth import make_token
-from skyscan import install, kube, names, payloads
+from skyscan import install, names, payloads
 from skyscan_local import processes
 from skyscan_operator import scanner_job
 
@@ -114,29 +116,33 @@ class BenchIssuer:
         return jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": self.kid})
 
 
-async def scanner_token(api: client.ApiClient, namespace: str, ids: list[str]) -> tuple[str, list[str]]:
+async def scanner_token(api: Kube, namespace: str, ids: list[str]) -> tuple[str, list[str]]:
     """(c) The token the operator hands scan `ids[0]`'s scanner (TokenRequest for the scanner account,
     bound to the scan's Secret), that scan's status saying its scanner runs; the one id it may read."""
-    scan_id, core = ids[0], client.CoreV1Api(api)
+    scan_id = ids[0]
     await install.ensure_scanner_account(api, namespace)
-    secret = await core.create_namespaced_secret(
-        namespace, {"metadata": {"name": names.scanner_token_secret_name(scan_id)}}
+    secret = await api.request(
+        "POST",
+        core_path("secrets", namespace),
+        body={"metadata": {"name": names.scanner_token_secret_name(scan_id)}},
     )
     status = {"job": {"name": names.job_name(scan_id), "state": "Running"},
-              "scannerCredential": {"secret": secret.metadata.name}}  # fmt: skip
-    await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-        **kube.SCAN_RESOURCE, namespace=namespace, name=scan_id, body={"status": status},
-        _content_type=kube.MERGE_PATCH,
-    )  # fmt: skip
-    scan = await client.CustomObjectsApi(api).get_namespaced_custom_object(
-        **kube.SCAN_RESOURCE, namespace=namespace, name=scan_id
+              "scannerCredential": {"secret": secret["metadata"]["name"]}}  # fmt: skip
+    await api.request(
+        "PATCH",
+        scan_path(namespace, scan_id, "status"),
+        body={"status": status},
+        content_type=kube.MERGE_PATCH,
     )
+    scan = await api.request("GET", scan_path(namespace, scan_id))
     event = payloads.encode({"value": {"data": {"run_id": 1, "event_id": 2}}}, "event")
     await payloads.create_event(api, namespace, scan["spec"]["sensorEventId"], event, owners=[scan])
-    request = scanner_job.token_request(secret.metadata.name, secret.metadata.uid, 3600)
+    request = scanner_job.token_request(secret["metadata"]["name"], secret["metadata"]["uid"], 3600)
     account = names.SCANNER_SERVICE_ACCOUNT
-    granted = await core.create_namespaced_service_account_token(account, namespace, request)
-    return str(granted.status.token), [scan_id]
+    granted = await api.request(
+        "POST", core_path("serviceaccounts", namespace, account, "token"), body=request
+    )
+    return str(granted["status"]["token"]), [scan_id]
 
 
 async def measure(
@@ -159,7 +165,7 @@ async def measure(
 
 
 async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
-    api = await kube.api_client(kubeconfig)
+    api = await kube.connect(kubeconfig)
     issuer = BenchIssuer()
     async with api, harness.namespace(api) as namespace:
         ids = await harness.create_scans(api, namespace, args.scans)
@@ -174,7 +180,7 @@ async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def drive_all(
-    api: client.ApiClient,
+    api: Kube,
     namespace: str,
     base: str,
     ids: list[str],

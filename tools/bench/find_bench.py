@@ -251,7 +251,7 @@ async def measure(
 
 
 async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
-    api = await kube.api_client(kubeconfig)
+    api = await kube.connect(kubeconfig)
     out: dict[str, Any] = {}
     async with api, harness.namespace(api) as namespace:
         began = time.perf_counter()

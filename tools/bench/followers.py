@@ -253,9 +253,8 @@ async def stop_with_streams(
 
 
 async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
-    api = await kube.api_client(kubeconfig)
-    async with api, await kube.connect(kubeconfig) as k, harness.namespace(api) as ns:
-        scans = await harness.create_scans(api, ns, args.scans, concurrency=16)
+    async with await kube.connect(kubeconfig) as k, harness.namespace(k) as ns:
+        scans = await harness.create_scans(k, ns, args.scans, concurrency=16)
         for scan in scans:
             await k.request(
                 "PATCH",

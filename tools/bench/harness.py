@@ -26,15 +26,13 @@ from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from api_shim.auth import make_token
 from skyscan import install, kube, model, names, payloads
+from skyscan.kube import ApiError, Kube, core_path, scan_path
 from skyscan_local import control_plane as localcluster
 from skyscan_local import processes
 
-SCAN = kube.SCAN_RESOURCE
 HERE = Path(__file__).resolve().parent
 TIMEOUT = aiohttp.ClientTimeout(total=120)
 SHIM = "skyscan-shim"  # the shim's field manager
@@ -180,16 +178,15 @@ async def on_control_plane(bench: Callable[[str], Awaitable[T]]) -> T:
 
 
 @asynccontextmanager
-async def namespace(api: client.ApiClient) -> AsyncIterator[str]:
+async def namespace(api: Kube) -> AsyncIterator[str]:
     """A fresh namespace, ready for the operator's scanner Jobs; deleted afterwards."""
-    core = client.CoreV1Api(api)
     name = f"bench-{secrets.token_hex(3)}"
-    await core.create_namespace({"metadata": {"name": name}})
+    await api.request("POST", core_path("namespaces"), body={"metadata": {"name": name}})
 
     async def account() -> bool:
         try:
-            await core.read_namespaced_service_account("default", name)
-        except ApiException:
+            await api.request("GET", core_path("serviceaccounts", name, "default"))
+        except ApiError:
             return False
         return True
 
@@ -198,7 +195,7 @@ async def namespace(api: client.ApiClient) -> AsyncIterator[str]:
         await install.ensure_scanner_account(api, name)
         yield name
     finally:
-        await core.delete_namespace(name)
+        await api.request("DELETE", core_path("namespaces", name=name))
 
 
 def scan_spec(i: int, *, priority: int = 0) -> dict[str, Any]:
@@ -253,27 +250,26 @@ EVENT = payloads.encode({"value": {"data": {"run_id": 1, "event_id": 2, "pulses"
 
 
 async def create_scan(
-    api: client.ApiClient, ns: str, spec: dict[str, Any], *, status: dict[str, Any] | None = None,
+    api: Kube, ns: str, spec: dict[str, Any], *, status: dict[str, Any] | None = None,
     event: bool = False,
 ) -> str:  # fmt: skip
     """A Scan made straight in the API server (a raw create, as kubectl does); with its reported status
     and, when `event`, its sensor event owned by it, as `POST /scan` stores it, under the shim's field
     manager (the operator adds its own when it runs). Returns its name."""
-    objs, name = client.CustomObjectsApi(api), new_scan_name()
+    name = new_scan_name()
     body = {"apiVersion": model.API_VERSION, "kind": model.KIND, "metadata": {"name": name}, "spec": spec}
-    scan = await objs.create_namespaced_custom_object(**SCAN, namespace=ns, body=body, field_manager=SHIM)
+    scan = await api.request("POST", scan_path(ns), body=body)
     if status:
-        await objs.patch_namespaced_custom_object_status(
-            **SCAN, namespace=ns, name=name, body={"status": status}, _content_type=kube.MERGE_PATCH,
-            field_manager=SHIM,
-        )  # fmt: skip
+        await api.request(
+            "PATCH", scan_path(ns, name, "status"), body={"status": status}, content_type=kube.MERGE_PATCH
+        )
     if event:
         await payloads.create_event(api, ns, spec["sensorEventId"], EVENT, owners=[scan])
     return name
 
 
 async def create_scans(
-    api: client.ApiClient, ns: str, n: int, *, concurrency: int = 16, event: bool = False, first: int = 0
+    api: Kube, ns: str, n: int, *, concurrency: int = 16, event: bool = False, first: int = 0
 ) -> list[str]:
     """Scans first..first+n-1 (scan_spec, scan_status), created concurrently; their names in order."""
     names: list[str] = [""] * n
@@ -287,15 +283,13 @@ async def create_scans(
     return names
 
 
-async def scans_in(api: client.ApiClient, ns: str) -> list[dict[str, Any]]:
+async def scans_in(api: Kube, ns: str) -> list[dict[str, Any]]:
     """The Scans in `ns`, from the API server's watch cache (resourceVersion 0: no etcd read)."""
-    listed = await client.CustomObjectsApi(api).list_namespaced_custom_object(
-        **SCAN, namespace=ns, resource_version="0"
-    )
+    listed = await api.request("GET", scan_path(ns), params={"resourceVersion": "0"})
     return list(listed["items"])
 
 
-async def all_reconciled(api: client.ApiClient, ns: str, total: int, timeout: float) -> float:
+async def all_reconciled(api: Kube, ns: str, total: int, timeout: float) -> float:
     """Seconds until `total` Scans in `ns` have been seen by the operator (status.observedGeneration)."""
     began = time.monotonic()
 
@@ -307,14 +301,14 @@ async def all_reconciled(api: client.ApiClient, ns: str, total: int, timeout: fl
     return time.monotonic() - began
 
 
-async def all_holding(api: client.ApiClient, ns: str, total: int, timeout: float) -> float:
+async def all_holding(api: Kube, ns: str, total: int, timeout: float) -> float:
     """Seconds until `total` Scans show the backlog's hold (Admitted=False, LowPriorityInterval): the
     operator has written everything it had to, and from then on nothing happens."""
     began = time.monotonic()
 
     async def done() -> bool:
         holding = 0
-        async for page in kube.legacy_list_scans(api, ns):
+        async for page in kube.list_scans(api, ns):
             for scan in page:
                 admitted = [
                     c for c in (scan.get("status") or {}).get("conditions") or [] if c["type"] == "Admitted"
@@ -326,17 +320,21 @@ async def all_holding(api: client.ApiClient, ns: str, total: int, timeout: float
     return time.monotonic() - began
 
 
-async def created_to_job(api: client.ApiClient, ns: str, n: int, first: int) -> list[float]:
+async def created_to_job(api: Kube, ns: str, n: int, first: int) -> list[float]:
     """Seconds from creating a high-priority Scan (and its event) to its Job, for n Scans one after
     another (scan_spec first..first+n-1)."""
-    batch, took = client.BatchV1Api(api), []
+    took: list[float] = []
     for i in range(first, first + n):
         start = time.perf_counter()
         name = await create_scan(api, ns, scan_spec(i, priority=100), event=True)
 
         async def job(name: str = name) -> bool:
-            jobs = await batch.list_namespaced_job(ns, label_selector=f"{names.SCAN_ID_LABEL}={name}")
-            return bool(jobs.items)
+            jobs = await api.request(
+                "GET",
+                kube.path("batch/v1", "jobs", ns),
+                params={"labelSelector": f"{names.SCAN_ID_LABEL}={name}"},
+            )
+            return bool(jobs["items"])
 
         await eventually(job, 60, 0.02)
         took.append(time.perf_counter() - start)

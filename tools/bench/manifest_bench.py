@@ -23,21 +23,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio import client
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 from skyscan import kube
+from skyscan.kube import scan_path
 
 
 async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
-    api = await kube.api_client(kubeconfig)
+    api = await kube.connect(kubeconfig)
     async with api, harness.namespace(api) as ns:
         began = time.perf_counter()
         ids = await harness.create_scans(api, ns, args.scans)
         stored_s = time.perf_counter() - began
-        objs = client.CustomObjectsApi(api)
         async with harness.serving_shim(kubeconfig, ns, args.concurrency) as (shim, http):
 
             async def via_shim(_: int) -> None:
@@ -46,11 +44,11 @@ async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
                     await r.read()
 
             async def direct(_: int) -> None:
-                await objs.get_namespaced_custom_object(**harness.SCAN, namespace=ns, name=random.choice(ids))
+                await api.request("GET", scan_path(ns, random.choice(ids)))
 
             kinds = {
                 "shim GET /scan/{id}/manifest": via_shim,
-                "API server GET scan (kubernetes_asyncio)": direct,
+                "API server GET scan (skyscan.kube)": direct,
             }
             got = await harness.side_by_side(kinds, args.requests, args.concurrency)
     return {

@@ -40,7 +40,7 @@ ACTIVATION_DELAY = 0.5
 
 
 async def run(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
-    api = await kube.api_client(kubeconfig)
+    api = await kube.connect(kubeconfig)
     async with (
         api,
         harness.namespace(api) as ns,

@@ -25,11 +25,11 @@ import harness
 
 from skyscan import kube
 
-RAW, POST = "raw Scan create (kubernetes_asyncio)", "POST /scan through the shim"
+RAW, POST = "raw Scan create (skyscan.kube)", "POST /scan through the shim"
 
 
 async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
-    api = await kube.api_client(kubeconfig)
+    api = await kube.connect(kubeconfig)
     async with api, harness.namespace(api) as ns:
         async with harness.serving_shim(kubeconfig, ns, args.concurrency) as (shim, http):
 

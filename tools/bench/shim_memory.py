@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import kube
+from skyscan.kube import ApiError, Kube, core_path, scan_path
 
 FIND_NOTHING = {"filter": {"priority": -1}}  # matched against every manifest, answers none
 
@@ -48,21 +47,19 @@ async def measure_shim(config: harness.ShimConfig) -> dict[str, float]:
         }
 
 
-async def count_scans(api: client.ApiClient, ns: str) -> int:
-    listed = await client.CustomObjectsApi(api).list_namespaced_custom_object(
-        **kube.SCAN_RESOURCE, namespace=ns, limit=1
-    )
+async def count_scans(api: Kube, ns: str) -> int:
+    listed = await api.request("GET", scan_path(ns), params={"limit": 1})
     return len(listed["items"]) + int(listed["metadata"].get("remainingItemCount") or 0)
 
 
 async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
-    api = await kube.api_client(kubeconfig)
+    api = await kube.connect(kubeconfig)
     try:
         ns = args.namespace
         if ns:
             try:
-                await client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
-            except ApiException as e:
+                await api.request("POST", core_path("namespaces"), body={"metadata": {"name": ns}})
+            except ApiError as e:
                 if e.status != 409:
                     raise
             return await measure_namespace(api, kubeconfig, ns, args)
@@ -72,9 +69,7 @@ async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
         await api.close()
 
 
-async def measure_namespace(
-    api: client.ApiClient, kubeconfig: str, ns: str, args: argparse.Namespace
-) -> dict[str, Any]:
+async def measure_namespace(api: Kube, kubeconfig: str, ns: str, args: argparse.Namespace) -> dict[str, Any]:
     if not await count_scans(api, ns):
         await harness.create_scans(api, ns, args.scans, concurrency=32)
     figures: dict[str, Any] = {"scans": await count_scans(api, ns), "starts": []}

@@ -17,15 +17,14 @@ from typing import IO, Any
 
 import httpx
 import pytest
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import model, payloads
+from skyscan.kube import ApiError, Kube, core_path, scan_path
 from skyscan.model import new_scan_id
 from skyscan_local import control_plane as localcluster
 from skyscan_local.processes import free_port
 from tests.conftest import Cluster
-from tests.helpers import SCAN, eventually
+from tests.helpers import eventually
 from tests.unit.test_crd import minimal_spec
 
 # Short timers: every lifecycle step is a fraction of a second to a few seconds.
@@ -221,29 +220,25 @@ EVENT = payloads.encode({"value": {"data": {"run_id": 1, "event_id": 2}}}, "even
 
 
 async def create_scan(
-    api: client.ApiClient, namespace: str, name: str | None = None, *, event: bool = True, **spec: Any
+    api: Kube, namespace: str, name: str | None = None, *, event: bool = True, **spec: Any
 ) -> str:
     """A Scan and (unless `event` is False) its sensor event owned by it, as `POST /scan` writes them;
     the event id is the scan's name unless `sensorEventId` is given (an existing event is shared)."""
     name = name or fresh_id()
     spec.setdefault("sensorEventId", name)
-    scan = await client.CustomObjectsApi(api).create_namespaced_custom_object(
-        **SCAN, namespace=namespace, body=scan_body(name, **spec)
-    )
+    scan = await api.request("POST", scan_path(namespace), body=scan_body(name, **spec))
     if event:
         try:
             await payloads.create_event(api, namespace, spec["sensorEventId"], EVENT, owners=[scan])
-        except ApiException as e:
+        except ApiError as e:
             if e.status != 409:
                 raise
             await payloads.add_event_owner(api, namespace, spec["sensorEventId"], scan)
     return name
 
 
-async def get_scan(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    got: dict[str, Any] = await client.CustomObjectsApi(api).get_namespaced_custom_object(
-        **SCAN, namespace=namespace, name=name
-    )
+async def get_scan(api: Kube, namespace: str, name: str) -> dict[str, Any]:
+    got: dict[str, Any] = await api.request("GET", scan_path(namespace, name))
     return got
 
 
@@ -257,7 +252,7 @@ def condition(scan: dict[str, Any], type_: str) -> dict[str, Any]:
 
 
 async def wait_scan(
-    api: client.ApiClient,
+    api: Kube,
     namespace: str,
     name: str,
     check: Callable[[dict[str, Any]], Any],
@@ -272,14 +267,13 @@ async def wait_scan(
     return found
 
 
-async def scan_events(api: client.ApiClient, namespace: str, name: str, *wanted: str) -> list[str]:
+async def scan_events(api: Kube, namespace: str, name: str, *wanted: str) -> list[str]:
     """The reasons of the scan's Kubernetes Events, once all of `wanted` are among them (posted async)."""
 
     async def probe() -> list[str] | None:
-        events = await client.CoreV1Api(api).list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={name}"
-        )
-        reasons = [e.reason for e in events.items]
+        selector = {"fieldSelector": f"involvedObject.name={name}"}
+        events = await api.request("GET", core_path("events", namespace), params=selector)
+        reasons = [e["reason"] for e in events["items"]]
         return reasons if set(wanted) <= set(reasons) else None
 
     found = await eventually(probe, timeout=15)
@@ -287,45 +281,45 @@ async def scan_events(api: client.ApiClient, namespace: str, name: str, *wanted:
     return found
 
 
-async def scan_pod(api: client.ApiClient, namespace: str, name: str) -> Any:
-    pods = await client.CoreV1Api(api).list_namespaced_pod(
-        namespace, label_selector=f"skyscan.io/scan-id={name}"
-    )
-    assert pods.items, f"no pod for scan {name}"
-    return pods.items[0]
+async def scan_pod(api: Kube, namespace: str, name: str) -> dict[str, Any]:
+    selector = {"labelSelector": f"skyscan.io/scan-id={name}"}
+    pods = await api.request("GET", core_path("pods", namespace), params=selector)
+    assert pods["items"], f"no pod for scan {name}"
+    pod: dict[str, Any] = pods["items"][0]
+    return pod
 
 
-async def release_pod(api: client.ApiClient, namespace: str, name: str) -> None:
+async def release_pod(api: Kube, namespace: str, name: str) -> None:
     """Lift the kwok hold: the scanner pod completes."""
     pod = await eventually(lambda: scan_pod(api, namespace, name))
-    await client.CoreV1Api(api).patch_namespaced_pod(
-        pod.metadata.name,
-        namespace,
-        [{"op": "remove", "path": "/metadata/annotations/skyscan.io~1kwok-hold"}],
-    )
+    await api.request(
+        "PATCH", core_path("pods", namespace, pod["metadata"]["name"]),
+        body=[{"op": "remove", "path": "/metadata/annotations/skyscan.io~1kwok-hold"}],
+        content_type="application/json-patch+json",
+    )  # fmt: skip
 
 
-async def watch_admissions(api: client.ApiClient, namespace: str, into: dict[str, float]) -> None:
+async def watch_admissions(api: Kube, namespace: str, into: dict[str, float]) -> None:
     """Record (test clock) when each scan of the namespace is first seen admitted."""
-    objs = client.CustomObjectsApi(api)
     version = ""
     while True:
         try:
-            async with watch.Watch().stream(
-                objs.list_namespaced_custom_object, **SCAN, namespace=namespace, resource_version=version,
-                timeout_seconds=120,
-            ) as stream:  # fmt: skip
-                async for event in stream:
-                    scan = event["object"]
-                    version = scan["metadata"]["resourceVersion"]
-                    admitted = condition(scan, "Admitted").get("reason") in ("Admitted", "Started")
-                    if admitted and scan["metadata"]["name"] not in into:
-                        into[scan["metadata"]["name"]] = time.monotonic()
-        except ApiException:
+            async for event in api.watch(
+                scan_path(namespace), {"resourceVersion": version, "timeoutSeconds": 120}
+            ):
+                scan = event["object"]
+                if event["type"] == "ERROR":
+                    version = ""
+                    break
+                version = scan["metadata"]["resourceVersion"]
+                admitted = condition(scan, "Admitted").get("reason") in ("Admitted", "Started")
+                if admitted and scan["metadata"]["name"] not in into:
+                    into[scan["metadata"]["name"]] = time.monotonic()
+        except ApiError:
             await asyncio.sleep(0.2)
 
 
-async def running_scan(api: client.ApiClient, namespace: str, **spec: Any) -> dict[str, Any]:
+async def running_scan(api: Kube, namespace: str, **spec: Any) -> dict[str, Any]:
     """A scan whose scanner pod is running (the operator must hold pods)."""
     name = await create_scan(api, namespace, **spec)
     return await wait_scan(

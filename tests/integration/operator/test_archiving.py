@@ -8,12 +8,10 @@ import gzip
 import time
 from typing import Any
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from skyscan import conditions as cond
 from skyscan import kube, manifest, names, payloads
 from skyscan.archive import Archive
+from skyscan.kube import ApiError, Kube, core_path, scan_path
 from skyscan_operator.archiver import Archiver
 from skyscan_operator.settings import OperatorSettings
 from tests.helpers import eventually
@@ -22,7 +20,7 @@ from tests.integration.operator.conftest import EVENT, OperatorFactory, create_s
 RESULT = payloads.encode({"pixels": [1, 2, 3], "is": "final"}, "result")
 
 
-async def finished_scan(api: client.ApiClient, namespace: str, **spec: Any) -> dict[str, Any]:
+async def finished_scan(api: Kube, namespace: str, **spec: Any) -> dict[str, Any]:
     """A scan as the operator leaves one that failed: its event and a result stored, nothing held."""
     name = await create_scan(api, namespace, **spec)
     await payloads.write_result(api, namespace, await get_scan(api, namespace, name), RESULT)
@@ -30,28 +28,27 @@ async def finished_scan(api: client.ApiClient, namespace: str, **spec: Any) -> d
     failed = {"type": cond.FAILED, "status": "True", "reason": "ScannerFailed", "message": "test",
               "lastTransitionTime": cond.iso(now)}  # fmt: skip
     status = {"conditions": [failed], "result": {"isFinal": False, "updatedAt": now}, "lastUpdated": now}
-    scan: dict[str, Any] = await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-        **kube.SCAN_RESOURCE, namespace=namespace, name=name, body={"status": status},
-        _content_type=kube.MERGE_PATCH,
-    )  # fmt: skip
+    scan: dict[str, Any] = await api.request(
+        "PATCH", scan_path(namespace, name, "status"), body={"status": status}, content_type=kube.MERGE_PATCH
+    )
     return scan
 
 
-def archiver(api: client.ApiClient, namespace: str, dsn: str) -> Archiver:
+def archiver(api: Kube, namespace: str, dsn: str) -> Archiver:
     settings = OperatorSettings(namespace=namespace, archive_dsn=dsn, archive_retention_seconds=0)
     return Archiver(api, settings, time.time)
 
 
-async def gone(api: client.ApiClient, namespace: str, name: str) -> bool:
+async def gone(api: Kube, namespace: str, name: str) -> bool:
     try:
         await get_scan(api, namespace, name)
-    except ApiException as e:
+    except ApiError as e:
         return e.status == 404
     return False
 
 
 async def test_a_finished_scan_moves_whole_to_the_archive_and_leaves_the_cluster(
-    api: client.ApiClient, namespace: str, archive_dsn: str, archive: Archive
+    api: Kube, namespace: str, archive_dsn: str, archive: Archive
 ) -> None:
     scan = await finished_scan(api, namespace)
     name = scan["metadata"]["name"]
@@ -72,15 +69,16 @@ async def test_a_finished_scan_moves_whole_to_the_archive_and_leaves_the_cluster
     assert "Archived" in await scan_events(api, namespace, name, "Archived")
 
     async def payloads_collected() -> bool:  # by the garbage collector, through their ownerReferences
-        core = client.CoreV1Api(api)
-        listed = await core.list_namespaced_config_map(namespace, label_selector=names.PAYLOAD_LABEL)
-        return not listed.items
+        listed = await api.request(
+            "GET", core_path("configmaps", namespace), params={"labelSelector": names.PAYLOAD_LABEL}
+        )
+        return not listed["items"]
 
     await eventually(payloads_collected, timeout=60)
 
 
 async def test_a_scan_still_in_use_or_not_yet_due_stays(
-    api: client.ApiClient, namespace: str, archive_dsn: str, archive: Archive
+    api: Kube, namespace: str, archive_dsn: str, archive: Archive
 ) -> None:
     live = await create_scan(api, namespace)  # never finished
     young = await finished_scan(api, namespace)
@@ -107,7 +105,7 @@ class DiesAfterCommit(Archiver):
 
 
 async def test_a_move_interrupted_after_its_commit_is_finished_by_the_next_one(
-    api: client.ApiClient, namespace: str, archive_dsn: str, archive: Archive
+    api: Kube, namespace: str, archive_dsn: str, archive: Archive
 ) -> None:
     scan = await finished_scan(api, namespace)
     name, key = scan["metadata"]["name"], (namespace, scan["metadata"]["name"])
@@ -123,10 +121,9 @@ async def test_a_move_interrupted_after_its_commit_is_finished_by_the_next_one(
     assert await archive.has(namespace, name) and not await gone(api, namespace, name)  # both copies
 
     # Meanwhile the live copy changes (soft-deleted): the next move stores the newer copy, then deletes.
-    await client.CustomObjectsApi(api).patch_namespaced_custom_object(
-        **kube.SCAN_RESOURCE, namespace=namespace, name=name, body={"spec": {"deleted": True}},
-        _content_type=kube.MERGE_PATCH,
-    )  # fmt: skip
+    await api.request(
+        "PATCH", scan_path(namespace, name), body={"spec": {"deleted": True}}, content_type=kube.MERGE_PATCH
+    )
     second = archiver(api, namespace, archive_dsn)
     second.observe(key, await get_scan(api, namespace, name))
     try:
@@ -140,9 +137,7 @@ async def test_a_move_interrupted_after_its_commit_is_finished_by_the_next_one(
         assert await conn.fetchval("SELECT count(*) FROM scans WHERE scan_id = $1", name) == 1
 
 
-async def test_an_unreachable_archive_leaves_the_scan_live_and_due_again(
-    api: client.ApiClient, namespace: str
-) -> None:
+async def test_an_unreachable_archive_leaves_the_scan_live_and_due_again(api: Kube, namespace: str) -> None:
     scan = await finished_scan(api, namespace)
     name = scan["metadata"]["name"]
     mover = archiver(api, namespace, "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
@@ -153,7 +148,7 @@ async def test_an_unreachable_archive_leaves_the_scan_live_and_due_again(
 
 
 async def test_an_operator_sigkilled_mid_move_loses_nothing_and_stores_nothing_twice(
-    api: client.ApiClient, namespace: str, archive_dsn: str, archive: Archive, operator: OperatorFactory
+    api: Kube, namespace: str, archive_dsn: str, archive: Archive, operator: OperatorFactory
 ) -> None:
     scans = await asyncio.gather(*(finished_scan(api, namespace, priority=i) for i in range(24)))
     expected = {s["metadata"]["name"]: s["spec"] for s in scans}
@@ -173,9 +168,7 @@ async def test_an_operator_sigkilled_mid_move_loses_nothing_and_stores_nothing_t
     operator(**moving)
 
     async def all_moved() -> bool:
-        listed = await client.CustomObjectsApi(api).list_namespaced_custom_object(
-            **kube.SCAN_RESOURCE, namespace=namespace
-        )
+        listed = await api.request("GET", scan_path(namespace))
         return not listed["items"] and await archived() == len(expected)
 
     await eventually(all_moved, timeout=90)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from kubernetes_asyncio import client
-
+from skyscan.kube import Kube
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from tests.integration.operator.conftest import (
     HOLD,
@@ -24,7 +23,7 @@ from tests.integration.operator.conftest import (
 
 
 async def test_priority_then_age_under_a_concurrency_cap(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     low = await create_scan(api, namespace, priority=10)
     high = await create_scan(api, namespace, priority=150)
@@ -56,7 +55,7 @@ async def test_priority_then_age_under_a_concurrency_cap(
 
 
 async def test_high_priority_every_tick_low_priority_once_per_interval(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     lows = [await create_scan(api, namespace, priority=0) for _ in range(3)]
     highs = [await create_scan(api, namespace, priority=100) for _ in range(2)]
@@ -78,7 +77,7 @@ async def test_high_priority_every_tick_low_priority_once_per_interval(
 
 
 async def test_low_priority_scan_waiting_says_why(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(SKYSCAN_BACKLOG_TICK_SECONDS="0.3", SKYSCAN_LOW_PRIORITY_INTERVAL_SECONDS="60")
     first = await create_scan(api, namespace, priority=0)
@@ -92,7 +91,7 @@ async def test_low_priority_scan_waiting_says_why(
 
 
 async def test_start_attempts_are_bounded_and_the_failure_is_visible(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     await wms.call("POST", "/_sim/faults", {"status": 400, "path_prefix": "/v1/workflows", "method": "POST"})
     operator()

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
+from skyscan import kube
+from skyscan.kube import ApiError, Kube, scan_path
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
-from tests.helpers import SCAN, eventually
+from tests.helpers import eventually
 from tests.integration.operator.conftest import (
     HOLD,
     OperatorFactory,
@@ -22,22 +21,22 @@ from tests.integration.operator.conftest import (
 MERGE = "application/merge-patch+json"
 
 
-async def job_gone(api: client.ApiClient, namespace: str, name: str) -> bool:
+async def job_gone(api: Kube, namespace: str, name: str) -> bool:
     try:
-        await client.BatchV1Api(api).read_namespaced_job(f"skyscan-{name}", namespace)
-    except ApiException as e:
+        await api.request("GET", kube.path("batch/v1", "jobs", namespace, f"skyscan-{name}"))
+    except ApiError as e:
         return e.status == 404
     return False
 
 
 async def test_soft_delete_aborts_the_workflow_and_removes_the_job(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(**HOLD)
     scan = await running_scan(api, namespace)
     name, uid = scan["metadata"]["name"], scan["metadata"]["uid"]
-    await client.CustomObjectsApi(api).patch_namespaced_custom_object(
-        **SCAN, namespace=namespace, name=name, body={"spec": {"deleted": True}}, _content_type=MERGE
+    await api.request(
+        "PATCH", scan_path(namespace, name), body={"spec": {"deleted": True}}, content_type=MERGE
     )
     scan = await wait_scan(api, namespace, name, lambda s: (st(s).get("workflow") or {}).get("deactivated"))
     assert scan["status"]["workflow"]["deactivated"] == "ABORTED"
@@ -54,18 +53,18 @@ async def test_soft_delete_aborts_the_workflow_and_removes_the_job(
 
 
 async def test_hard_delete_goes_through_the_finalizer(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(**HOLD)
     scan = await running_scan(api, namespace)
     name, uid = scan["metadata"]["name"], scan["metadata"]["uid"]
     assert scan["metadata"]["finalizers"] == [FINALIZER]
-    await client.CustomObjectsApi(api).delete_namespaced_custom_object(**SCAN, namespace=namespace, name=name)
+    await api.request("DELETE", scan_path(namespace, name))
 
     async def gone() -> bool:
         try:
             await get_scan(api, namespace, name)
-        except ApiException as e:
+        except ApiError as e:
             return e.status == 404
         return False
 
@@ -76,7 +75,7 @@ async def test_hard_delete_goes_through_the_finalizer(
 
 
 async def test_a_queued_scan_holds_nothing_and_deletes_at_once(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(SKYSCAN_MAX_RUNNING_SCANNERS="1", **HOLD)
     await running_scan(api, namespace)
@@ -87,8 +86,8 @@ async def test_a_queued_scan_holds_nothing_and_deletes_at_once(
         api, namespace, queued, lambda s: condition(s, "Admitted").get("reason") == "ConcurrencyLimit"
     )
     assert not scan["metadata"].get("finalizers")
-    await client.CustomObjectsApi(api).patch_namespaced_custom_object(
-        **SCAN, namespace=namespace, name=queued, body={"spec": {"deleted": True}}, _content_type=MERGE
+    await api.request(
+        "PATCH", scan_path(namespace, queued), body={"spec": {"deleted": True}}, content_type=MERGE
     )
     scan = await wait_scan(api, namespace, queued, lambda s: condition(s, "Deleted").get("status") == "True")
     assert scan["status"].get("backlog") is None and scan["status"]["state"] == "PENDING__PRESTARTUP"
@@ -96,7 +95,7 @@ async def test_a_queued_scan_holds_nothing_and_deletes_at_once(
 
 
 async def test_add_workers_records_the_taskforce_or_the_wms_error(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(**HOLD)
     scan = await running_scan(api, namespace)
@@ -105,12 +104,8 @@ async def test_add_workers_records_the_taskforce_or_the_wms_error(
         {"id": "r1", "location": "osg", "nWorkers": 7},
         {"id": "r2", "location": "nowhere", "nWorkers": 3},
     ]
-    await client.CustomObjectsApi(api).patch_namespaced_custom_object(
-        **SCAN,
-        namespace=namespace,
-        name=name,
-        body={"spec": {"workerRequests": requests}},
-        _content_type=MERGE,
+    await api.request(
+        "PATCH", scan_path(namespace, name), body={"spec": {"workerRequests": requests}}, content_type=MERGE
     )
     scan = await wait_scan(api, namespace, name, lambda s: len(st(s).get("workerRequests") or []) == 2)
     outcomes = {o["id"]: o for o in scan["status"]["workerRequests"]}

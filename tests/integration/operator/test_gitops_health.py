@@ -9,11 +9,8 @@ import asyncio
 import time
 from typing import Any
 
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.exceptions import ApiException
-
+from skyscan.kube import ApiError, Kube, scan_path
 from tests.gitops import argocd_health, kstatus
-from tests.helpers import SCAN
 from tests.integration.operator.conftest import (
     HOLD,
     OperatorFactory,
@@ -43,29 +40,26 @@ def summary_is(type_: str, reason: str | None = None) -> Any:
     return check
 
 
-async def record(api: client.ApiClient, namespace: str, into: list[dict[str, Any]]) -> asyncio.Task[None]:
+async def record(api: Kube, namespace: str, into: list[dict[str, Any]]) -> asyncio.Task[None]:
     """Every version of every Scan in the namespace from now on, as a watch delivers them."""
-    objs = client.CustomObjectsApi(api)
-    listed = await objs.list_namespaced_custom_object(**SCAN, namespace=namespace)
+    listed = await api.request("GET", scan_path(namespace))
 
     async def follow(version: str) -> None:
         while True:
             try:
-                async with watch.Watch().stream(
-                    objs.list_namespaced_custom_object, **SCAN, namespace=namespace, resource_version=version,
-                    timeout_seconds=120,
-                ) as stream:  # fmt: skip
-                    async for event in stream:
-                        into.append(event["object"])
-                        version = event["object"]["metadata"]["resourceVersion"]
-            except ApiException:
+                async for event in api.watch(
+                    scan_path(namespace), {"resourceVersion": version, "timeoutSeconds": 120}
+                ):
+                    into.append(event["object"])
+                    version = event["object"]["metadata"]["resourceVersion"]
+            except ApiError:
                 await asyncio.sleep(0.2)
 
     return asyncio.create_task(follow(listed["metadata"]["resourceVersion"]))
 
 
 async def test_a_scan_is_progressing_until_its_final_result_then_healthy(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(**HOLD)
     snapshots: list[dict[str, Any]] = []
@@ -78,13 +72,9 @@ async def test_a_scan_is_progressing_until_its_final_result_then_healthy(
         f"Running: {condition(scan, 'ScannerRunning')['message']}",
     )
 
-    await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-        **SCAN,
-        namespace=namespace,
-        name=name,
-        _content_type=MERGE,
-        body={"status": {"result": {"isFinal": True, "updatedAt": time.time()}}},
-    )  # fmt: skip  (as the shim records the scanner's final result)
+    # As the shim records the scanner's final result.
+    final = {"status": {"result": {"isFinal": True, "updatedAt": time.time()}}}
+    await api.request("PATCH", scan_path(namespace, name, "status"), body=final, content_type=MERGE)
     scan = await wait_scan(api, namespace, name, summary_is("Ready", "FinalResult"))
     assert verdict(scan) == ("Current", "Healthy", "FinalResult: the scanner recorded its final result")
     assert condition(scan, "Complete")["status"] == "True"
@@ -104,7 +94,7 @@ async def test_a_scan_is_progressing_until_its_final_result_then_healthy(
 
 
 async def test_a_scan_held_in_the_backlog_is_progressing_and_a_failed_one_degraded(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(**HOLD, SKYSCAN_MAX_RUNNING_SCANNERS="1", SKYSCAN_EVENT_GRACE_SECONDS="3")
     await running_scan(api, namespace)  # takes the one slot
@@ -124,17 +114,16 @@ async def test_a_scan_held_in_the_backlog_is_progressing_and_a_failed_one_degrad
 
 
 async def test_soft_deleted_and_replaced_scans_are_healthy_once_their_abort_is_done(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(**HOLD)
-    objs = client.CustomObjectsApi(api)
     deleted, replaced = await asyncio.gather(running_scan(api, namespace), running_scan(api, namespace))
     marks = [({"deleted": True}, "SoftDeleted: deleted"),
              ({"deleted": True, "replacedBy": "s2"}, "Replaced: replaced by scan s2")]  # fmt: skip
     for scan, (spec, healthy) in zip((deleted, replaced), marks, strict=True):
         name = scan["metadata"]["name"]
-        patched = await objs.patch_namespaced_custom_object(
-            **SCAN, namespace=namespace, name=name, body={"spec": spec}, _content_type=MERGE
+        patched = await api.request(
+            "PATCH", scan_path(namespace, name), body={"spec": spec}, content_type=MERGE
         )
         # The API server's answer to the change: a generation the operator has not seen yet.
         assert patched["metadata"]["generation"] == 2 and patched["status"]["observedGeneration"] == 1

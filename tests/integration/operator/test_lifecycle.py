@@ -9,12 +9,10 @@ import time
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.exceptions import ApiException
 
+from skyscan.kube import ApiError, Kube, core_path, path, scan_path
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from skyscan_local import control_plane as localcluster
-from tests.helpers import SCAN
 from tests.integration.operator.conftest import (
     HOLD,
     OperatorFactory,
@@ -51,37 +49,34 @@ def milestones(snapshots: list[dict[str, Any]]) -> list[str]:
     return seen
 
 
-async def record(
-    api: client.ApiClient, namespace: str, name: str, into: list[dict[str, Any]], version: str
-) -> None:
+async def record(api: Kube, namespace: str, name: str, into: list[dict[str, Any]], version: str) -> None:
     """Every version of the scan after `version`, from a watch (re-opened when the server ends it)."""
-    objs = client.CustomObjectsApi(api)
     while True:
         try:
-            async with watch.Watch().stream(
-                objs.list_namespaced_custom_object, **SCAN, namespace=namespace, resource_version=version,
-                field_selector=f"metadata.name={name}", timeout_seconds=120,
-            ) as stream:  # fmt: skip
-                async for event in stream:
-                    into.append(event["object"])
-                    version = event["object"]["metadata"]["resourceVersion"]
-        except ApiException:
+            params = {
+                "resourceVersion": version,
+                "fieldSelector": f"metadata.name={name}",
+                "timeoutSeconds": 120,
+            }
+            async for event in api.watch(scan_path(namespace), params):
+                into.append(event["object"])
+                version = event["object"]["metadata"]["resourceVersion"]
+        except ApiError:
             await asyncio.sleep(0.2)
 
 
 async def test_scan_runs_from_backlog_to_finished_workflow(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     name = fresh_id()
     snapshots: list[dict[str, Any]] = []
     # Watching from a list's resourceVersion sees every change after it, however late it connects.
-    listed = await client.CustomObjectsApi(api).list_namespaced_custom_object(**SCAN, namespace=namespace)
+    listed = await api.request("GET", scan_path(namespace))
     recorder = asyncio.create_task(
         record(api, namespace, name, snapshots, listed["metadata"]["resourceVersion"])
     )
     operator(**HOLD)
     await create_scan(api, namespace, name, priority=5, scannerServerEnvFromUser={"SKYSCAN_LOG": "DEBUG"})
-    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
 
     # Admitted, workflow requested with the reference body, queues activated, Job created.
     scan = await wait_scan(
@@ -98,49 +93,52 @@ async def test_scan_runs_from_backlog_to_finished_workflow(
     assert task["cluster_locations"] == ["osg"] and task["n_workers"] == 10
     assert task["worker_config"]["priority"] == 5 and task["worker_config"]["worker_memory"] == 8_000_000_000
 
-    job = await batch.read_namespaced_job(f"skyscan-{name}", namespace)
-    assert job.metadata.labels == {
+    job = await api.request("GET", path("batch/v1", "jobs", namespace, f"skyscan-{name}"))
+    assert job["metadata"]["labels"] == {
         "app.kubernetes.io/name": "skyscan",
         "app.kubernetes.io/component": "scanner",
         "skyscan.io/scan-id": name,
     }
-    assert job.metadata.annotations["argocd.argoproj.io/sync-options"] == "Prune=false"
-    (owner,) = job.metadata.owner_references
-    assert (owner.kind, owner.name, owner.uid, owner.controller) == (
+    assert job["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == "Prune=false"
+    (owner,) = job["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
         "Scan",
         name,
         scan["metadata"]["uid"],
         True,
     )
-    limits = (job.spec.backoff_limit, job.spec.active_deadline_seconds, job.spec.ttl_seconds_after_finished)
+    spec = job["spec"]
+    limits = (spec["backoffLimit"], spec["activeDeadlineSeconds"], spec["ttlSecondsAfterFinished"])
     assert limits == (0, 172800, 600)
-    (container,) = job.spec.template.spec.containers
-    assert container.image == "icecube/skymap_scanner:4.1.2"
-    assert container.args[:4] == ["python", "-m", "skymap_scanner.server", "--reco-algo"]
-    env = {e.name: e.value for e in container.env}
+    (container,) = spec["template"]["spec"]["containers"]
+    assert container["image"] == "icecube/skymap_scanner:4.1.2"
+    assert container["args"][:4] == ["python", "-m", "skymap_scanner.server", "--reco-algo"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["SKYSCAN_SKYDRIVER_SCAN_ID"] == name and env["SKYSCAN_LOG"] == "DEBUG"
-    assert container.env[0].name == "SKYSCAN_LOG"  # the user's env first: Skyscan's wins
+    assert container["env"][0]["name"] == "SKYSCAN_LOG"  # the user's env first: Skyscan's wins
 
     # The scanner's own credential: a token bound to its Scan's Secret, read from there; no API token.
-    pod_spec = job.spec.template.spec
-    assert pod_spec.service_account_name == "skyscan-scanner"
-    assert pod_spec.automount_service_account_token is False
-    (auth_env,) = [e for e in container.env if e.name == "SKYSCAN_SKYDRIVER_AUTH"]
-    ref = auth_env.value_from.secret_key_ref
-    assert (ref.name, ref.key) == (f"skyscan-{name}-scanner", "token")
-    credential = await core.read_namespaced_secret(ref.name, namespace)
-    assert credential.metadata.owner_references[0].uid == scan["metadata"]["uid"]
-    token = base64.b64decode(credential.data["token"]).decode()
+    pod_spec = spec["template"]["spec"]
+    assert pod_spec["serviceAccountName"] == "skyscan-scanner"
+    assert pod_spec["automountServiceAccountToken"] is False
+    (auth_env,) = [e for e in container["env"] if e["name"] == "SKYSCAN_SKYDRIVER_AUTH"]
+    ref = auth_env["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"]) == (f"skyscan-{name}-scanner", "token")
+    credential = await api.request("GET", core_path("secrets", namespace, ref["name"]))
+    assert credential["metadata"]["ownerReferences"][0]["uid"] == scan["metadata"]["uid"]
+    token = base64.b64decode(credential["data"]["token"]).decode()
     claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
     assert claims["aud"] == ["skyscan-scanner"]
-    assert claims["kubernetes.io"]["secret"] == {"name": ref.name, "uid": credential.metadata.uid}
+    assert claims["kubernetes.io"]["secret"] == {"name": ref["name"], "uid": credential["metadata"]["uid"]}
     assert claims["sub"] == f"system:serviceaccount:{namespace}:skyscan-scanner"
     assert token not in json.dumps(scan)  # never in the Scan
-    assert container.resources.limits["memory"] == "1024M"  # 1_024_000_000 bytes, as the API server writes it
+    assert (
+        container["resources"]["limits"]["memory"] == "1024M"
+    )  # 1_024_000_000 bytes, as the API server writes it
 
-    secret = await core.read_namespaced_secret(f"skyscan-{name}-ewms", namespace)
-    assert secret.metadata.owner_references[0].uid == scan["metadata"]["uid"]
-    ewms = json.loads(base64.b64decode(secret.data["ewms.json"]))
+    secret = await api.request("GET", core_path("secrets", namespace, f"skyscan-{name}-ewms"))
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == scan["metadata"]["uid"]
+    ewms = json.loads(base64.b64decode(secret["data"]["ewms.json"]))
     queues = {mq["alias"]: mq["mqid"] for mq in workflow["mqprofiles"]}
     assert ewms["toclient"]["name"] == queues["to-client-queue"]
     assert ewms["fromclient"]["name"] == queues["from-client-queue"] and ewms["fromclient"]["auth_token"]
@@ -151,31 +149,31 @@ async def test_scan_runs_from_backlog_to_finished_workflow(
     assert scan["status"]["taskforces"][0]["cluster_location"] == "osg"
 
     # kwok completes the pod once the hold is lifted.
-    pods = await core.list_namespaced_pod(namespace, label_selector=f"skyscan.io/scan-id={name}")
-    (pod,) = pods.items
-    await core.patch_namespaced_pod(
-        pod.metadata.name,
-        namespace,
-        [{"op": "remove", "path": "/metadata/annotations/skyscan.io~1kwok-hold"}],
+    pods = await api.request(
+        "GET", core_path("pods", namespace), params={"labelSelector": f"skyscan.io/scan-id={name}"}
     )
+    (pod,) = pods["items"]
+    await api.request(
+        "PATCH", core_path("pods", namespace, pod["metadata"]["name"]),
+        body=[{"op": "remove", "path": "/metadata/annotations/skyscan.io~1kwok-hold"}],
+        content_type="application/json-patch+json",
+    )  # fmt: skip
     scan = await wait_scan(
         api, namespace, name, lambda s: (st(s).get("job") or {}).get("state") == "Succeeded"
     )
     assert condition(scan, "ScannerRunning")["reason"] == "Completed"
     # Its Job ended: the scanner's credential is revoked (its Secret, which the token is bound to, goes).
     await wait_scan(api, namespace, name, lambda s: (st(s).get("scannerCredential") or {}).get("revoked"))
-    with pytest.raises(ApiException) as gone:
-        await core.read_namespaced_secret(ref.name, namespace)
+    with pytest.raises(ApiError) as gone:
+        await api.request("GET", core_path("secrets", namespace, ref["name"]))
     assert gone.value.status == 404
 
     # The shim records the final result; after the teardown delay the WMS is told `finished`.
-    await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-        **SCAN,
-        namespace=namespace,
-        name=name,
+    await api.request(
+        "PATCH", scan_path(namespace, name, "status"),
         body={"status": {"result": {"isFinal": True, "updatedAt": time.time()}}},
-        _content_type="application/merge-patch+json",
-    )
+        content_type="application/merge-patch+json",
+    )  # fmt: skip
     scan = await wait_scan(
         api, namespace, name, lambda s: (st(s).get("workflow") or {}).get("deactivated") == "FINISHED"
     )
@@ -191,11 +189,11 @@ async def test_scan_runs_from_backlog_to_finished_workflow(
     assert milestones(snapshots) == steps.split()
     expected = ("Queued", "Admitted", "WorkflowCreated", "QueuesActivated", "JobCreated", "WorkflowFinished")
     await scan_events(api, namespace, name, *expected)  # what `kubectl describe scan` shows
-    assert localcluster.NODE_NAME == pod.spec.node_name
+    assert localcluster.NODE_NAME == pod["spec"]["nodeName"]
 
 
 async def test_the_wms_is_polled_in_batches_not_per_scan(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(**HOLD, SKYSCAN_BACKLOG_TICK_SECONDS="0.2")
     names = [await create_scan(api, namespace, priority=100) for _ in range(3)]

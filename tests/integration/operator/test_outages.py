@@ -7,10 +7,10 @@ import asyncio
 import time
 from typing import Any
 
-from kubernetes_asyncio import client
-
 from api_shim import view
-from tests.helpers import SCAN, eventually
+from skyscan import kube
+from skyscan.kube import Kube, core_path, scan_path
+from tests.helpers import eventually
 from tests.integration.operator.conftest import (
     OperatorFactory,
     RestartableWMS,
@@ -30,7 +30,7 @@ def has_job(scan: dict[str, Any]) -> bool:
 
 
 async def test_a_wms_outage_while_scans_are_admitted_fails_none(
-    api: client.ApiClient, namespace: str, restartable_wms: RestartableWMS, operator: OperatorFactory
+    api: Kube, namespace: str, restartable_wms: RestartableWMS, operator: OperatorFactory
 ) -> None:
     wms = restartable_wms
     # One attempt only: any outage counted as an attempt would fail the scan at once.
@@ -68,13 +68,13 @@ async def test_a_wms_outage_while_scans_are_admitted_fails_none(
     for name in names:
         await wait_scan(api, namespace, name, has_job, timeout=60)
     print(f"all {len(names)} scans had their Job {time.monotonic() - back_at:.1f}s after the WMS returned")
-    objs = client.CustomObjectsApi(api)
     for name in names:
-        await objs.patch_namespaced_custom_object_status(
-            **SCAN, namespace=namespace, name=name,
+        await api.request(
+            "PATCH",
+            scan_path(namespace, name, "status"),
             body={"status": {"result": {"isFinal": True, "updatedAt": time.time()}}},
-            _content_type="application/merge-patch+json",
-        )  # fmt: skip
+            content_type="application/merge-patch+json",
+        )
     for name in names:
         scan = await wait_scan(
             api,
@@ -86,16 +86,15 @@ async def test_a_wms_outage_while_scans_are_admitted_fails_none(
         assert condition(scan, "Complete")["status"] == "True" and condition(scan, "Failed") == {}
         assert scan["status"]["state"] == "SCAN_HAS_FINAL_RESULT"
         assert len(await wms.workflows(marker=scan["metadata"]["uid"])) == 1  # one workflow per scan
-    jobs = await client.BatchV1Api(api).list_namespaced_job(namespace)
-    assert sorted(j.metadata.name for j in jobs.items) == sorted(f"skyscan-{n}" for n in names)
+    jobs = await api.request("GET", kube.path("batch/v1", "jobs", namespace))
+    assert sorted(j["metadata"]["name"] for j in jobs["items"]) == sorted(f"skyscan-{n}" for n in names)
 
 
 async def test_a_quota_refusing_the_job_holds_the_scan_without_consuming_attempts(
-    api: client.ApiClient, namespace: str, wms: object, operator: OperatorFactory
+    api: Kube, namespace: str, wms: object, operator: OperatorFactory
 ) -> None:
-    core = client.CoreV1Api(api)
     quota = {"metadata": {"name": "no-jobs"}, "spec": {"hard": {"count/jobs.batch": "0"}}}
-    await core.create_namespaced_resource_quota(namespace, quota)
+    await api.request("POST", core_path("resourcequotas", namespace), body=quota)
     operator(**BACKOFF, SKYSCAN_MAX_START_ATTEMPTS="1")
     name = await create_scan(api, namespace, priority=200)
     scan = await wait_scan(
@@ -108,8 +107,8 @@ async def test_a_quota_refusing_the_job_holds_the_scan_without_consuming_attempt
     )
     assert scan["status"]["backlog"]["attempts"] == 0 and condition(scan, "Failed") == {}
     assert condition(scan, "WorkflowReady")["status"] == "True"  # everything else is ready
-    assert (await client.BatchV1Api(api).list_namespaced_job(namespace)).items == []
+    assert (await api.request("GET", kube.path("batch/v1", "jobs", namespace)))["items"] == []
 
-    await core.delete_namespaced_resource_quota("no-jobs", namespace)
+    await api.request("DELETE", core_path("resourcequotas", namespace, "no-jobs"))
     scan = await wait_scan(api, namespace, name, has_job, timeout=30)
     assert condition(scan, "Admitted")["reason"] == "Started" and condition(scan, "Failed") == {}

@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 import httpx
-from kubernetes_asyncio import client
 
 from api_shim.auth import make_token
-from skyscan import names, payloads
+from skyscan import kube, names, payloads
+from skyscan.kube import Kube, core_path, scan_path
 from skyscan_local.processes import free_port
 from tests.conftest import Cluster
-from tests.helpers import SCAN, eventually
+from tests.helpers import eventually
 from tests.integration.operator.conftest import (
     EVENT,
     OperatorFactory,
@@ -37,14 +37,14 @@ EVENT_GRACE = 4.0
 JANITOR = {"SKYSCAN_JANITOR_INTERVAL_SECONDS": "0.5", "SKYSCAN_PAYLOAD_GRACE_SECONDS": "2"}
 
 
-async def event_owners(api: client.ApiClient, namespace: str, sensor_event_id: str) -> set[str] | None:
+async def event_owners(api: Kube, namespace: str, sensor_event_id: str) -> set[str] | None:
     """The uids owning the stored event, or None when there is no such event."""
     meta = await payloads.event_metadata(api, namespace, sensor_event_id)
     return None if meta is None else {o["uid"] for o in meta.get("ownerReferences") or []}
 
 
 async def test_a_scan_whose_event_never_comes_fails_after_the_grace_period(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(SKYSCAN_EVENT_GRACE_SECONDS=str(EVENT_GRACE))
     name = await create_scan(api, namespace, priority=200, event=False)
@@ -60,13 +60,13 @@ async def test_a_scan_whose_event_never_comes_fails_after_the_grace_period(
     assert condition(scan, "Failed")["status"] == "True"
     assert st(scan).get("backlog") is None and not (st(scan).get("workflow") or {}).get("requestedAt")
     assert await wms.workflows() == []  # nothing was started for it
-    assert (await client.BatchV1Api(api).list_namespaced_job(namespace)).items == []
+    assert (await api.request("GET", kube.path("batch/v1", "jobs", namespace)))["items"] == []
     await asyncio.sleep(1)
     assert (await get_scan(api, namespace, name))["status"]["conditions"] == failed_at  # inert
 
 
 async def test_a_late_event_within_the_grace_period_lets_the_scan_start(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(SKYSCAN_EVENT_GRACE_SECONDS="30")
     name = await create_scan(api, namespace, priority=200, event=False)
@@ -78,30 +78,35 @@ async def test_a_late_event_within_the_grace_period_lets_the_scan_start(
 
 
 async def test_the_janitor_removes_ownerless_payloads_and_adopts_used_ones(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
-    core = client.CoreV1Api(api)
     data = payloads.encode({"debris": True}, "event")
     for name in ("skyscan-event-debris", "skyscan-result-0000000000x0"):  # no owner, no Scan names them
-        await core.create_namespaced_config_map(namespace, payloads.configmap(name, "event", data, []))
+        await api.request(
+            "POST", core_path("configmaps", namespace), body=payloads.configmap(name, "event", data, [])
+        )
     # A kubectl-made event, applied without an owner, and the Scan using it.
-    await core.create_namespaced_config_map(
-        namespace, payloads.configmap(names.event_object_name("by-hand"), "event", data, [])
+    await api.request(
+        "POST",
+        core_path("configmaps", namespace),
+        body=payloads.configmap(names.event_object_name("by-hand"), "event", data, []),
     )
     user = await create_scan(api, namespace, event=False, sensorEventId="by-hand", priority=0)
     unrelated = {"metadata": {"name": "not-a-payload"}, "data": {"k": "v"}}
-    await core.create_namespaced_config_map(namespace, unrelated)
+    await api.request("POST", core_path("configmaps", namespace), body=unrelated)
     operator(**JANITOR, SKYSCAN_LOW_PRIORITY_INTERVAL_SECONDS="3600")  # the Scan waits
 
     async def swept() -> bool:
-        listed = await core.list_namespaced_config_map(namespace, label_selector=names.PAYLOAD_LABEL)
-        return {cm.metadata.name for cm in listed.items} == {names.event_object_name("by-hand")}
+        listed = await api.request(
+            "GET", core_path("configmaps", namespace), params={"labelSelector": names.PAYLOAD_LABEL}
+        )
+        return {cm["metadata"]["name"] for cm in listed["items"]} == {names.event_object_name("by-hand")}
 
     await eventually(swept, timeout=30)
     scan = await get_scan(api, namespace, user)
     assert await event_owners(api, namespace, "by-hand") == {scan["metadata"]["uid"]}  # goes with it
     assert condition(scan, "Failed") == {}
-    await core.read_namespaced_config_map("not-a-payload", namespace)  # not a payload: not touched
+    await api.request("GET", core_path("configmaps", namespace, "not-a-payload"))  # not a payload: kept
 
 
 def start_shim(
@@ -127,7 +132,7 @@ def start_shim(
 
 
 async def test_a_shim_killed_amid_launches_leaves_no_debris_and_no_scan_without_its_event(
-    api: client.ApiClient,
+    api: Kube,
     namespace: str,
     cluster: Cluster,
     wms: Simulator,
@@ -157,8 +162,7 @@ async def test_a_shim_killed_amid_launches_leaves_no_debris_and_no_scan_without_
             process.kill()
             process.wait(10)
 
-    objs = client.CustomObjectsApi(api)
-    scans = (await objs.list_namespaced_custom_object(**SCAN, namespace=namespace))["items"]
+    scans = (await api.request("GET", scan_path(namespace)))["items"]
     assert {s["metadata"]["name"] for s in scans} >= set(acknowledged)
     # An acknowledged POST is a complete scan: its event is stored and owned by it, now.
     for scan in scans:
@@ -172,7 +176,7 @@ async def test_a_shim_killed_amid_launches_leaves_no_debris_and_no_scan_without_
 
     async def settled() -> tuple[int, int]:
         complete = missing = 0
-        for scan in (await objs.list_namespaced_custom_object(**SCAN, namespace=namespace))["items"]:
+        for scan in (await api.request("GET", scan_path(namespace)))["items"]:
             owners = await event_owners(api, namespace, scan["spec"]["sensorEventId"])
             if owners is not None and scan["metadata"]["uid"] in owners:
                 assert condition(scan, "Failed") == {}
@@ -180,10 +184,12 @@ async def test_a_shim_killed_amid_launches_leaves_no_debris_and_no_scan_without_
             else:
                 assert condition(scan, "Failed").get("reason") == "EventMissing", scan["metadata"]["name"]
                 missing += 1
-        listed = await client.CoreV1Api(api).list_namespaced_config_map(
-            namespace, label_selector=names.PAYLOAD_LABEL
+        listed = await api.request(
+            "GET", core_path("configmaps", namespace), params={"labelSelector": names.PAYLOAD_LABEL}
         )
-        assert [cm.metadata.name for cm in listed.items if not cm.metadata.owner_references] == []
+        assert [
+            cm["metadata"]["name"] for cm in listed["items"] if not cm["metadata"].get("ownerReferences")
+        ] == []
         return complete, missing
 
     complete, missing = await eventually(settled, timeout=30)

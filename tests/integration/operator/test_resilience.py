@@ -3,11 +3,10 @@ killed for a transient reason replaced exactly once."""
 
 from __future__ import annotations
 
-from kubernetes_asyncio import client
-
-from skyscan import names
+from skyscan import kube, names
+from skyscan.kube import Kube, core_path, scan_path
 from skyscan_local import control_plane as localcluster
-from tests.helpers import SCAN, eventually
+from tests.helpers import eventually
 from tests.integration.operator.conftest import (
     HOLD,
     OperatorFactory,
@@ -25,7 +24,7 @@ from tests.integration.operator.conftest import (
 
 
 async def test_operator_killed_mid_request_creates_no_second_workflow(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     # The WMS creates the workflow but answers late: the operator dies before it hears the id.
     await wms.call(
@@ -46,8 +45,8 @@ async def test_operator_killed_mid_request_creates_no_second_workflow(
     assert scan["status"]["workflow"]["id"] == workflow["workflow_id"]  # found, not requested again
     assert len(await wms.workflows(marker=scan["metadata"]["uid"])) == 1
     assert [r for r in await wms.requests() if r == ("POST", "/v1/workflows")] == [("POST", "/v1/workflows")]
-    jobs = await client.BatchV1Api(api).list_namespaced_job(namespace)
-    assert [j.metadata.name for j in jobs.items] == [f"skyscan-{name}"]
+    jobs = await api.request("GET", kube.path("batch/v1", "jobs", namespace))
+    assert [j["metadata"]["name"] for j in jobs["items"]] == [f"skyscan-{name}"]
     await scan_events(api, namespace, name, "WorkflowRecovered")
 
 
@@ -56,7 +55,7 @@ async def _posted(wms: Simulator) -> bool:
 
 
 async def test_operator_killed_after_starting_restarts_idempotently(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     first = operator(**HOLD)
     names = [await create_scan(api, namespace, priority=200) for _ in range(3)]
@@ -67,15 +66,15 @@ async def test_operator_killed_after_starting_restarts_idempotently(
         await wait_scan(
             api, namespace, name, lambda s: condition(s, "ScannerRunning").get("status") == "True"
         )
-    jobs = await client.BatchV1Api(api).list_namespaced_job(namespace)
-    assert sorted(j.metadata.name for j in jobs.items) == sorted(f"skyscan-{n}" for n in names)
+    jobs = await api.request("GET", kube.path("batch/v1", "jobs", namespace))
+    assert sorted(j["metadata"]["name"] for j in jobs["items"]) == sorted(f"skyscan-{n}" for n in names)
     for name in names:
         scan = await get_scan(api, namespace, name)
         assert len(await wms.workflows(marker=scan["metadata"]["uid"])) == 1
 
 
 async def test_wms_5xx_for_a_while_is_retried_and_visible(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     # The next four WMS requests fail: the workflow request (not retried: it is not idempotent), then
     # the look-up that precedes asking again, with both its retries.
@@ -96,7 +95,7 @@ async def test_wms_5xx_for_a_while_is_retried_and_visible(
 
 
 async def test_oom_killed_scanner_is_replaced_exactly_once(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(**HOLD)
     name = await create_scan(
@@ -106,10 +105,10 @@ async def test_oom_killed_scanner_is_replaced_exactly_once(
         api, namespace, name, lambda s: condition(s, "ScannerRunning").get("status") == "True"
     )
     pod = await scan_pod(api, namespace, name)
-    await client.CoreV1Api(api).patch_namespaced_pod(
-        pod.metadata.name,
-        namespace,
-        {
+    await api.request(
+        "PATCH",
+        core_path("pods", namespace, pod["metadata"]["name"]),
+        body={
             "metadata": {
                 "labels": {localcluster.FAIL_LABEL: "true"},
                 "annotations": {
@@ -118,6 +117,7 @@ async def test_oom_killed_scanner_is_replaced_exactly_once(
                 },
             }
         },
+        content_type=kube.STRATEGIC_MERGE_PATCH,
     )
     original = await wait_scan(
         api, namespace, name, lambda s: condition(s, "Deleted").get("reason") == "Replaced", timeout=60
@@ -137,17 +137,17 @@ async def test_oom_killed_scanner_is_replaced_exactly_once(
     # The original's workflow was aborted; the replacement has its own.
     (old_workflow,) = await wms.workflows(marker=original["metadata"]["uid"])
     assert old_workflow["deactivated"] == "ABORTED"
-    scans = await client.CustomObjectsApi(api).list_namespaced_custom_object(**SCAN, namespace=namespace)
+    scans = await api.request("GET", scan_path(namespace))
     assert sorted(s["metadata"]["name"] for s in scans["items"]) == sorted([name, new])
     await scan_events(api, namespace, name, "Replacing")
     # The shared sensor event now also belongs to the replacement (it outlives the original).
-    event = await client.CoreV1Api(api).read_namespaced_config_map(names.event_object_name("ev1"), namespace)
-    owners = {o.uid for o in event.metadata.owner_references}
+    event = await api.request("GET", core_path("configmaps", namespace, names.event_object_name("ev1")))
+    owners = {o["uid"] for o in event["metadata"]["ownerReferences"]}
     assert owners == {original["metadata"]["uid"], replacement["metadata"]["uid"]}
 
 
 async def test_a_wms_that_cannot_be_polled_shows_on_running_scans(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(**HOLD)
     name = (await running_scan(api, namespace, priority=200))["metadata"]["name"]
@@ -166,39 +166,39 @@ async def test_a_wms_that_cannot_be_polled_shows_on_running_scans(
 
 
 async def test_the_scanner_credential_secret_of_someone_else_is_neither_read_nor_taken(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
-    core = client.CoreV1Api(api)
     name = fresh_id()
     secret_name = names.scanner_token_secret_name(name)
     planted = {"metadata": {"name": secret_name}, "stringData": {"token": "planted"}}
-    await core.create_namespaced_secret(namespace, planted)
+    await api.request("POST", core_path("secrets", namespace), body=planted)
     operator(SKYSCAN_MAX_START_ATTEMPTS="1")
     await create_scan(api, namespace, name, priority=200)
     scan = await wait_scan(api, namespace, name, lambda s: condition(s, "Failed").get("status") == "True")
     assert "belongs to someone else" in condition(scan, "Failed")["message"]
-    secret = await core.read_namespaced_secret(planted["metadata"]["name"], namespace)
-    assert secret.data == {"token": "cGxhbnRlZA=="}  # untouched
-    jobs = await client.BatchV1Api(api).list_namespaced_job(namespace)
-    assert jobs.items == []
+    secret = await api.request("GET", core_path("secrets", namespace, planted["metadata"]["name"]))
+    assert secret["data"] == {"token": "cGxhbnRlZA=="}  # untouched
+    jobs = await api.request("GET", kube.path("batch/v1", "jobs", namespace))
+    assert jobs["items"] == []
 
 
 async def test_a_restart_between_the_credential_secret_and_its_token_adopts_the_secret(
-    api: client.ApiClient, namespace: str, wms: Simulator, operator: OperatorFactory
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     # As if an earlier pass created the scan's Secret and died before recording the credential.
     name = await create_scan(api, namespace, priority=200)
     scan = await get_scan(api, namespace, name)
-    core = client.CoreV1Api(api)
     owned = {
         "metadata": {
             "name": names.scanner_token_secret_name(name),
             "ownerReferences": [names.owner_reference(name, scan["metadata"]["uid"])],
         }
     }
-    created = await core.create_namespaced_secret(namespace, owned)
+    created = await api.request("POST", core_path("secrets", namespace), body=owned)
     operator(**HOLD)
     scan = await wait_scan(api, namespace, name, lambda s: (st(s).get("job") or {}).get("name"), timeout=60)
-    assert scan["status"]["scannerCredential"]["secret"] == created.metadata.name
-    secret = await core.read_namespaced_secret(created.metadata.name, namespace)
-    assert secret.metadata.uid == created.metadata.uid and secret.data["token"]  # adopted, token written
+    assert scan["status"]["scannerCredential"]["secret"] == created["metadata"]["name"]
+    secret = await api.request("GET", core_path("secrets", namespace, created["metadata"]["name"]))
+    assert (
+        secret["metadata"]["uid"] == created["metadata"]["uid"] and secret["data"]["token"]
+    )  # adopted, token written

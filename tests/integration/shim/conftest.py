@@ -15,15 +15,14 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from kubernetes_asyncio import client
 from multidict import CIMultiDictProxy
 
 from api_shim import auth
 from api_shim.app import create_app
 from api_shim.plumbing import SHIM, Shim
 from api_shim.settings import ShimSettings
+from skyscan.kube import Kube, scan_path
 from tests.conftest import Cluster
-from tests.helpers import SCAN
 
 TAGS = ["4.1.0", "4.2.3", "4.2.10", "3.1.5", "gcd-handling-fe8ecee"]
 LOGS = "https://grafana.test/d?var-namespace={namespace}&var-container=skyscan-server-{scan_id}"
@@ -61,7 +60,7 @@ class ShimUnderTest:
     url: str
     session: aiohttp.ClientSession
     app: web.Application
-    api: client.ApiClient
+    api: Kube
     namespace: str
     tokens: dict[str, str] = field(default_factory=dict)
 
@@ -104,18 +103,15 @@ class ShimUnderTest:
 
     async def operator_writes(self, scan_id: str, status: dict[str, Any]) -> None:
         """Play the operator: merge its status keys into the Scan."""
-        await client.CustomObjectsApi(self.api).patch_namespaced_custom_object_status(
-            **SCAN,
-            namespace=self.namespace,
-            name=scan_id,
+        await self.api.request(
+            "PATCH",
+            scan_path(self.namespace, scan_id, "status"),
             body={"status": status},
-            _content_type="application/merge-patch+json",
+            content_type="application/merge-patch+json",
         )
 
     async def kube_scan(self, scan_id: str) -> dict[str, Any]:
-        obj: dict[str, Any] = await client.CustomObjectsApi(self.api).get_namespaced_custom_object(
-            **SCAN, namespace=self.namespace, name=scan_id
-        )
+        obj: dict[str, Any] = await self.api.request("GET", scan_path(self.namespace, scan_id))
         return obj
 
 
@@ -123,7 +119,7 @@ MakeShim = Callable[..., Awaitable[ShimUnderTest]]
 
 
 @pytest.fixture
-async def make_shim(cluster: Cluster, api: client.ApiClient, namespace: str) -> AsyncIterator[MakeShim]:
+async def make_shim(cluster: Cluster, api: Kube, namespace: str) -> AsyncIterator[MakeShim]:
     servers: list[TestServer] = []
     sessions: list[aiohttp.ClientSession] = []
 

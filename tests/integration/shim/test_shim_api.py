@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
 from pydantic import BaseModel
 
 from api_shim import models
 from api_shim.routes import ROUTES
-from tests.helpers import SCAN, eventually
+from skyscan.kube import scan_path
+from tests.helpers import eventually
 from tests.integration.shim.conftest import ShimUnderTest
 from tests.unit.test_crd import minimal_spec
 
@@ -90,7 +90,7 @@ async def test_unknown_ids(shim: ShimUnderTest, method: str, path: str) -> None:
     assert set(reply.body) == {"error", "reason", "message"}
     if expected[1]:
         assert reply.body["reason"] == expected[1]
-    listed = await client.CustomObjectsApi(shim.api).list_namespaced_custom_object(**SCAN, namespace=shim.namespace)
+    listed = await shim.api.request("GET", scan_path(shim.namespace))
     assert listed["items"] == []  # nothing is ever created by a call on an unknown id
 
 
@@ -130,21 +130,17 @@ async def test_authentication_and_roles(shim: ShimUnderTest) -> None:
 
 
 async def test_the_cache_follows_kubectl(shim: ShimUnderTest) -> None:
-    objs = client.CustomObjectsApi(shim.api)
     name = "0194d2a3b4cx4a1b2c3d4e5f6a7b8c9d0"
-    await objs.create_namespaced_custom_object(
-        **SCAN, namespace=shim.namespace,
-        body={"apiVersion": "skyscan.io/v1alpha1", "kind": "Scan", "metadata": {"name": name}, "spec": minimal_spec()},
-    )  # fmt: skip
+    await shim.api.request("POST", scan_path(shim.namespace), body={"apiVersion": "skyscan.io/v1alpha1", "kind": "Scan", "metadata": {"name": name}, "spec": minimal_spec()})
 
     async def visible() -> Any:
         reply = await shim.call("GET", f"/scan/{name}/manifest")
         return reply.body if reply.status == 200 else None
 
     manifest = await eventually(visible, timeout=10)
-    created = (await objs.get_namespaced_custom_object(**SCAN, namespace=shim.namespace, name=name))["metadata"]
+    created = (await shim.api.request("GET", scan_path(shim.namespace, name)))["metadata"]
     assert manifest["timestamp"] > 1.7e9 and created["creationTimestamp"]  # from creationTimestamp
-    await objs.delete_namespaced_custom_object(**SCAN, namespace=shim.namespace, name=name)
+    await shim.api.request("DELETE", scan_path(shim.namespace, name))
 
     async def gone() -> bool:
         return (await shim.call("GET", f"/scan/{name}/manifest")).status == 404
@@ -154,7 +150,7 @@ async def test_the_cache_follows_kubectl(shim: ShimUnderTest) -> None:
 
 async def test_reads_survive_an_unreachable_api_server_and_writes_answer_503(shim: ShimUnderTest) -> None:
     scan_id = (await shim.launch())["scan_id"]
-    shim.state.api.configuration.host = "https://127.0.0.1:9"  # nothing listens there
+    shim.state.api.server = "https://127.0.0.1:9"  # nothing listens there
     shim.state.store._timeout = 2.0
     assert (await shim.call("GET", f"/scan/{scan_id}/manifest")).status == 200
     assert (await shim.call("POST", "/scans/find", json_body={"filter": {}})).body["manifests"][0]["scan_id"] == scan_id

@@ -9,11 +9,10 @@ from typing import Any
 
 import asyncpg
 import pytest
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from skyscan import kube, manifest, names, payloads
+from skyscan import manifest, names, payloads
 from skyscan.archive import Archive, ArchivedScan
+from skyscan.kube import ApiError, core_path, scan_path
 from skyscan.status import ScanRecord, compact
 from tests.conftest import ArchiveServer
 from tests.helpers import eventually
@@ -62,9 +61,7 @@ async def archive_scan(shim: ShimUnderTest, archive: Archive, scan_id: str) -> N
     )
     await archive.put(ArchivedScan(compact(obj), manifest.of(obj), event, result, time.time()))
     unchanged = {k: obj["metadata"][k] for k in ("uid", "resourceVersion")}
-    await client.CustomObjectsApi(shim.api).delete_namespaced_custom_object(
-        **kube.SCAN_RESOURCE, namespace=ns, name=scan_id, body={"preconditions": unchanged}
-    )
+    await shim.api.request("DELETE", scan_path(ns, scan_id), body={"preconditions": unchanged})
 
     async def dropped() -> bool:
         return shim.state.cache.get(scan_id) is None
@@ -101,10 +98,10 @@ async def finished(shim: ShimUnderTest, **changes: Any) -> str:
 
 async def event_configmap(shim: ShimUnderTest, event_id: str) -> Any | None:
     try:
-        return await client.CoreV1Api(shim.api).read_namespaced_config_map(
-            names.event_object_name(event_id), shim.namespace
+        return await shim.api.request(
+            "GET", core_path("configmaps", shim.namespace, names.event_object_name(event_id))
         )
-    except ApiException as e:
+    except ApiError as e:
         if e.status == 404:
             return None
         raise
@@ -251,7 +248,7 @@ async def test_rescan_of_an_archived_scan_is_live_with_the_same_event(
     assert reply.body["sensor_event_id"] == event_id and reply.body["classifiers"]["origin_scan_id"] == a
     assert shim.state.cache.get(b) is not None  # live
     stored = await event_configmap(shim, event_id)  # stored again from the archive, owned by the rescan
-    assert stored is not None and [o.uid for o in stored.metadata.owner_references] == [
+    assert stored is not None and [o["uid"] for o in stored["metadata"]["ownerReferences"]] == [
         (await shim.kube_scan(b))["metadata"]["uid"]
     ]
     assert (await shim.call("GET", f"/scan/{b}/sensor-event")).body == event
@@ -296,14 +293,12 @@ async def test_a_rescan_whose_event_is_in_neither_store_is_undone(
 ) -> None:
     a = str((await shim.launch())["scan_id"])
     event_id = (await shim.kube_scan(a))["spec"]["sensorEventId"]
-    await client.CoreV1Api(shim.api).delete_namespaced_config_map(
-        names.event_object_name(event_id), shim.namespace
+    await shim.api.request(
+        "DELETE", core_path("configmaps", shim.namespace, names.event_object_name(event_id))
     )
     refused = await shim.call("POST", f"/scan/{a}/actions/rescan")
     assert refused.status == 400 and refused.body["reason"] == "sensor event not found", refused.body
-    listed = await client.CustomObjectsApi(shim.api).list_namespaced_custom_object(
-        **kube.SCAN_RESOURCE, namespace=shim.namespace
-    )
+    listed = await shim.api.request("GET", scan_path(shim.namespace))
     assert [scan["metadata"]["name"] for scan in listed["items"]] == [a]
     assert await event_configmap(shim, event_id) is None
 

@@ -7,11 +7,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from skyscan import model
-from tests.helpers import SCAN
+from skyscan.kube import ApiError, scan_path
 from tests.integration.shim.conftest import ShimUnderTest, scan_body
 from tests.integration.shim.test_shim_find_wms import play_operator_for_workers
 
@@ -40,14 +38,13 @@ async def test_the_api_server_holds_the_same_bounds(
         "metadata": {"name": f"kubectl-{field.lower()}"},
         "spec": {**spec, field: value},
     }
-    objs = client.CustomObjectsApi(shim.api)
     if not refused:
-        created = await objs.create_namespaced_custom_object(**SCAN, namespace=shim.namespace, body=body)
+        created = await shim.api.request("POST", scan_path(shim.namespace), body=body)
         assert created["spec"][field] == value
         return
-    with pytest.raises(ApiException) as e:
-        await objs.create_namespaced_custom_object(**SCAN, namespace=shim.namespace, body=body)
-    assert e.value.status == 422 and f"spec.{field}" in e.value.body
+    with pytest.raises(ApiError) as e:
+        await shim.api.request("POST", scan_path(shim.namespace), body=body)
+    assert e.value.status == 422 and f"spec.{field}" in e.value.message
     snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in field)
     rest = await shim.call("POST", "/scan", json_body=scan_body(**{snake: value}))
     assert rest.status == 400 and rest.body["reason"].startswith(f"'{snake}': must be no more than {MAX}")

@@ -12,22 +12,20 @@ from typing import Any
 
 import httpx
 import pytest
-from kubernetes_asyncio import client
 
 from api_shim import cache as cache_module
 from api_shim.cache import ScanCache
 from skyscan import kube, model
+from skyscan.kube import Kube, scan_path
 from skyscan.status import compact
 from tests.conftest import Cluster
 from tests.unit.test_crd import minimal_spec
 
-SCAN = kube.SCAN_RESOURCE
 COUNT = 5
 
 
 @pytest.fixture
-async def stored(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
-    objs = client.CustomObjectsApi(api)
+async def stored(api: Kube, namespace: str) -> list[dict[str, Any]]:
 
     async def one(i: int) -> dict[str, Any]:
         body = {
@@ -36,9 +34,7 @@ async def stored(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
             "metadata": {"name": f"scan-{i}"},
             "spec": minimal_spec(sensorEventId=f"ev{i}"),
         }
-        created: dict[str, Any] = await objs.create_namespaced_custom_object(
-            **SCAN, namespace=namespace, body=body
-        )
+        created: dict[str, Any] = await api.request("POST", scan_path(namespace), body=body)
         return created
 
     return list(await asyncio.gather(*(one(i) for i in range(COUNT))))
@@ -46,7 +42,7 @@ async def stored(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
 
 @pytest.fixture
 async def cache(
-    api: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch
+    api: Kube, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[ScanCache, list[str | None]]]:
     """A cache listing the latest version 2 Scans a page, and the continue token of each page it asked
     for."""
@@ -85,7 +81,7 @@ async def test_every_page_is_merged_and_only_compact_scans_are_held(
 
 
 async def test_a_listing_from_the_watch_cache_comes_whole(
-    api: client.ApiClient, namespace: str, stored: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+    api: Kube, namespace: str, stored: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(cache_module, "PAGE_SIZE", 2)  # asked for, but not how the watch cache answers
     scans = ScanCache(api, namespace)
@@ -108,7 +104,7 @@ async def compact_etcd(cluster: Cluster) -> None:
 
 async def test_an_expired_continue_token_means_listing_again(
     cluster: Cluster,
-    api: client.ApiClient,
+    api: Kube,
     namespace: str,
     cache: tuple[ScanCache, list[str | None]],
     stored: list[dict[str, Any]],
@@ -121,10 +117,12 @@ async def test_an_expired_continue_token_means_listing_again(
 
     async def compacted_first(token: str | None) -> str:
         if token and asked.count(None) == 1:  # the first listing's second page
-            await client.CustomObjectsApi(api).patch_namespaced_custom_object(
-                **SCAN, namespace=namespace, name="scan-0", body={"metadata": {"labels": {"touched": "yes"}}},
-                _content_type=kube.MERGE_PATCH,
-            )  # fmt: skip  # the revision moves past the listing's snapshot
+            await api.request(
+                "PATCH",
+                scan_path(namespace, "scan-0"),
+                body={"metadata": {"labels": {"touched": "yes"}}},
+                content_type=kube.MERGE_PATCH,
+            )  # the revision moves past the listing's snapshot
             await compact_etcd(cluster)
         return await page(token)
 

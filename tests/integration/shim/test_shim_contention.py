@@ -7,9 +7,7 @@ import asyncio
 import copy
 from typing import Any
 
-from kubernetes_asyncio import client
-
-from tests.helpers import SCAN
+from skyscan.kube import scan_path
 from tests.integration.shim.conftest import ShimUnderTest
 from tests.integration.shim.test_shim_writes import EVENT_METADATA, PROGRESS
 
@@ -103,8 +101,7 @@ async def test_progress_on_a_scan_whose_status_the_cache_has_not_seen(shim: Shim
     """A progress report needs the status to exist (JSON Patch `add`); a cache that believes it does
     while it does not (a Scan made elsewhere, not yet watched) still gets the report stored."""
     scan_id = (await shim.launch())["scan_id"]
-    objs = client.CustomObjectsApi(shim.api)
-    scan = await objs.get_namespaced_custom_object(**SCAN, namespace=shim.namespace, name=scan_id)
+    scan = await shim.api.request("GET", scan_path(shim.namespace, scan_id))
     assert "status" not in scan
     believed = {**scan, "status": {"lastUpdated": 1.0}}
     store = shim.state.store

@@ -10,12 +10,12 @@ import time
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
 
 from api_shim.filters import FindLimits
 from api_shim.handlers import find as find_handler
 from skyscan import model
-from tests.helpers import SCAN, eventually
+from skyscan.kube import scan_path
+from tests.helpers import eventually
 from tests.integration.shim.conftest import ShimUnderTest
 
 
@@ -167,7 +167,6 @@ async def test_find_limits(shim: ShimUnderTest, monkeypatch: pytest.MonkeyPatch)
 async def test_find_answers_many_scans_in_id_order(shim: ShimUnderTest, monkeypatch: pytest.MonkeyPatch) -> None:
     """More manifests than one write chunk and one sort run, created out of id order."""
     monkeypatch.setattr(find_handler, "SORT_RUN", 16)
-    objs = client.CustomObjectsApi(shim.api)
     now = time.time()
     ids = [model.new_scan_id(now + i, secrets.token_hex(10)) for i in range(150)]
     spec = {
@@ -179,7 +178,7 @@ async def test_find_answers_many_scans_in_id_order(shim: ShimUnderTest, monkeypa
     async def create(i: int, name: str) -> None:
         async with sem:
             body = {"apiVersion": model.API_VERSION, "kind": model.KIND, "metadata": {"name": name}, "spec": {**spec, "priority": i % 3}}
-            await objs.create_namespaced_custom_object(**SCAN, namespace=shim.namespace, body=body)
+            await shim.api.request("POST", scan_path(shim.namespace), body=body)
 
     await asyncio.gather(*(create(i, name) for i, name in random.sample(list(enumerate(ids)), len(ids))))
 

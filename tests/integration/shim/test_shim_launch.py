@@ -10,11 +10,10 @@ import time
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
 
 from skyscan import names, payloads
+from skyscan.kube import core_path, scan_path
 from skyscan.state import NOT_YET_REQUESTED
-from tests.helpers import SCAN
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest, scan_body
 
 SCAN_ID = re.compile(r"^[0-9a-f]{11}x[0-9a-f]{20}$")
@@ -182,14 +181,10 @@ async def test_invalid_requests_are_refused_and_nothing_is_written(
     assert reply.status == 400
     assert reply.body["error"] == "Bad Request" and reply.body["reason"] == reason, reply.body
     assert isinstance(reply.body["message"], str) and reply.body["message"]
-    listed = await client.CustomObjectsApi(shim.api).list_namespaced_custom_object(
-        **SCAN, namespace=shim.namespace
-    )
+    listed = await shim.api.request("GET", scan_path(shim.namespace))
     assert listed["items"] == []
-    configmaps = await client.CoreV1Api(shim.api).list_namespaced_config_map(
-        shim.namespace, label_selector=names.PAYLOAD_LABEL
-    )
-    assert configmaps.items == []
+    configmaps = await shim.api.request("GET", core_path("configmaps", shim.namespace), params={"labelSelector": names.PAYLOAD_LABEL})
+    assert configmaps["items"] == []
 
 
 async def test_integral_numbers_are_integers(shim: ShimUnderTest) -> None:
@@ -255,23 +250,20 @@ async def test_events_are_stored_once_and_shared(shim: ShimUnderTest) -> None:
     for manifest in (first, second, reused):
         reply = await shim.call("GET", f"/scan/{manifest['scan_id']}/sensor-event")
         assert reply.status == 200 and reply.body == {"sensor_event": event}
-    cm = await client.CoreV1Api(shim.api).read_namespaced_config_map(
-        names.event_object_name(first["sensor_event_id"]), shim.namespace
-    )
-    assert cm.immutable and set(cm.binary_data) == {payloads.DATA_KEY}
-    assert sorted(o.name for o in cm.metadata.owner_references) == sorted(
+    name = names.event_object_name(first["sensor_event_id"])
+    cm = await shim.api.request("GET", core_path("configmaps", shim.namespace, name))
+    assert cm["immutable"] and set(cm["binaryData"]) == {payloads.DATA_KEY}
+    assert sorted(o["name"] for o in cm["metadata"]["ownerReferences"]) == sorted(
         [first["scan_id"], reused["scan_id"]]
     )
-    assert payloads.decode({"binaryData": cm.binary_data}) == event
+    assert payloads.decode(cm) == event
 
 
 async def test_an_event_too_large_even_compressed_is_413(shim: ShimUnderTest) -> None:
     noise = base64.b64encode(os.urandom(1_100_000)).decode()
     reply = await shim.call("POST", "/scan", json_body=scan_body(event_live_json={"data": noise}))
     assert reply.status == 413 and reply.body["reason"] == "sensor event too large"
-    listed = await client.CustomObjectsApi(shim.api).list_namespaced_custom_object(
-        **SCAN, namespace=shim.namespace
-    )
+    listed = await shim.api.request("GET", scan_path(shim.namespace))
     assert listed["items"] == []
 
 
@@ -284,9 +276,7 @@ async def test_a_request_too_large_for_its_scan_is_413(shim: ShimUnderTest) -> N
     ]:
         reply = await shim.call("POST", "/scan", json_body=scan_body(**changes))
         assert (reply.status, reply.body["reason"]) == (413, f"'{field}' too large"), reply.body
-    listed = await client.CustomObjectsApi(shim.api).list_namespaced_custom_object(
-        **SCAN, namespace=shim.namespace
-    )
+    listed = await shim.api.request("GET", scan_path(shim.namespace))
     assert listed["items"] == []
     # The largest valid request fits: 25 environment variables of 4096 characters.
     env = {f"VAR_{i}": "v" * 4096 for i in range(25)}

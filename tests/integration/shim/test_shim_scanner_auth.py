@@ -7,9 +7,8 @@ import base64
 import json
 from typing import Any
 
-from kubernetes_asyncio import client
-
 from skyscan import names
+from skyscan.kube import core_path
 from tests.integration.shim.conftest import ShimUnderTest
 
 RUNNING = {"job": {"name": "j", "state": "Running"}}
@@ -18,23 +17,20 @@ RUNNING = {"job": {"name": "j", "state": "Running"}}
 async def mint(shim: ShimUnderTest, scan_id: str, *, account: str = names.SCANNER_SERVICE_ACCOUNT,
                audience: str = names.SCANNER_TOKEN_AUDIENCE, secret: str | None = None) -> str:  # fmt: skip
     """A token as the operator mints it: for the scanner account, bound to the scan's Secret."""
-    core = client.CoreV1Api(shim.api)
     name = secret or names.scanner_token_secret_name(scan_id)
-    created = await core.create_namespaced_secret(shim.namespace, {"metadata": {"name": name}})
+    secrets = core_path("secrets", shim.namespace)
+    created = await shim.api.request("POST", secrets, body={"metadata": {"name": name}})
     body = {"spec": {"audiences": [audience], "expirationSeconds": 3600,
                      "boundObjectRef": {"apiVersion": "v1", "kind": "Secret", "name": name,
-                                        "uid": created.metadata.uid}}}  # fmt: skip
-    if account != "default":
-        await _ensure_account(core, shim.namespace, account)
-    granted = await core.create_namespaced_service_account_token(account, shim.namespace, body)
-    token: str = granted.status.token
+                                        "uid": created["metadata"]["uid"]}}}  # fmt: skip
+    accounts = core_path("serviceaccounts", shim.namespace)
+    if account != "default" and account not in [
+        a["metadata"]["name"] for a in (await shim.api.request("GET", accounts))["items"]
+    ]:
+        await shim.api.request("POST", accounts, body={"metadata": {"name": account}})
+    granted = await shim.api.request("POST", f"{accounts}/{account}/token", body=body)
+    token: str = granted["status"]["token"]
     return token
-
-
-async def _ensure_account(core: client.CoreV1Api, namespace: str, account: str) -> None:
-    accounts = await core.list_namespaced_service_account(namespace)
-    if account not in [a.metadata.name for a in accounts.items]:
-        await core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
 
 
 async def running(shim: ShimUnderTest, credential: dict[str, Any] | None = None) -> str:

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
 
 from api_shim import models
 from skyscan import names, payloads, presign
+from skyscan.kube import core_path
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest
 
 KEY = secrets.token_hex(32).encode()
@@ -71,14 +71,14 @@ async def test_the_sidecar_uploads_and_workers_fetch_through_the_presigned_url(s
     models.StartupStored.model_validate(reply.body)
 
     # Stored compressed, byte for byte, as a payload object owned by the scan.
-    cm = await client.CoreV1Api(shim.api).read_namespaced_config_map(
-        names.startup_object_name(scan_id), shim.namespace
+    cm = await shim.api.request(
+        "GET", core_path("configmaps", shim.namespace, names.startup_object_name(scan_id))
     )
-    assert cm.metadata.labels[names.PAYLOAD_LABEL] == "startup"
-    (owner,) = cm.metadata.owner_references
-    assert (owner.kind, owner.name) == ("Scan", scan_id)
-    stored = gzip.decompress(base64.b64decode(cm.binary_data[payloads.DATA_KEY]))
-    assert stored == content and len(cm.binary_data[payloads.DATA_KEY]) < len(content) / 2
+    assert cm["metadata"]["labels"][names.PAYLOAD_LABEL] == "startup"
+    (owner,) = cm["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("Scan", scan_id)
+    stored = gzip.decompress(base64.b64decode(cm["binaryData"][payloads.DATA_KEY]))
+    assert stored == content and len(cm["binaryData"][payloads.DATA_KEY]) < len(content) / 2
 
     reply = await fetch(shim, scan_id, presigned(scan_id))
     assert reply.status == 200 and reply.headers["Content-Type"].startswith("application/json")

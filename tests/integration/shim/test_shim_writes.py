@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
 
 from skyscan import names
+from skyscan.kube import core_path
 from tests.integration.shim.conftest import ShimUnderTest
 
 PROGRESS = {
@@ -85,10 +85,8 @@ async def test_results(shim: ShimUnderTest) -> None:
     assert status["scan_state"] == "SCAN_HAS_FINAL_RESULT" and status["scan_complete"] is True
     scan = await shim.kube_scan(scan_id)
     assert scan["status"]["result"]["isFinal"] is True  # for the operator to finish the workflow
-    cm = await client.CoreV1Api(shim.api).read_namespaced_config_map(
-        names.result_object_name(scan_id), shim.namespace
-    )
-    assert [o.uid for o in cm.metadata.owner_references] == [scan["metadata"]["uid"]]
+    cm = await shim.api.request("GET", core_path("configmaps", shim.namespace, names.result_object_name(scan_id)))
+    assert [o["uid"] for o in cm["metadata"]["ownerReferences"]] == [scan["metadata"]["uid"]]
 
     for body, reason in [
         ({}, "'scan_result' is a required property; 'is_final' is a required property"),
@@ -176,9 +174,7 @@ async def test_payload_limits(make_shim: Any) -> None:
 
 async def test_a_missing_event_object_is_404(shim: ShimUnderTest) -> None:
     manifest = await shim.launch()
-    await client.CoreV1Api(shim.api).delete_namespaced_config_map(
-        names.event_object_name(manifest["sensor_event_id"]), shim.namespace
-    )
+    await shim.api.request("DELETE", core_path("configmaps", shim.namespace, names.event_object_name(manifest["sensor_event_id"])))
     reply = await shim.call("GET", f"/scan/{manifest['scan_id']}/sensor-event")
     assert reply.status == 404 and reply.body["reason"] == "sensor event not found"
 
