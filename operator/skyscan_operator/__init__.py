@@ -1,3 +1,9 @@
 """The Skyscan operator (`skyscan-operator`): kopf handlers feed a watch-backed store; the controller
 plans each scan with the pure `planner` and carries the plan out with `apply` (Jobs, Secrets, the WMS).
 """
+
+import sys
+
+# kopf imports kubernetes_asyncio's models whenever it can (~36 MiB of the operator's memory), only
+# to recognise them in handler results; we pass plain dicts, so it stays out even where installed.
+sys.modules.setdefault("kubernetes_asyncio", None)  # type: ignore[arg-type]  # None: "not importable"
