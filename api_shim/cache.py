@@ -10,7 +10,7 @@ Writers call `observe(obj)` with the object a write returned, so a read that fol
 the same client sees it without waiting for the watch event. Reads never call the API server.
 
 A Scan is held in its compact form (`skyscan.status.compact`: no managedFields), packed
-(`api_shim.packing`: ~150 bytes for a waiting Scan, against ~5.5 KiB as decoded dicts), and unpacked
+(`skyscan.packing`: ~150 bytes for a waiting Scan, against ~5.5 KiB as decoded dicts), and unpacked
 on each read, a fresh object: the shim holds 10,000 live Scans in well under 150 MiB. `/scans/find`
 matches over each Scan's manifest, built once per version of the Scan (on the first find after it
 changed) and kept with it, pickled, so a find never rebuilds the manifests of unchanged Scans
@@ -29,9 +29,9 @@ from typing import Any, NamedTuple
 
 from api_shim import listing
 from api_shim.find_index import FindIndex
-from api_shim.packing import Packer
 from skyscan import kube, manifest
 from skyscan.kube import ApiError
+from skyscan.packing import Packer
 from skyscan.status import ScanRecord, compact, resource_version
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,10 @@
-"""Objects packed small for the shim's Scan cache (pure): pickled, then deflated against a dictionary.
+"""Objects packed small (pure): pickled, then deflated against a dictionary.
 
-The cache holds every live Scan but reads few of them at a time, so it keeps each one packed and
-unpacks a fresh copy per read. The dictionary is the first object packed: Scans share most of their
-keys and many of their values, so each later one deflates to little more than what is its own (~150
-bytes for a waiting Scan, against ~1.5 KiB pickled and ~5.5 KiB as decoded dicts). Pickle, not JSON:
+The shim's Scan cache and the operator's store hold every live Scan but read few of them at a time,
+so they keep each one packed and unpack a fresh copy per read. The dictionary is the first object
+packed: Scans share most of their keys and many of their values, so each later one deflates to little
+more than what is its own (~150 bytes for a waiting Scan, against ~1.5 KiB pickled and ~5.5 KiB as
+decoded dicts). Pickle, not JSON:
 only what this process packed is ever unpacked, and pickle writes three times and reads twice as fast.
 Raw deflate at level 1 with an 8 KiB window and small hash tables keeps each deflate's state at ~40
 KiB; the state primed with the dictionary is copied for each object rather than primed again.

@@ -2,13 +2,13 @@
 
 The kopf event handlers feed it; the reconciler reads it. Indexes are kept up to date per event
 (the backlog's line of waiting scans, which scans hold a live workflow) so that no periodic loop has
-to look at every object. Only what live work needs is kept: a live scan's compact form as JSON text,
-small summaries of Jobs and Pods; a terminal scan is forgotten once settled.
+to look at every object. Only what live work needs is kept: a live scan's compact form, packed
+(`skyscan.packing`: ~130 bytes for a waiting Scan, against ~1.6 KB as JSON text), small summaries of
+Jobs and Pods; a terminal scan is forgotten once settled.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from skyscan import conditions as cond
 from skyscan import names
+from skyscan.packing import Packer
 from skyscan.status import ScanRecord, compact, resource_version
 from skyscan_operator.backlog import Candidate, Hold, Line
 from skyscan_operator.planner import ATTEMPT_FAILURES, Admission, JobView, PodView, WorkflowView
@@ -95,11 +96,6 @@ def kept(body: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def encode(body: dict[str, Any]) -> str:
-    """A Scan as kept: `kept` as JSON text (a fifth of the memory of the parsed object)."""
-    return json.dumps(kept(body), separators=(",", ":"))
-
-
 @dataclass
 class Store:
     """Live scans only: a scan that is terminal and settled is forgotten (`settle`) until its next
@@ -117,11 +113,12 @@ class Store:
     outage_at: float = 0.0  # when the operator last failed to reach the WMS or the API server
     events: dict[Key, tuple[bool, float]] = field(default_factory=dict)  # sensor event stored?, looked at
     deleted_jobs: dict[Key, str] = field(default_factory=dict)  # the last Job of a scan seen deleted
-    _scans: dict[Key, tuple[int, str]] = field(default_factory=dict)  # resourceVersion, `encode`d
+    _scans: dict[Key, tuple[int, bytes]] = field(default_factory=dict)  # resourceVersion, `kept` packed
     _workflow_of: dict[Key, str] = field(default_factory=dict)  # the inverse of `live_workflows`
     _lineage: dict[Key, tuple[str | None, float]] = field(default_factory=dict)  # rescanOf, created
     line: Line = field(init=False)
     granted: set[Key] = field(default_factory=set)  # admitted by the backlog, not yet reconciled
+    _packer: Packer = field(default_factory=Packer)
 
     def __post_init__(self) -> None:
         self.line = Line(self.settings)
@@ -135,7 +132,7 @@ class Store:
 
     def scan(self, key: Key) -> dict[str, Any] | None:
         held = self._scans.get(key)
-        return json.loads(held[1]) if held else None
+        return self._packer.unpack(held[1]) if held else None
 
     def version(self, key: Key) -> int | None:
         held = self._scans.get(key)
@@ -147,7 +144,7 @@ class Store:
         held = self._scans.get(key)
         if held is not None and held[0] > version:
             return False
-        self._scans[key] = (version, encode(body))
+        self._scans[key] = (version, self._packer.pack(kept(body)))
         self._index(key, ScanRecord(body))
         return True
 
@@ -232,7 +229,7 @@ class Store:
         held = self._scans.get(key)
         if held is not None:
             self.line.remove(key)
-            self._index_line(key, ScanRecord(json.loads(held[1])))
+            self._index_line(key, ScanRecord(self._packer.unpack(held[1])))
 
     def admit(self, key: Key) -> None:
         self.admissions[key] = Admission(True)
