@@ -9,10 +9,11 @@
         result = skyscan.result(scan_id)
 
 A non-2xx answer raises `SkyscanError` (the HTTP status and the interface's Error body); a service
-that does not answer raises `Unreachable`. Only requests that are safe to repeat are retried: reads,
-`PUT` of a result and the soft delete, on a connection error or a 502/503/504, a bounded number of
-times with growing, jittered pauses; any request whose connection could not even be opened is retried
-too, since nothing reached the server. Redirects to a replacing scan are followed.
+that does not answer raises `Unreachable`; no URL or token to be found, `config.ConfigError`.
+Only requests that are safe to repeat are retried: reads, `PUT` of a result and the soft delete, on a
+connection error or a 502/503/504, a bounded number of times with growing, jittered pauses; any
+request whose connection could not even be opened is retried too, since nothing reached the server.
+Redirects to a replacing scan are followed.
 """
 
 from __future__ import annotations
