@@ -3,13 +3,20 @@ each write of the Lease holds."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from skyscan_operator import lease
+from skyscan import kube
+from skyscan_operator import leader, lease
 from skyscan_operator.lease import Move, Seen, Timing
+from skyscan_operator.settings import OperatorSettings
 
 TIMING = Timing(duration=8, renew_interval=2.0)
 T0 = datetime(2026, 11, 23, 18, 0, 0, 123456, tzinfo=UTC)
@@ -111,3 +118,56 @@ def test_a_released_lease_has_no_holder_so_a_standby_takes_it_at_once() -> None:
     assert body["metadata"]["resourceVersion"] == "10"
     assert lease.holder_of(body) == ""
     assert lease.decide(lease.seen(body, None, now=5.0), "other", now=5.0) is Move.TAKE
+
+
+# --- the holder's deadline, on real threads and a real (unreachable) API server address ---
+
+
+def expiries() -> tuple[list[str], threading.Event, Callable[[str], None]]:
+    """What a deadline calls on expiry, recording why and when."""
+    reasons: list[str] = []
+    fired = threading.Event()
+
+    def expire(reason: str) -> None:
+        reasons.append(reason)
+        fired.set()
+
+    return reasons, fired, expire
+
+
+def test_the_deadline_fires_once_passed_and_not_when_moved_on_or_cancelled() -> None:
+    reasons, fired, expire = expiries()
+    began = time.monotonic()
+    leader.Deadline(began + 0.2, expire, time.monotonic)
+    assert fired.wait(5)
+    assert reasons == ["not renewed in time"] and time.monotonic() - began >= 0.2
+
+    reasons, fired, expire = expiries()
+    moved = leader.Deadline(time.monotonic() + 0.2, expire, time.monotonic)
+    moved.extend(time.monotonic() + 0.6)
+    assert not fired.wait(0.4)  # past the first deadline, not the second
+    assert fired.wait(5)
+
+    reasons, fired, expire = expiries()
+    cancelled = leader.Deadline(time.monotonic() + 0.2, expire, time.monotonic)
+    cancelled.cancel()
+    assert not fired.wait(0.5) and reasons == []
+
+
+async def test_a_holder_that_cannot_renew_gives_up_at_its_renew_deadline() -> None:
+    settings = OperatorSettings(
+        namespace="ns", lease_duration_seconds=2, lease_renew_seconds=0.2, lease_identity="me"
+    )
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: every connection is refused
+    reasons, fired, expire = expiries()
+    async with kube.Kube(kube.Endpoint(f"http://127.0.0.1:{closed.getsockname()[1]}")) as api:
+        holder = leader.Leadership(api, settings, lost=expire)
+        holder.lease = lease.held(None, "skyscan-operator", "ns", "me", holder.timing, T0)
+        began = time.monotonic()
+        keeping = asyncio.create_task(holder.keep(began))
+        assert await asyncio.to_thread(fired.wait, 10)
+        keeping.cancel()
+    closed.close()
+    assert reasons == ["not renewed in time"]
+    assert 1.8 <= time.monotonic() - began < 5  # the duration less a renew interval
