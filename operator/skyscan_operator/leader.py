@@ -111,8 +111,7 @@ class Leadership:
         """Create or replace the Lease with this replica holding it (409 when it changed since read)."""
         body = lease.held(current, self.name, self.namespace, self.identity, self.timing, datetime.now(UTC))
         if current is None:
-            collection = kube.path(lease.API_VERSION, "leases", self.namespace)
-            method, where = "POST", collection
+            method, where = "POST", kube.path(lease.API_VERSION, "leases", self.namespace)
         else:
             method, where = "PUT", self.path
         written: dict[str, Any] = await self.api.request(
@@ -121,7 +120,8 @@ class Leadership:
         return written
 
     async def acquire(self) -> float:
-        """Stand by until this replica holds the Lease; returns when (its clock) the winning write began."""
+        """Stand by until this replica holds the Lease; returns when (its clock) the read that led to
+        the winning write began, the moment its renew deadline counts from."""
         seen: lease.Seen | None = None
         log.info("standing by for Lease %s as %s", self.where, self.identity)
         while True:
