@@ -18,6 +18,7 @@ from typing import Any
 
 from api_shim import models, view
 from api_shim.errors import ApiError, bad_request, not_found
+from api_shim.freshness import wrote
 from api_shim.launch import Launch
 from api_shim.store import Change, Obj, ScanStore, now
 from skyscan import kube, manifest, model, payloads
@@ -75,6 +76,7 @@ class ScanWrites:
         self.cache = store.cache
         self.namespace = store.namespace
         self._add_workers_timeout = add_workers_timeout
+        self._deletions: dict[str, asyncio.Future[Obj]] = {}  # name -> its guarded soft delete under way
 
     async def launch(self, launch: Launch) -> Obj:
         """Two sequential writes: the Scan, then its sensor event already owned by it (a new event is
@@ -162,13 +164,14 @@ class ScanWrites:
 
         Unless told to delete a completed scan, the check and the flag go together, guarded by
         resourceVersion: a final result stored meanwhile (through any shim replica) is never deleted
-        over. The flag alone (when told), and lastUpdated, are set with no precondition (no one else
-        writes them, and their values do not depend on the stored ones), so those never conflict.
+        over; concurrent ones of one scan through this replica share one. The flag alone (when told),
+        and lastUpdated, are set with no precondition (no one else writes them, and their values do not
+        depend on the stored ones), so those never conflict.
         """
         name = view.scan_id(scan)
         if ScanRecord(scan).archived_at is None and not delete_completed_scan:
             try:
-                return await self._mark(await self.store.update(name, _deletion), {})
+                return await self._delete_live(name)
             except ApiError as e:
                 if e.status != 404 or self.archive is None:
                     raise  # else archived meanwhile: marked in the archive, below
@@ -177,6 +180,18 @@ class ScanWrites:
         if view.has_final_result(scan) and not delete_completed_scan:
             raise _completed()
         return await self._mark(scan, {} if view.is_deleted(scan) else {"deleted": True})
+
+    async def _delete_live(self, name: str) -> Obj:
+        async def delete() -> Obj:
+            return await self._mark(await self.store.update(name, _deletion), {})
+
+        deletion = self._deletions.get(name)
+        if deletion is None:
+            deletion = self._deletions[name] = asyncio.ensure_future(delete())
+            deletion.add_done_callback(lambda _: self._deletions.pop(name, None))
+        scan = await asyncio.shield(deletion)
+        wrote(scan)  # each request's answer carries the version
+        return scan
 
     async def _mark(self, scan: Obj, spec: dict[str, Any]) -> Obj:
         """Merge `spec` into the scan and record the manifest change, live or archived. A live Scan
