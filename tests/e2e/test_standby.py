@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,17 +112,10 @@ async def exit_code(replica: Replica, timeout: float) -> int:
 # --- a standby, a clean hand-over, a lost Lease: two operators on the session cluster, no WMS ---
 
 
-@pytest.fixture
-async def kube_api(cluster: Cluster) -> AsyncIterator[kube.Kube]:
-    async with await kube.connect(cluster.kubeconfig) as api:
-        yield api
-
-
 @pytest.mark.timeout(150)
 async def test_a_standby_does_nothing_until_the_holder_lets_go_and_a_holder_that_loses_the_lease_ends(
-    cluster: Cluster, namespace: str, kube_api: kube.Kube, tmp_path: Path
+    cluster: Cluster, namespace: str, api: kube.Kube, tmp_path: Path
 ) -> None:
-    api = kube_api
     env = {
         "SKYSCAN_KUBECONFIG": cluster.kubeconfig,
         "SKYSCAN_NAMESPACE": namespace,
