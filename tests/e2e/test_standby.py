@@ -44,6 +44,7 @@ SMALL = {"8": 0, "64": 0}
 class Replica:
     identity: str
     proc: subprocess.Popen[bytes]
+    health_url: str
     metrics_url: str
     log: Path
 
@@ -73,7 +74,7 @@ def start_replica(identity: str, env: dict[str, str], logs: Path) -> Replica:
     processes.wait_until(
         localstack.http_ok(f"http://127.0.0.1:{health}/healthz"), identity, 60, proc=proc, log=log
     )
-    return Replica(identity, proc, f"http://127.0.0.1:{port}/metrics", log)
+    return Replica(identity, proc, env["SKYSCAN_LIVENESS_ENDPOINT"], f"http://127.0.0.1:{port}/metrics", log)
 
 
 async def holder(api: kube.Kube, namespace: str) -> str:
@@ -105,6 +106,15 @@ async def acting(replica: Replica, http: httpx.AsyncClient) -> bool:
     )
 
 
+async def answer(http: httpx.AsyncClient, url: str) -> str:
+    """The body of a 200 answer; "" for anything else (nothing listening yet included)."""
+    try:
+        got = await http.get(url)
+    except httpx.HTTPError:
+        return ""
+    return got.text if got.status_code == 200 else ""
+
+
 async def exit_code(replica: Replica, timeout: float) -> int:
     return await asyncio.to_thread(replica.proc.wait, timeout)
 
@@ -131,6 +141,7 @@ async def test_a_standby_does_nothing_until_the_holder_lets_go_and_a_holder_that
         replicas.append(b)
         async with httpx.AsyncClient(timeout=5) as http:
             assert (await b.scrape(http))["skyscan_operator_leader"] == 0
+            assert "standby" in await answer(http, b.health_url)  # its own liveness endpoint, not kopf's
             # A Scan made with kubectl (no WMS: it waits in the backlog): the holder reconciles it.
             for doc in yaml.safe_load_all((REPO / "examples" / "scan.yaml").read_text()):
                 where = (
@@ -160,6 +171,7 @@ async def test_a_standby_does_nothing_until_the_holder_lets_go_and_a_holder_that
             assert await exit_code(a, 15) == 0
             assert "released Lease" in a.log.read_text()
             assert await holder(api, namespace) == "b"
+            assert "standby" not in await eventually(lambda: answer(http, b.health_url))  # kopf's now
             assert handover < float(TIMING["SKYSCAN_LEASE_RENEW_SECONDS"]) + 5  # a read, and the start
 
             # Another holder in the Lease (as if b had stalled past its deadline): b ends at once.
