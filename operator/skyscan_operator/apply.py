@@ -472,7 +472,7 @@ class Run:
                 if e.status != 404:
                     raise
                 meta = None  # deleted meanwhile
-        self.a.store.events[(s.namespace, s.name)] = (meta is not None, self.now())
+        self.a.store.saw_event(s.namespace, s.name, meta is not None, self.now())
 
     async def delete_job(self, name: str) -> None:
         try:

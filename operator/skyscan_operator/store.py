@@ -9,6 +9,7 @@ Jobs and Pods; a terminal scan is forgotten once settled.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from skyscan import conditions as cond
 from skyscan import names
 from skyscan.packing import Packer
 from skyscan.status import ScanRecord, compact, resource_version
-from skyscan_operator.backlog import Candidate, Hold, Line
+from skyscan_operator.backlog import Candidate, Hold, Line, holds
 from skyscan_operator.planner import ATTEMPT_FAILURES, Admission, JobView, PodView, WorkflowView
 from skyscan_operator.settings import OperatorSettings
 
@@ -28,7 +29,9 @@ Key = tuple[str, str]  # (namespace, scan id)
 
 
 def key_of(body: dict[str, Any]) -> Key:
-    return body["metadata"]["namespace"], body["metadata"]["name"]
+    """A scan's key, its strings interned: the store's indexes and what is queued share one copy of each
+    name (and of the namespace), not one per watch event that brought it."""
+    return sys.intern(body["metadata"]["namespace"]), sys.intern(body["metadata"]["name"])
 
 
 def pod_view(body: dict[str, Any]) -> PodView:
@@ -117,11 +120,13 @@ class Store:
     _workflow_of: dict[Key, str] = field(default_factory=dict)  # the inverse of `live_workflows`
     _lineage: dict[Key, tuple[str | None, float]] = field(default_factory=dict)  # rescanOf, created
     line: Line = field(init=False)
+    _usual_holds: dict[Hold, Hold] = field(init=False)  # what most waiting scans show, held once
     granted: set[Key] = field(default_factory=set)  # admitted by the backlog, not yet reconciled
     _packer: Packer = field(default_factory=Packer)
 
     def __post_init__(self) -> None:
         self.line = Line(self.settings)
+        self._usual_holds = {hold: hold for hold in holds(self.settings).values()}
 
     # --- scans ---
     def __contains__(self, key: Key) -> bool:
@@ -210,6 +215,7 @@ class Store:
         if entry is None or exhausted or not self.event_stored(key, 0.0):
             self.line.remove(key)
             return
+        shown = shown_hold(scan)
         candidate = Candidate(
             key=key,
             priority=int(scan.obj["spec"].get("priority", 0)),
@@ -217,7 +223,7 @@ class Store:
             pending_since=entry.pending_since,
             attempts=entry.attempts,
             interruptions=entry.interruptions,
-            shown=shown_hold(scan),
+            shown=self._usual_holds.get(shown, shown) if shown else None,
         )
         self.line.put(candidate, self.clock())
 
@@ -240,6 +246,10 @@ class Store:
 
     def take_admission(self, key: Key) -> Admission | None:
         return self.admissions.pop(key, None)
+
+    def saw_event(self, namespace: str, name: str, stored: bool, at: float) -> None:
+        """Whether the scan's sensor event was found stored, looked at `at`."""
+        self.events[sys.intern(namespace), sys.intern(name)] = (stored, at)
 
     def event_stored(self, key: Key, missing_since: float) -> bool | None:
         """Whether the scan's sensor event was seen stored; a miss counts only if looked at after
