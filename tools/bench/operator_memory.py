@@ -1,7 +1,7 @@
 """Benchmark: where the operator's memory goes with N live Scans waiting in the backlog.
 
     python tools/bench/operator_memory.py [--scans 10000] [--env NAME=VALUE ...] [--trace 25]
-                                          [--block kubernetes_asyncio] [--restart]
+                                          [--block MODULE] [--restart] [--namespace NS]
 
 Starts the operator (the suite's settings, metrics served) under `operator_probe.py`, then stores N Scans
 with their events as the suite does (the operator reconciles them as they come), waits until every
@@ -32,6 +32,10 @@ import harness
 from operator_probe import BLOCK, PROBE_FILE, TRACE
 from suite import OPERATOR_SETTINGS
 
+from skyscan import kube
+from skyscan.kube import Kube
+from skyscan_local import processes
+
 
 async def probed(
     op: harness.Server, path: Path, stage: str, stages: dict[str, Any], sig: int = signal.SIGUSR1
@@ -54,7 +58,7 @@ def reports(path: Path) -> list[str]:
 async def start_probed_operator(
     kubeconfig: str, ns: str, wms: str, path: Path, args: argparse.Namespace
 ) -> harness.Server:
-    port = harness.processes.free_port()
+    port = processes.free_port()
     env = {
         "SKYSCAN_KUBECONFIG": kubeconfig,
         "SKYSCAN_NAMESPACE": ns,
@@ -64,7 +68,7 @@ async def start_probed_operator(
         PROBE_FILE: str(path),
         TRACE: str(args.trace),
         BLOCK: ",".join(args.block),
-        "SKYSCAN_METRICS_PORT": str(harness.processes.free_port()),  # served, as in production
+        "SKYSCAN_METRICS_PORT": str(processes.free_port()),  # served, as in production
         **OPERATOR_SETTINGS,
         **dict(e.split("=", 1) for e in args.env),
     }
@@ -79,7 +83,8 @@ class Peak:
     """The highest VmRSS of a process, sampled every half second while entered."""
 
     def __init__(self, pid: int) -> None:
-        self.pid, self.mib, self._task = pid, 0.0, None  # type: ignore[var-annotated]
+        self.pid, self.mib = pid, 0.0
+        self._task: asyncio.Task[None] | None = None
 
     async def _sample(self) -> None:
         while True:
@@ -91,7 +96,8 @@ class Peak:
         return self
 
     async def __aexit__(self, *_: object) -> None:
-        self._task.cancel()  # type: ignore[attr-defined]
+        if self._task:
+            self._task.cancel()
 
 
 async def quiet(pid: int, seconds: float = 10.0, timeout: float = 1800.0) -> None:
@@ -107,7 +113,8 @@ async def restarted(
     kubeconfig: str, ns: str, wms: str, workdir: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     """An operator started over the Scans in `ns` as they are: its initial listing of all of them."""
-    path, stages = workdir / "restart.jsonl", {}
+    path = workdir / "restart.jsonl"
+    stages: dict[str, Any] = {}
     async with harness.running(start_probed_operator(kubeconfig, ns, wms, path, args)) as op:
         await probed(op, path, "started", stages)
         began = time.monotonic()
@@ -121,17 +128,15 @@ async def restarted(
 
 
 async def first_pass(
-    kubeconfig: str, ns: str, wms: str, workdir: Path, args: argparse.Namespace
+    api: Kube, kubeconfig: str, ns: str, wms: str, workdir: Path, args: argparse.Namespace
 ) -> dict[str, Any]:
     """An operator running while `args.scans` Scans are stored, until each shows its backlog hold."""
-    from skyscan import kube
-
-    path, stages = workdir / "first.jsonl", {}
+    path = workdir / "first.jsonl"
+    stages: dict[str, Any] = {}
     async with harness.running(start_probed_operator(kubeconfig, ns, wms, path, args)) as op:
         await probed(op, path, "started", stages)
         began = time.monotonic()
-        api = await kube.connect(kubeconfig)
-        async with api, Peak(op.pid) as peak:
+        async with Peak(op.pid) as peak:
             await harness.create_scans(api, ns, args.scans, concurrency=16, event=True)
             stages["stored_s"] = round(time.monotonic() - began)
             await harness.all_reconciled(api, ns, args.scans, 3600)
@@ -145,8 +150,6 @@ async def first_pass(
 
 
 async def run(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
-    from skyscan import kube
-
     out: dict[str, Any] = {"scans": args.scans, "env": args.env, "block": args.block, "trace": args.trace}
     workdir = Path(tempfile.mkdtemp(prefix="skyscan-opmem-"))
     async with harness.running(harness.start_wms_simulator()) as wms:
@@ -156,7 +159,7 @@ async def run(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
         else:
             api = await kube.connect(kubeconfig)
             async with api, harness.namespace(api) as ns:
-                out["first"] = await first_pass(kubeconfig, ns, wms.base, workdir, args)
+                out["first"] = await first_pass(api, kubeconfig, ns, wms.base, workdir, args)
                 if args.restart:
                     out["restart"] = await restarted(kubeconfig, ns, wms.base, workdir, args)
     out["load_average_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
