@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(openapi.document(ROUTES), sys.stdout, indent=2)
         return 0
     settings = ShimSettings()
-    logs.configure(settings.log_format)
+    logs.configure(settings.log_format, settings.log_level)
     web.run_app(
         create_app(settings),
         host=settings.host,

@@ -7,7 +7,7 @@ values (`SKYSCAN_KNOWN_CLUSTERS`, `SKYSCAN_TAGS`) are JSON, as pydantic-settings
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -26,6 +26,9 @@ class ShimSettings(BaseSettings):
     port: int = 8080
     log_format: LogFormat = Field(
         default="text", description="`json`: JSON lines (see README, Logs); `text`: plain lines."
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="The lowest level logged; `WARNING` leaves out the access log."
     )
 
     known_clusters: dict[str, int | None] = Field(

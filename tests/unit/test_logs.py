@@ -101,3 +101,20 @@ def test_redaction_keeps_ordinary_text() -> None:
 def test_text_lines_name_the_scan() -> None:
     line = logs.TextFormatter().format(record("archiving failed", **logs.about("0194x1")))
     assert "INFO skyscan.test: archiving failed [scan 0194x1]" in line
+
+
+@pytest.mark.parametrize(("level", "access_logged"), [("INFO", True), ("WARNING", False)])
+def test_the_shims_log_level_decides_whether_requests_are_logged(
+    monkeypatch: pytest.MonkeyPatch, level: str, access_logged: bool
+) -> None:
+    from api_shim.settings import ShimSettings
+
+    monkeypatch.setenv("SKYSCAN_LOG_LEVEL", level)
+    root = logging.getLogger()
+    handlers, root_level = root.handlers[:], root.level
+    try:
+        logs.configure("text", ShimSettings().log_level)
+        assert logging.getLogger("api_shim.access").isEnabledFor(logging.INFO) is access_logged
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(root_level)

@@ -516,6 +516,7 @@ async def start_operator(kubeconfig: str, ns: str, wms: str, **settings: str) ->
         "SKYSCAN_WMS_ADDRESS": wms,
         "SKYSCAN_LOG_LEVEL": "WARNING",
         "SKYSCAN_LIVENESS_ENDPOINT": f"http://127.0.0.1:{port}/healthz",
+        "SKYSCAN_METRICS_PORT": str(processes.free_port()),  # served, as in production; never a taken port
         **settings,
     }
     server = await spawn(["-m", "skyscan_operator.handlers"], env, port)
