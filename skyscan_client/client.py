@@ -44,6 +44,9 @@ from skyscan_client.types import (
 
 RETRY_STATUSES = frozenset({502, 503, 504})
 NO_STREAM_STATUSES = frozenset({404, 405})  # a shim without the events route (or an unknown scan)
+# Read-your-writes across shim replicas: a write answers with the Scan version it wrote, and every
+# later request asks for at least the highest such version, so no replica answers from an older cache.
+WRITTEN_HEADER, MIN_VERSION_HEADER = "Skyscan-Version", "Skyscan-Min-Version"
 Projection = str | Sequence[str] | None
 
 
@@ -108,6 +111,7 @@ class Client:
         found = config.resolve(base_url, token, env_file)
         self.base_url = found.base_url
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
+        self.written_version = 0  # the highest Scan version this client's writes made
         self._http = httpx.Client(
             base_url=found.base_url,
             headers={"Authorization": f"Bearer {found.token}", "Accept": "application/json"},
@@ -297,7 +301,7 @@ class Client:
         yield from self._poll(scan_id, poll_interval, last)
 
     def _stream(self, scan_id: str, idle_timeout: float) -> Iterator[ScanEvent]:
-        headers = {"Accept": "text/event-stream"}
+        headers = {"Accept": "text/event-stream", **self._freshness()}
         timeout = httpx.Timeout(self._http.timeout.connect, read=idle_timeout)
         with self._http.stream(
             "GET", f"/scan/{scan_id}/events", headers=headers, timeout=timeout
@@ -345,7 +349,9 @@ class Client:
         attempt = 0
         while True:
             try:
-                response = self._http.request(method, path, params=params, json=json)
+                response = self._http.request(
+                    method, path, params=params, json=json, headers=self._freshness()
+                )
             except httpx.TransportError as e:
                 unsent = isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
                 if (repeatable or unsent) and attempt < self.retries:
@@ -359,7 +365,13 @@ class Client:
                 continue
             if not response.is_success:
                 raise SkyscanError.from_response(response)
+            written = response.headers.get(WRITTEN_HEADER, "")
+            if written.isdigit():
+                self.written_version = max(self.written_version, int(written))
             return response.json() if response.content else {}
+
+    def _freshness(self) -> dict[str, str]:
+        return {MIN_VERSION_HEADER: str(self.written_version)} if self.written_version else {}
 
     def _pause(self, attempt: int, retry_after: str | None = None) -> None:
         """Exponential backoff with jitter, or the server's Retry-After, never above `max_backoff`."""

@@ -19,8 +19,9 @@ from skyscan_client.events import parse_sse
 
 pytestmark = pytest.mark.timeout(30)
 
-# (method, path) -> what to do for the n-th request (0-based): (status, body) or "drop" (close the socket)
-Plan = Callable[[str, str, int, bytes], tuple[int, Any] | str]
+# (method, path) -> what to do for the n-th request (0-based): (status, body), (status, body, headers)
+# or "drop" (close the socket)
+Plan = Callable[[str, str, int, bytes], tuple[int, Any] | tuple[int, Any, dict[str, str]] | str]
 
 
 class Server:
@@ -49,7 +50,7 @@ class Server:
                     self.connection.shutdown(2)
                     return
                 assert not isinstance(what, str)
-                status, body = what
+                status, body, *more = what
                 if isinstance(body, bytes):  # a raw event stream
                     self.send_response(status)
                     self.send_header("Content-Type", "text/event-stream")
@@ -61,6 +62,8 @@ class Server:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in (more[0] if more else {}).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -318,3 +321,25 @@ def test_an_unknown_scan_raises_whether_streamed_or_polled(serve: Callable[[Plan
     with client(server) as c, pytest.raises(SkyscanError) as caught:
         next(c.events("nope"))
     assert caught.value.status == 404
+
+
+def test_after_a_write_every_request_asks_for_at_least_the_version_it_wrote(
+    serve: Callable[[Plan], Server],
+) -> None:
+    """Read-your-writes across shim replicas (README, More than one shim)."""
+    versions = {"/scan/a/actions/add-workers": "120", "/scan/b/actions/add-workers": "90"}
+
+    def plan(method: str, path: str, n: int, body: bytes) -> tuple[int, Any, dict[str, str]]:
+        if method == "POST" and path in versions:
+            return 200, {}, {"Skyscan-Version": versions[path]}
+        return 200, {"scan_state": "PENDING"}, {}
+
+    server = serve(plan)
+    with Client(server.url, "t") as c:
+        c.status("a")
+        c.add_workers("a", "osg", 1)
+        c.status("a")
+        c.add_workers("b", "osg", 1)  # an older version than the highest seen: the highest stays
+        c.status("b")
+    asked = [h.get("Skyscan-Min-Version") for h in server.headers]
+    assert asked == [None, None, "120", "120", "120"]
