@@ -54,7 +54,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from skyscan import kube
 from skyscan.scanner_args import COMMON_SPACE
 from skyscan_local import control_plane as localcluster
-from skyscan_local import scanner_report, skymap
+from skyscan_local import processes, scanner_report, skymap
 from skyscan_local.scanner_report import ScanTally
 
 log = logging.getLogger("skyscan_local.scanner_simulator")
@@ -283,7 +283,10 @@ async def run_sidecar(pod: ServerPod, settings: ScannerSimSettings) -> None:
             "--settle-seconds", str(settle), "--poll-seconds", str(settle / 5)]  # fmt: skip
     while True:
         proc = await asyncio.create_subprocess_exec(
-            *argv, env={**IMAGE_ENV, **pod.sidecar.env}, stdin=asyncio.subprocess.DEVNULL
+            *argv,
+            env={**IMAGE_ENV, **pod.sidecar.env},
+            stdin=asyncio.subprocess.DEVNULL,
+            preexec_fn=processes.die_with_parent,  # a Pod's containers end with it, even on a SIGKILL
         )
         try:
             code = await proc.wait()
