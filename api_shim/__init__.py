@@ -10,3 +10,9 @@ normalisation, pure), `models` (request/response models, error wording), `openap
 (list+watch of Scans), `store` (Scan writes with conflict retries), `filters` (the /scans/find
 matcher), `auth`, `errors`, `sizes`, `tags`.
 """
+
+import sys
+
+# httpx's package import loads its command-line client (rich, click, pygments: ~50 ms of the shim's
+# cold start) unless that fails; the shim (the OIDC discovery client) never runs it.
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: "not importable"

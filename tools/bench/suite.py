@@ -27,12 +27,13 @@ import importlib.util
 import json
 import random
 import signal
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -284,14 +285,22 @@ async def creates(b: Bench, config: ShimConfig, shim: Server) -> None:
     await harness.eventually(gone, 120, 1.0)
 
 
+COLD_STARTS = 3  # one start is one sample of a noisy machine: the median of three is the figure
+
+
 async def cold_start(b: Bench, config: ShimConfig, label: str) -> Server:
-    """5. Spawn the shim; seconds to /healthz 200."""
+    """5. Spawn the shim; seconds to /healthz 200 (the median of COLD_STARTS; the last one stays up)."""
     b.report.phase(f"shim cold start, {label}")
+    took: list[float] = []
+    for _ in range(COLD_STARTS - 1):
+        shim = await harness.start_shim(config)
+        took.append(await shim.wait_ok())
+        await shim.stop()
     shim = await harness.start_shim(config)
-    took = await shim.wait_ok()
-    b.report.add(
-        measured(f"shim cold start to /healthz 200, {label}", round(took, 2), "s", "shim cold start, s")
-    )
+    took.append(await shim.wait_ok())
+    median = round(statistics.median(took), 2)
+    row = measured(f"shim cold start to /healthz 200, {label}", median, "s", "shim cold start, s")
+    b.report.add(replace(row, compared=f"median of {', '.join(f'{t:.2f}' for t in took)} s"))
     return shim
 
 
