@@ -48,7 +48,7 @@ cluster-up: venv binaries   ## start the local control plane; prints the kubecon
 cluster-down: venv
 	$(VENV)/bin/skyscan-cluster down --dir $(CLUSTER_DIR)
 
-SIMULATE_SCANNER ?= 0
+SIMULATE_SCANNER ?= 1
 
 # The whole stack in the background (builds the control-plane binaries once if missing); writes
 # .skyscan/env. With SKYSCAN_KUBECONFIG set it uses that cluster instead of the local control plane.

@@ -84,7 +84,7 @@ def main() -> int:
         with Client(env_file=folder / "env") as client:
             return run(client, console, folder)
     except ConfigError as e:
-        print(f"{e}: run `make up SIMULATE_SCANNER=1` first", file=sys.stderr)
+        print(f"{e}: run `make up` first", file=sys.stderr)
         return exit_codes.UNREACHABLE
     except (SkyscanError, Unreachable) as e:
         print(f"the REST API refused or did not answer: {e}", file=sys.stderr)

@@ -3,7 +3,7 @@
 `up` brings the stack to the requested configuration and is safe to repeat:
   control plane (or the cluster of SKYSCAN_KUBECONFIG) -> Scan CRD -> namespace, scanner token Secret
   -> PostgreSQL archive (or the one of SKYSCAN_LOCAL_ARCHIVE_DSN) -> WMS simulator -> REST shim
-  -> operator -> scanner simulator (SIMULATE_SCANNER=1 only)
+  -> operator -> scanner simulator (SIMULATE_SCANNER=1; `make up` sets it unless told 0)
 Each component is a background process (new session, log in `.skyscan/logs/`); `.skyscan/stack.json`
 records its pid, command line and configuration. A component already running with the same
 configuration is left alone; one whose configuration changed is restarted. Each must pass its
@@ -531,7 +531,7 @@ def _without_password(dsn: str) -> str:
 
 
 def usage(values: dict[str, str], env_file: Path, simulate: bool) -> str:
-    sim = "on" if simulate else "off (make up SIMULATE_SCANNER=1 to complete scans locally)"
+    sim = "on" if simulate else "off (scans wait for a scanner that never reports: make up runs it)"
     return f"""
 Skyscan is up. Scanner simulator: {sim}.
   REST API        {values["SKYSCAN_URL"]}   (spec: {values["SKYSCAN_URL"]}/openapi.json)
