@@ -507,8 +507,15 @@ async def listening(server: Server, timeout: float = 30.0) -> None:
     await eventually(up, timeout, 0.05)
 
 
-async def start_operator(kubeconfig: str, ns: str, wms: str, **settings: str) -> Server:
-    """The operator on namespace `ns`, its liveness endpoint on a free port (waited for)."""
+async def start_operator(
+    kubeconfig: str,
+    ns: str,
+    wms: str,
+    program: Sequence[str] = ("-m", "skyscan_operator.handlers"),
+    **settings: str,
+) -> Server:
+    """The operator on namespace `ns` (`python program...`, the operator by default), its liveness
+    endpoint on a free port (waited for)."""
     port = processes.free_port()
     env = {
         "SKYSCAN_KUBECONFIG": kubeconfig,
@@ -519,7 +526,7 @@ async def start_operator(kubeconfig: str, ns: str, wms: str, **settings: str) ->
         "SKYSCAN_METRICS_PORT": str(processes.free_port()),  # served, as in production; never a taken port
         **settings,
     }
-    server = await spawn(["-m", "skyscan_operator.handlers"], env, port)
+    server = await spawn(program, env, port)
     await server.wait_ok(timeout=120)
     return server
 

@@ -34,7 +34,6 @@ from suite import OPERATOR_SETTINGS
 
 from skyscan import kube
 from skyscan.kube import Kube
-from skyscan_local import processes
 
 
 async def probed(
@@ -58,25 +57,17 @@ def reports(path: Path) -> list[str]:
 async def start_probed_operator(
     kubeconfig: str, ns: str, wms: str, path: Path, args: argparse.Namespace
 ) -> harness.Server:
-    port = processes.free_port()
-    env = {
-        "SKYSCAN_KUBECONFIG": kubeconfig,
-        "SKYSCAN_NAMESPACE": ns,
-        "SKYSCAN_WMS_ADDRESS": wms,
-        "SKYSCAN_LOG_LEVEL": "WARNING",
-        "SKYSCAN_LIVENESS_ENDPOINT": f"http://127.0.0.1:{port}/healthz",
+    settings = {
         PROBE_FILE: str(path),
         TRACE: str(args.trace),
         BLOCK: ",".join(args.block),
-        "SKYSCAN_METRICS_PORT": str(processes.free_port()),  # served, as in production
         **OPERATOR_SETTINGS,
         **dict(e.split("=", 1) for e in args.env),
     }
     if args.trace:  # a traced report stops the event loop for seconds: the Lease must outlast it
-        env["SKYSCAN_LEASE_DURATION_SECONDS"] = "600"
-    server = await harness.spawn([str(harness.HERE / "operator_probe.py")], env, port)
-    await server.wait_ok(timeout=120)
-    return server
+        settings["SKYSCAN_LEASE_DURATION_SECONDS"] = "600"
+    probe = [str(harness.HERE / "operator_probe.py")]
+    return await harness.start_operator(kubeconfig, ns, wms, probe, **settings)
 
 
 class Peak:
