@@ -20,7 +20,6 @@ remembered for `MISS_SECONDS`, and all of them draw on one token bucket (`READS_
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import logging
 import re
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from api_shim.errors import ApiError, Handler, bad_request
+from api_shim.sharing import SharedRuns
 from skyscan.status import resource_version
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ class Freshness:
         self._store = store
         self._bucket = TokenBucket(READS_PER_SECOND, READS_BURST)
         self._misses: OrderedDict[str, float] = OrderedDict()  # id -> until when it is not read again
-        self._reading: dict[str, asyncio.Future[Obj | None]] = {}
+        self._reading: SharedRuns[str, Obj | None] = SharedRuns()
 
     async def reach(self, request: web.Request) -> None:
         """Wait until this replica's cache is as fresh as the request's `Skyscan-Min-Version` asks."""
@@ -147,19 +147,12 @@ class Freshness:
             if until > time.monotonic():
                 return None
             del self._misses[scan_id]
-        if (pending := self._reading.get(scan_id)) is not None:
-            return await asyncio.shield(pending)
+        return await self._reading(scan_id, lambda: self._read_once(scan_id))
+
+    async def _read_once(self, scan_id: str) -> Obj | None:
         if not self._bucket.take():
             return None
-        future: asyncio.Future[Obj | None] = asyncio.get_running_loop().create_future()
-        self._reading[scan_id] = future
-        try:
-            scan = await self._get(scan_id)
-            future.set_result(scan)
-        finally:
-            del self._reading[scan_id]
-            if not future.done():  # cancelled: the waiters read the cache alone
-                future.set_result(None)
+        scan = await self._get(scan_id)
         if scan is None:
             self._misses[scan_id] = time.monotonic() + MISS_SECONDS
             while len(self._misses) > MISSES_KEPT:

@@ -20,6 +20,7 @@ from api_shim import models, view
 from api_shim.errors import ApiError, bad_request, not_found
 from api_shim.freshness import wrote
 from api_shim.launch import Launch
+from api_shim.sharing import SharedRuns
 from api_shim.store import Change, Obj, ScanStore, now
 from skyscan import kube, manifest, model, payloads
 from skyscan.archive import Archive
@@ -76,7 +77,7 @@ class ScanWrites:
         self.cache = store.cache
         self.namespace = store.namespace
         self._add_workers_timeout = add_workers_timeout
-        self._deletions: dict[str, asyncio.Future[Obj]] = {}  # name -> its guarded soft delete under way
+        self._deletions: SharedRuns[str, Obj] = SharedRuns()  # guarded soft deletes under way, by name
 
     async def launch(self, launch: Launch) -> Obj:
         """Two sequential writes: the Scan, then its sensor event already owned by it (a new event is
@@ -185,11 +186,7 @@ class ScanWrites:
         async def delete() -> Obj:
             return await self._mark(await self.store.update(name, _deletion), {})
 
-        deletion = self._deletions.get(name)
-        if deletion is None:
-            deletion = self._deletions[name] = asyncio.ensure_future(delete())
-            deletion.add_done_callback(lambda _: self._deletions.pop(name, None))
-        scan = await asyncio.shield(deletion)
+        scan = await self._deletions(name, delete)
         wrote(scan)  # each request's answer carries the version
         return scan
 
