@@ -1,8 +1,11 @@
 """The REST `scan_state`, computed from what a Scan records (reference behaviour, §2 of the notes).
 
 A final result wins over everything; otherwise the stage comes from whether a WMS workflow exists
-and what progress the scanner reported, prefixed by the WMS deactivation (ABORTED/FINISHED).
-Neither the soft-delete flag nor the Job's state takes part.
+and what progress the scanner reported, prefixed by the WMS deactivation (ABORTED/FINISHED). A scan
+the operator failed (`Failed=True`) without a WMS deactivation to show, e.g. one that never got a
+workflow (its sensor event missing, its start attempts used up), is ABORTED too: the reference lists
+`ABORTED__PRESTARTUP`, and a failed scan must not read as pending forever. Neither the soft-delete
+flag nor the Job's state takes part.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ def scan_state(
     workflow_id: str | None,
     progress: Mapping[str, Any] | None,
     deactivated: str | None,
+    failed: bool = False,
 ) -> str:
     if has_final_result:
         return SCAN_HAS_FINAL_RESULT
@@ -42,4 +46,6 @@ def scan_state(
         prefix, stage = "IN_PROGRESS", WAITING_ON_FIRST_PIXEL_RECO
     if deactivated and has_requested_workflow(workflow_id):
         prefix = deactivated.upper()
+    elif failed:
+        prefix = "ABORTED"
     return f"{prefix}__{stage}"

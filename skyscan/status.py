@@ -214,6 +214,7 @@ class ScanRecord:
             workflow_id=self.workflow_id,
             progress=self.progress,
             deactivated=self.deactivated,
+            failed=self.condition_true(cond.FAILED),
         )
 
     @property

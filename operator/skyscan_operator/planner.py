@@ -305,6 +305,7 @@ class Draft:
             workflow_id=self.workflow.id,
             progress=record.progress,
             deactivated=self.workflow.deactivated,
+            failed=self.true(cond.FAILED),
         )
 
     def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
