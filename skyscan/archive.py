@@ -51,7 +51,10 @@ CREATE INDEX scans_classifiers ON scans USING gin (classifiers jsonb_path_ops);
 CREATE INDEX scans_created ON scans (created_at);
 CREATE INDEX scans_rescan_of ON scans (rescan_of) WHERE rescan_of IS NOT NULL;
 """
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1,)
+# A scan failed because its sensor event was never stored is archived without one: its event id no
+# longer has to name a stored event (GET /i3-event answers 404 for it, as in the cluster).
+SCHEMA_V2 = "ALTER TABLE scans DROP CONSTRAINT IF EXISTS scans_sensor_event_id_fkey;"
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2)
 MIGRATION_LOCK = 0x736B797363616E  # pg_advisory_xact_lock key: "skyscan" in ASCII
 
 # The columns of `scans`, in the order `columns` returns them and the INSERT names them.
@@ -95,7 +98,7 @@ class ArchivedScan:
 
     scan: Mapping[str, Any]  # the compact Scan object (skyscan.status.compact)
     manifest: Mapping[str, Any]  # skyscan.manifest.of(scan)
-    event: bytes  # gzip payload of its sensor event
+    event: bytes | None  # gzip payload of its sensor event; None: it was never stored (EventMissing)
     result: bytes | None  # gzip payload of its result, if it has one
     archived_at: float  # Unix seconds
 
@@ -195,7 +198,8 @@ class Archive:
         """Store a scan and its event in one transaction; safe to repeat (see _INSERT_SCAN)."""
         row = columns(rec)
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(_INSERT_EVENT, row["sensor_event_id"], rec.event)
+            if rec.event is not None:
+                await conn.execute(_INSERT_EVENT, row["sensor_event_id"], rec.event)
             await conn.execute(_INSERT_SCAN, *row.values(), resource_version(rec.scan))
 
     async def get(self, namespace: str, scan_id: str) -> dict[str, Any] | None:

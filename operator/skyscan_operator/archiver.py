@@ -143,7 +143,11 @@ class Archiver:
         archive = await self._connected()
         if event is None:
             event = await archive.event(event_id)
-        if event is None:  # nothing to keep it with: it stays live, visibly
+        # A scan failed because its event was never stored goes without it; any other scan whose
+        # event is gone stays live, visibly (its event may yet be restored).
+        failed = record.condition_true(cond.FAILED)
+        never_stored = failed and cond.reason(record.conditions, cond.FAILED) == "EventMissing"
+        if event is None and not never_stored:
             await self._post(obj, "Warning", "ArchiveSkipped", f"sensor event {event_id!r} is missing")
             return
         result = (

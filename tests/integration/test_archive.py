@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from skyscan import manifest
-from skyscan.archive import MIGRATION_LOCK, Archive, migrate
+from skyscan.archive import MIGRATION_LOCK, MIGRATIONS, Archive, migrate
 from skyscan.status import ScanRecord
 from tests.archived import record, scan_object
 from tests.helpers import eventually
@@ -33,7 +33,8 @@ async def test_migrations_apply_once_and_connecting_again_changes_nothing(archiv
         await first.put(record(scan_object()))
         second = await Archive.connect(archive_dsn)
         await second.close()
-        assert await first.pool.fetch("SELECT version FROM skyscan_schema") == [(1,)]
+        versions = await first.pool.fetch("SELECT version FROM skyscan_schema ORDER BY version")
+        assert versions == [(v,) for v in range(1, len(MIGRATIONS) + 1)]
         assert await count(first, "scans") == 1
     finally:
         await first.close()
@@ -54,8 +55,8 @@ async def test_concurrent_migrations_wait_for_each_other(archive_dsn: str) -> No
             await eventually(blocked, timeout=10)
             assert not waiting.done()
             assert not await conns[0].fetchval("SELECT to_regclass('scans') IS NOT NULL")
-        assert await asyncio.wait_for(waiting, 10) == 1
-        assert await migrate(conns[0]) == 1
+        assert await asyncio.wait_for(waiting, 10) == len(MIGRATIONS)
+        assert await migrate(conns[0]) == len(MIGRATIONS)
     finally:
         for conn in conns:
             await conn.close()
