@@ -43,6 +43,12 @@ JANITOR_BUDGET = 200  # payload changes per namespace and sweep
 # How long a Job recorded in a scan's status may stay unseen by the Job watch (which can lag behind
 # the Scan watch, e.g. right after the Job's creation or the operator's start) before it counts as gone.
 JOB_WATCH_GRACE = 10.0
+# A workflow absent from this many successful batched polls in a row is lost (one absence may be a
+# WMS answering from a replica that has not caught up).
+LOST_AFTER_POLLS = 2
+# A failing batched poll is tried again after a delay that doubles per failure in a row, up to this
+# (never less than the poll interval): an outage is not hammered.
+POLL_BACKOFF_MAX_SECONDS = 30.0
 
 
 class Controller:
@@ -59,6 +65,9 @@ class Controller:
         self.archiver: Archiver | None = None  # with an archive DSN
         self._invalid: set[tuple[Key, str]] = set()
         self.wms_poll_error: str | None = None  # why the last batched WMS poll failed, if it did
+        self.poll_failures = 0  # batched WMS polls failed in a row
+        self._poll_resume_at = 0.0  # no batched poll before this (backing off after failures)
+        self._absent: dict[str, int] = {}  # workflow id -> successful polls in a row it was absent from
         self.started_at = 0.0
         self.metrics: metrics.MetricsServer | None = None
 
@@ -163,11 +172,12 @@ class Controller:
         store = self.store
         workflow_id = scan.record.workflow_id
         pods = store.pods_of(key)
-        transient = any(p.transient_failure for p in pods)
+        workflow = store.workflows.get(workflow_id) if workflow_id else None
+        transient = any(p.transient_failure for p in pods) or bool(workflow and workflow.lost)
         return Observed(
             job=store.job_of(key, scan.uid),
             pods=pods,
-            workflow=store.workflows.get(workflow_id) if workflow_id else None,
+            workflow=workflow,
             wms_poll_error=self.wms_poll_error if workflow_id else None,
             healthy_since=max(self.started_at, store.outage_at),
             event=store.event_stored(key, now - planner.EVENT_RECHECK_SECONDS),
@@ -313,30 +323,51 @@ class Controller:
         self.wms_poll_error = error
 
     async def poll_wms(self) -> None:
-        """Two queries for every live workflow: their deactivation and their taskforces."""
-        if self.wms is None or not self.store.live_workflows:
+        """Two queries for every live workflow: their deactivation and their taskforces. A workflow
+        the WMS no longer lists is marked lost (the planner retries or ends its scan)."""
+        if self.wms is None or not self.store.live_workflows or self.clock() < self._poll_resume_at:
             return
         ids = sorted(self.store.live_workflows)
         try:
             workflows = await self.wms.query_workflows(ids)
             taskforces = await self.wms.query_taskforces(ids)
         except WMSError as e:
-            log.warning("WMS poll failed: %s", e)
+            self.poll_failures += 1
+            self._poll_resume_at = self.clock() + poll_backoff(
+                self.poll_failures, self.settings.wms_poll_interval_seconds
+            )
+            log.warning("WMS poll failed (%d in a row): %s", self.poll_failures, e)
             if isinstance(e, WMSUnavailable):
                 self.store.outage_at = self.clock()
             self._set_poll_error(str(e))
             return
+        self.poll_failures, self._poll_resume_at = 0, 0.0
         self._set_poll_error(None)
         by_workflow: dict[str, list[dict[str, Any]]] = {}
         for tf in taskforces:
             by_workflow.setdefault(tf["workflow_id"], []).append(tf)
         deactivated = {w["workflow_id"]: w.get("deactivated") for w in workflows}
+        self._absent = absences(self._absent, ids, set(deactivated))
         for wf_id in ids:
-            view = WorkflowView(deactivated.get(wf_id), tuple(by_workflow.get(wf_id, ())))
+            lost = self._absent.get(wf_id, 0) >= LOST_AFTER_POLLS
+            if lost and not (self.store.workflows.get(wf_id) or WorkflowView(None)).lost:
+                log.warning("WMS workflow %s is lost: the WMS no longer lists it", wf_id)
+            view = WorkflowView(deactivated.get(wf_id), tuple(by_workflow.get(wf_id, ())), lost=lost)
             if self.store.workflows.get(wf_id) != view:
                 self.store.workflows[wf_id] = view
                 if key := self.store.live_workflows.get(wf_id):
                     self.queue.add(key)
+
+
+def absences(before: dict[str, int], polled: list[str], listed: set[str]) -> dict[str, int]:
+    """For each polled workflow, how many successful polls in a row it was absent from (pure)."""
+    return {wf: before.get(wf, 0) + 1 for wf in polled if wf not in listed}
+
+
+def poll_backoff(failures: int, interval: float) -> float:
+    """How long after the `failures`-th failed poll in a row the next one waits, beyond its interval."""
+    cap = max(interval, POLL_BACKOFF_MAX_SECONDS)
+    return min(interval * 2.0 ** (failures - 1), cap) - interval
 
 
 def settled(record: ScanRecord) -> bool:

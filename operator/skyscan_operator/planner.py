@@ -30,8 +30,9 @@ TRANSIENT_EXIT_CODES = frozenset({137, 143})
 EVENT_RECHECK_SECONDS = 1.0  # a scan whose sensor event is missing looks again this often
 # Why a start attempt ended. Only failures of the scan itself count against `max_start_attempts`:
 # a definite WMS refusal of its request, its Job or Secret refused by the API server (invalid, or a
-# name someone else holds), a start that timed out while the WMS and the API server answered.
-ATTEMPT_FAILURES = frozenset({"WMSRejected", "StartFailed", "StartTimedOut"})
+# name someone else holds), a start that timed out while the WMS and the API server answered, its
+# workflow lost by a WMS that answers (as a start that never got ready: the attempt's own failure).
+ATTEMPT_FAILURES = frozenset({"WMSRejected", "StartFailed", "StartTimedOut", "WorkflowLost"})
 # Outages and quota refusals interrupt an attempt without counting it; the scan backs off and retries.
 INTERRUPTIONS = frozenset({"WMSUnavailable", "APIUnavailable", "APIForbidden", "QuotaExceeded"})
 
@@ -66,6 +67,9 @@ class JobView:
 class WorkflowView:
     deactivated: str | None
     taskforces: tuple[dict[str, Any], ...] = ()
+    # The WMS answers but no longer knows the workflow (absent from its batched answers in a row, as
+    # after a WMS restarted without its data): no worker will ever come for it.
+    lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -330,6 +334,7 @@ def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) 
     if scan.deleting:
         _hard_delete(d, p, scan, obs)
     else:
+        _restart_if_workflow_lost(d, p, scan, obs, now)
         _replace_if_transient(d, p, scan, obs, now, settings)
         if not (scan.spec.deleted or d.true(cond.FAILED)):
             _final_result(d, p, scan, now, settings)
@@ -360,8 +365,18 @@ def _observe_workflow(d: Draft, obs: Observed) -> None:
         return
     if obs.workflow.deactivated and not d.workflow.deactivated:
         d.workflow.deactivated = obs.workflow.deactivated
+    if obs.workflow.lost and not d.workflow.deactivated:
+        d.set(cond.WORKFLOW_READY, False, "WorkflowLost", _lost_message(d.workflow.id))
     d.workforce = workforce.summarize(obs.workflow.taskforces)
     d.taskforces = workforce.compact(obs.workflow.taskforces)
+
+
+def _lost_message(workflow_id: str | None) -> str:
+    return f"the WMS no longer knows workflow {workflow_id}: no worker will come for it"
+
+
+def _workflow_lost(d: Draft, obs: Observed) -> bool:
+    return bool(d.workflow.id and not d.workflow.deactivated and obs.workflow and obs.workflow.lost)
 
 
 def _latest_pod(pods: tuple[PodView, ...]) -> PodView | None:
@@ -419,7 +434,8 @@ def _release(d: Draft, p: Plan, scan: ScanView) -> None:
 def _replace_if_transient(
     d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, settings: OperatorSettings
 ) -> None:
-    """A scanner pod killed for a transient reason gets exactly one replacement scan (throttled)."""
+    """A scanner pod killed for a transient reason, or a started scan whose WMS workflow is lost, gets
+    exactly one replacement scan (throttled), as the reference's watchdog rescans a killed scanner."""
     spec, job = scan.spec, d.job
     if job and job.replacement:
         if not spec.replaced_by or not obs.replacement_exists:
@@ -428,15 +444,19 @@ def _replace_if_transient(
     if spec.deleted or spec.replaced_by or scan.record.has_final_result:
         return
     dead = next((pod for pod in obs.pods if pod.transient_failure), None)
-    if dead is None:
+    if dead is not None:
+        why, throttled = (
+            f"pod {dead.name}: {dead.reason or 'killed'} (exit code {dead.exit_code})",
+            "ReplacementThrottled",
+        )
+    elif job is not None and _workflow_lost(d, obs):
+        why, throttled = _lost_message(d.workflow.id), "WorkflowLost"
+    else:
         return
-    why = f"pod {dead.name}: {dead.reason or 'killed'} (exit code {dead.exit_code})"
     if obs.lineage_recent > settings.replacement_max_scans:
         if not d.true(cond.FAILED):
-            d.set(
-                cond.FAILED, True, "ReplacementThrottled", f"{why}; too many rescans of this request recently"
-            )
-            p.event("ReplacementThrottled", why, warning=True)
+            d.set(cond.FAILED, True, throttled, f"{why}; too many rescans of this request recently")
+            p.event(throttled, why, warning=True)
         return
     new_id = obs.fresh_id or model.new_scan_id(now, scan.uid.replace("-", ""))
     if d.job:
@@ -457,6 +477,25 @@ def replacement_body(scan: ScanView, new_id: str) -> dict[str, Any]:
         "metadata": {"name": new_id, "namespace": scan.namespace, "labels": labels},
         "spec": model.rescan_spec(scan.raw_spec, scan.name),
     }
+
+
+def _restart_if_workflow_lost(d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float) -> None:
+    """A workflow lost before the scan's Job exists: forget it, so the next start attempt requests a
+    new one; the attempt under way ends, counted (bounded by `max_start_attempts`). A started scan's
+    lost workflow is `_replace_if_transient`'s."""
+    if d.job is not None or not _workflow_lost(d, obs):
+        return
+    if scan.spec.deleted or scan.deleting or d.true(cond.FAILED) or scan.record.has_final_result:
+        return
+    message = _lost_message(d.workflow.id)
+    d.workflow = model.WorkflowStatus()
+    d.workforce, d.taskforces = None, None
+    p.event("WorkflowLost", f"{message}; the next start attempt requests a new one", warning=True)
+    if d.backlog is None:
+        return
+    if d.true(cond.ADMITTED):
+        d.backlog.pending_since, d.backlog.interruptions = now, 0
+        d.set(cond.ADMITTED, False, "WorkflowLost", f"start attempt {d.backlog.attempts} failed: {message}")
 
 
 def _final_result(d: Draft, p: Plan, scan: ScanView, now: float, settings: OperatorSettings) -> None:
@@ -607,6 +646,14 @@ def _stop_if_ended(d: Draft, p: Plan, scan: ScanView, obs: Observed) -> None:
     if spec.deleted or d.true(cond.FAILED):
         d.backlog = None
         _release(d, p, scan)
+    live = obs.job if obs.job and not obs.job.deleting else None
+    if (
+        d.true(cond.FAILED)
+        and not spec.deleted
+        and live
+        and (job is None or job.state not in ENDED_JOB_STATES)
+    ):
+        p.actions.append(DeleteJob(live.name))  # e.g. its workflow lost: the scanner would wait in vain
 
 
 def _worker_requests(d: Draft, p: Plan, scan: ScanView) -> None:

@@ -67,9 +67,10 @@ def test_a_failed_scan_reads_as_aborted_not_pending(
 
 
 def test_a_failed_scan_with_a_final_result_still_has_its_final_result() -> None:
-    assert scan_state(
-        has_final_result=True, workflow_id=None, progress=None, deactivated=None, failed=True
-    ) == "SCAN_HAS_FINAL_RESULT"
+    assert (
+        scan_state(has_final_result=True, workflow_id=None, progress=None, deactivated=None, failed=True)
+        == "SCAN_HAS_FINAL_RESULT"
+    )
 
 
 def test_a_scan_failed_for_a_missing_event_is_terminal_and_aborted_on_rest() -> None:
