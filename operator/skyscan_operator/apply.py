@@ -349,7 +349,10 @@ class Run:
             connection = scanner_job.ewms_connection(await wms.public_mq_profiles(workflow_id))
         except WMSError as e:  # unreachable: back to the backlog; refused: poll again (until the timeout)
             await self.wms_failed(e, attempt=isinstance(e, WMSUnavailable))
-            raise Stop(self.settings.queue_poll_seconds) from e
+            wait = self.settings.queue_poll_seconds
+            if e.status == 404:  # unknown to the WMS: the batched poll tells if it is lost; no tight loop
+                wait = max(wait, self.settings.wms_poll_interval_seconds)
+            raise Stop(wait) from e
         if connection is None:
             return self.settings.queue_poll_seconds
         s = self.scan
