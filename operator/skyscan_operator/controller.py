@@ -67,7 +67,8 @@ class Controller:
         self.wms_poll_error: str | None = None  # why the last batched WMS poll failed, if it did
         self.poll_failures = 0  # batched WMS polls failed in a row
         self._poll_resume_at = 0.0  # no batched poll before this (backing off after failures)
-        self._absent: dict[str, int] = {}  # workflow id -> successful polls in a row it was absent from
+        # workflow id -> (successful polls in a row it was absent from, when it was first missed)
+        self._absent: dict[str, tuple[int, float]] = {}
         self.started_at = 0.0
         self.metrics: metrics.MetricsServer | None = None
 
@@ -347,21 +348,34 @@ class Controller:
         for tf in taskforces:
             by_workflow.setdefault(tf["workflow_id"], []).append(tf)
         deactivated = {w["workflow_id"]: w.get("deactivated") for w in workflows}
-        self._absent = absences(self._absent, ids, set(deactivated))
+        self._absent = absences(self._absent, ids, set(deactivated), self.clock())
         for wf_id in ids:
-            lost = self._absent.get(wf_id, 0) >= LOST_AFTER_POLLS
+            misses, since = self._absent.get(wf_id, (0, 0.0))
+            lost = misses >= LOST_AFTER_POLLS
             if lost and not (self.store.workflows.get(wf_id) or WorkflowView(None)).lost:
                 log.warning("WMS workflow %s is lost: the WMS no longer lists it", wf_id)
-            view = WorkflowView(deactivated.get(wf_id), tuple(by_workflow.get(wf_id, ())), lost=lost)
+            view = WorkflowView(
+                deactivated.get(wf_id),
+                tuple(by_workflow.get(wf_id, ())),
+                lost=lost,
+                lost_since=since if lost else 0.0,
+            )
             if self.store.workflows.get(wf_id) != view:
                 self.store.workflows[wf_id] = view
                 if key := self.store.live_workflows.get(wf_id):
                     self.queue.add(key)
 
 
-def absences(before: dict[str, int], polled: list[str], listed: set[str]) -> dict[str, int]:
-    """For each polled workflow, how many successful polls in a row it was absent from (pure)."""
-    return {wf: before.get(wf, 0) + 1 for wf in polled if wf not in listed}
+def absences(
+    before: dict[str, tuple[int, float]], polled: list[str], listed: set[str], now: float
+) -> dict[str, tuple[int, float]]:
+    """For each polled workflow the WMS did not list: how many successful polls in a row it was
+    absent from, and since when (pure)."""
+    return {
+        wf: (before.get(wf, (0, now))[0] + 1, before.get(wf, (0, now))[1])
+        for wf in polled
+        if wf not in listed
+    }
 
 
 def poll_backoff(failures: int, interval: float) -> float:

@@ -68,8 +68,9 @@ class WorkflowView:
     deactivated: str | None
     taskforces: tuple[dict[str, Any], ...] = ()
     # The WMS answers but no longer knows the workflow (absent from its batched answers in a row, as
-    # after a WMS restarted without its data): no worker will ever come for it.
+    # after a WMS restarted without its data): no worker will come for it. Since when it was missed.
     lost: bool = False
+    lost_since: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -449,7 +450,7 @@ def _replace_if_transient(
             f"pod {dead.name}: {dead.reason or 'killed'} (exit code {dead.exit_code})",
             "ReplacementThrottled",
         )
-    elif job is not None and _workflow_lost(d, obs):
+    elif job is not None and _workflow_lost(d, obs) and _stalled_since_lost(d, p, scan, obs, now, settings):
         why, throttled = _lost_message(d.workflow.id), "WorkflowLost"
     else:
         return
@@ -477,6 +478,28 @@ def replacement_body(scan: ScanView, new_id: str) -> dict[str, Any]:
         "metadata": {"name": new_id, "namespace": scan.namespace, "labels": labels},
         "spec": model.rescan_spec(scan.raw_spec, scan.name),
     }
+
+
+def _stalled_since_lost(
+    d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, settings: OperatorSettings
+) -> bool:
+    """A started scan whose workflow is lost may still progress (workers already running need no WMS
+    record): it is retried only once its scanner has not reported for the start timeout since the
+    loss (and since its Job's creation), so no scan waits for workers longer than a start may."""
+    assert obs.workflow is not None and d.job is not None
+    created = cond.epoch(d.job.created_at) or 0.0
+    quiet_since = max(obs.workflow.lost_since, scan.record.last_updated, created)
+    due = quiet_since + settings.start_timeout_seconds
+    if now >= due:
+        return True
+    d.set(
+        cond.WORKFLOW_READY,
+        False,
+        "WorkflowLost",
+        f"{_lost_message(d.workflow.id)}; rescanned at {cond.iso(due)} unless its scanner reports",
+    )
+    p.wake(due - now)
+    return False
 
 
 def _restart_if_workflow_lost(d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float) -> None:

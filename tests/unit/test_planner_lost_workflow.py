@@ -3,6 +3,8 @@ by the start-attempt and replacement rules, so no scan waits for workers that wi
 
 from __future__ import annotations
 
+from typing import Any
+
 from skyscan import conditions as cond
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from skyscan_operator.controller import LOST_AFTER_POLLS, absences, poll_backoff
@@ -22,9 +24,17 @@ from skyscan_operator.planner import (
 )
 from tests.unit.test_planner import NOW, S, admitted, reason, scan, started
 
-LOST = WorkflowView(None, (), lost=True)
+LOST = WorkflowView(None, (), lost=True, lost_since=NOW - S.start_timeout_seconds - 1)
+JUST_LOST = WorkflowView(None, (), lost=True, lost_since=NOW - 5)
 RUNNING_JOB = JobView("skyscan-s1", cond.iso(NOW - 4))
 RUNNING_POD = PodView("skyscan-s1-x", "Running", started_at=NOW - 3)
+
+
+def started_long_ago() -> dict[str, Any]:
+    """A scan whose Job was created long before its workflow was lost."""
+    status = started()
+    status["job"]["createdAt"] = cond.iso(NOW - 1000)
+    return status
 
 
 def test_a_workflow_lost_before_the_job_ends_the_attempt_and_the_next_requests_a_new_one() -> None:
@@ -56,7 +66,7 @@ def test_a_workflow_lost_on_every_attempt_fails_the_scan_once_attempts_are_used_
 
 def test_a_started_scan_whose_workflow_is_lost_is_replaced_once() -> None:
     obs = Observed(job=RUNNING_JOB, pods=(RUNNING_POD,), workflow=LOST, fresh_id="NEWID")
-    p = plan(scan(started(), finalizers=[FINALIZER]), obs, NOW, S)
+    p = plan(scan(started_long_ago(), finalizers=[FINALIZER]), obs, NOW, S)
     (action,) = p.actions
     assert isinstance(action, Replace) and action.new_id == "NEWID"
     assert action.body["spec"]["rescanOf"] == "s1"
@@ -73,9 +83,26 @@ def test_a_started_scan_whose_workflow_is_lost_is_replaced_once() -> None:
     assert reason(done.status, cond.DELETED) == "Replaced"
 
 
+def test_a_started_scan_that_still_reports_is_not_replaced_before_the_start_timeout() -> None:
+    """Workers already running need no WMS record: the scan is retried only once it has been quiet
+    for the start timeout since the loss (or since its scanner's last report)."""
+    obs = Observed(job=RUNNING_JOB, pods=(RUNNING_POD,), workflow=JUST_LOST, fresh_id="NEWID")
+    p = plan(scan(started_long_ago(), finalizers=[FINALIZER]), obs, NOW, S)
+    assert p.actions == [] and reason(p.status, cond.FAILED) is None
+    assert reason(p.status, cond.WORKFLOW_READY) == "WorkflowLost"
+    assert "rescanned at" in cond.message(p.status["conditions"], cond.WORKFLOW_READY)
+    assert p.requeue_after == S.start_timeout_seconds - 5  # wakes when the timeout runs out
+    # Its scanner reported 100 s after the loss: the timeout runs from that report.
+    reporting = {**started_long_ago(), "lastUpdated": NOW + 100}
+    timeout = S.start_timeout_seconds
+    assert plan(scan(reporting, finalizers=[FINALIZER]), obs, NOW + timeout, S).actions == []
+    quiet = plan(scan(reporting, finalizers=[FINALIZER]), obs, NOW + 100 + timeout, S)
+    assert [type(a) for a in quiet.actions] == [Replace]
+
+
 def test_a_lost_workflow_with_too_many_recent_rescans_fails_the_scan_and_stops_its_job() -> None:
     obs = Observed(job=RUNNING_JOB, pods=(RUNNING_POD,), workflow=LOST, lineage_recent=4, fresh_id="N")
-    p = plan(scan(started(), finalizers=[FINALIZER]), obs, NOW, S)
+    p = plan(scan(started_long_ago(), finalizers=[FINALIZER]), obs, NOW, S)
     assert reason(p.status, cond.FAILED) == "WorkflowLost"
     assert "too many rescans" in cond.message(p.status["conditions"], cond.FAILED)
     assert Deactivate("WF-1", "abort") in p.actions and DeleteJob("skyscan-s1") in p.actions
@@ -86,12 +113,12 @@ def test_a_lost_workflow_with_too_many_recent_rescans_fails_the_scan_and_stops_i
 
 def test_a_listed_workflow_is_not_lost() -> None:
     obs = Observed(job=RUNNING_JOB, pods=(RUNNING_POD,), workflow=WorkflowView(None, ()), fresh_id="N")
-    p = plan(scan(started(), finalizers=[FINALIZER]), obs, NOW, S)
+    p = plan(scan(started_long_ago(), finalizers=[FINALIZER]), obs, NOW, S)
     assert p.actions == [] and reason(p.status, cond.FAILED) is None
 
 
 def test_a_lost_workflow_of_a_finished_scan_changes_nothing() -> None:
-    status = started()
+    status = started_long_ago()
     status["result"] = {"isFinal": True, "updatedAt": NOW - 100}
     obs = Observed(job=RUNNING_JOB, pods=(RUNNING_POD,), workflow=LOST, fresh_id="N")
     p = plan(scan(status, finalizers=[FINALIZER]), obs, NOW, S)
@@ -101,12 +128,12 @@ def test_a_lost_workflow_of_a_finished_scan_changes_nothing() -> None:
 
 
 def test_a_workflow_is_lost_only_after_successive_polls_without_it() -> None:
-    absent = absences({}, ["WF-1", "WF-2"], {"WF-1"})
-    assert absent == {"WF-2": 1} and absent["WF-2"] < LOST_AFTER_POLLS
-    absent = absences(absent, ["WF-1", "WF-2"], {"WF-1"})
-    assert absent["WF-2"] >= LOST_AFTER_POLLS
-    assert absences(absent, ["WF-1", "WF-2"], {"WF-1", "WF-2"}) == {}  # listed again: not lost
-    assert absences(absent, ["WF-1"], {"WF-1"}) == {}  # no longer polled: forgotten
+    absent = absences({}, ["WF-1", "WF-2"], {"WF-1"}, NOW)
+    assert absent == {"WF-2": (1, NOW)} and 1 < LOST_AFTER_POLLS
+    absent = absences(absent, ["WF-1", "WF-2"], {"WF-1"}, NOW + 1)
+    assert absent == {"WF-2": (LOST_AFTER_POLLS, NOW)}  # lost, since it was first missed
+    assert absences(absent, ["WF-1", "WF-2"], {"WF-1", "WF-2"}, NOW + 2) == {}  # listed again: not lost
+    assert absences(absent, ["WF-1"], {"WF-1"}, NOW + 2) == {}  # no longer polled: forgotten
 
 
 def test_failed_polls_back_off_up_to_a_bound() -> None:
