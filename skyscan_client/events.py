@@ -74,9 +74,10 @@ class ScanEvent:
 
     @property
     def aborted(self) -> bool:
-        """Deleted, replaced, or its workflow aborted, without a final result."""
+        """Deleted, replaced, its workflow aborted or the scan failed, without a final result."""
         deactivated = str(self.status.get("wms_deactivated") or "").upper()
-        return not self.has_final_result and (bool(self.status.get("is_deleted")) or deactivated == "ABORTED")
+        ended = deactivated == "ABORTED" or self.state.startswith("ABORTED__")
+        return not self.has_final_result and (bool(self.status.get("is_deleted")) or ended)
 
     @property
     def terminal(self) -> bool:

@@ -75,3 +75,10 @@ def test_rows_and_workers_read_the_scanners_shapes() -> None:
     assert nside_rows(RUNNING.progress) == [(8, 768, 768), (64, 100, 576)]
     assert nside_rows(None) == []
     assert workers({"wms_workforce": {"n_running": 0, "statuses": {}}}) == "0 running"
+
+
+def test_a_polled_scan_the_operator_failed_is_terminal_and_aborted() -> None:
+    # Failed before start (e.g. its event missing): no WMS deactivation, only the ABORTED__ state.
+    failed = event("ABORTED__PRESTARTUP")
+    assert failed.aborted and failed.terminal
+    assert not event("PENDING__PRESTARTUP").terminal
