@@ -77,7 +77,7 @@ def guard(route: Route) -> Handler:
                     403, "authorization failed", f"This route needs one of: {', '.join(sorted(route.roles))}."
                 )
             if identity.scan_id is not None:
-                _confine(request, identity.scan_id)
+                _confine(request, identity.scan_id, route)
             request[IDENTITY] = identity
             await request.app[SHIM].freshness.reach(request)  # after auth: only callers may make it read
             if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
@@ -88,8 +88,11 @@ def guard(route: Route) -> Handler:
     return guarded
 
 
-def _confine(request: web.Request, scan_id: str) -> None:
-    """A scanner's credential acts on its own scan only, and only while that scanner may act."""
+def _confine(request: web.Request, scan_id: str, route: Route) -> None:
+    """A scanner's credential acts on its own scan only, and only while that scanner may act; it reads
+    and reports (the writes that are the system's alone), never acts as a person (rescan, delete...)."""
+    if route.method != "GET" and route.roles != frozenset({auth.SYSTEM}):
+        raise ApiError(403, "authorization failed", "A scanner's credential cannot act for a person.")
     if request.match_info.get("scan_id") != scan_id:
         raise ApiError(403, "authorization failed", f"This credential is valid for scan {scan_id} only.")
     scan = request.app[SHIM].cache.get(scan_id)

@@ -64,7 +64,8 @@ def scanner_identity(claims: Mapping[str, Any], namespace: str, account: str) ->
     scan_id = names.scan_id_of_scanner_secret(str((k8s.get("secret") or {}).get("name") or ""))
     if scan_id is None:
         return None
-    return auth.Identity(name=f"scanner:{scan_id}", roles=frozenset(auth.ROLES), scan_id=scan_id)
+    # The system role only: a scanner reports on its scan; rescans, workers and deletes are people's.
+    return auth.Identity(name=f"scanner:{scan_id}", roles=frozenset({auth.SYSTEM}), scan_id=scan_id)
 
 
 class ScannerTokens:

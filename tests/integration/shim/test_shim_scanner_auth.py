@@ -7,6 +7,9 @@ import base64
 import json
 from typing import Any
 
+from api_shim.auth import SYSTEM
+from api_shim.plumbing import Route
+from api_shim.routes import ROUTES
 from skyscan import names
 from skyscan.kube import core_path
 from tests.integration.shim.conftest import ShimUnderTest
@@ -99,3 +102,28 @@ async def test_tokens_that_are_not_a_scans_own_are_not_scanner_credentials(shim:
     }
     for why, token in wrong.items():
         assert (await shim.call("GET", f"/scan/{a}/status", as_=token)).status == 401, why
+
+
+async def test_a_scanner_token_is_refused_on_every_route_but_its_own_reads_and_reports(
+    shim: ShimUnderTest,
+) -> None:
+    # Every route of the table, so a new route is covered: a scanner reads its scan and writes what
+    # only the system writes; it can neither rescan, add workers, delete nor read what only people read.
+    a = await running(shim)
+    token = await mint(shim, a)
+
+    def scanners(route: Route) -> bool:
+        roles = route.roles or frozenset()
+        return SYSTEM in roles and (route.method == "GET" or roles == {SYSTEM})
+
+    refused_routes = [r for r in ROUTES if r.roles is not None and not scanners(r)]
+    acts = {("POST", "/scan/{scan_id}/actions/rescan"), ("DELETE", "/scan/{scan_id}")}
+    acts.add(("POST", "/scan/{scan_id}/actions/add-workers"))
+    assert acts <= {(r.method, r.path) for r in refused_routes}
+    for route in refused_routes:
+        body = None if route.method == "GET" else {}
+        refused = await shim.call(route.method, route.path.format(scan_id=a), as_=token, json_body=body)
+        assert refused.status == 403, (route.method, route.path, refused.status, refused.body)
+    scan = await shim.kube_scan(a)
+    assert not scan["spec"].get("deleted") and not scan["spec"].get("workerRequests")
+    assert not scan["spec"].get("replacedBy")
