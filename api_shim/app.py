@@ -50,12 +50,11 @@ log = logging.getLogger(__name__)
 
 
 def redirect_location(request: web.Request, old: str, new: str) -> str:
-    """The request URL with the scan id swapped, absolute, honouring X-Forwarded-Proto/Host."""
-    scheme = request.headers.get("X-Forwarded-Proto", request.scheme).split(",")[0].strip()
-    host = request.headers.get("X-Forwarded-Host", request.host).split(",")[0].strip()
+    """The request's path and query with the scan id swapped. Relative, as the reference sends it:
+    nothing of the Location comes from headers a client controls (Host, X-Forwarded-*)."""
     path = request.rel_url.raw_path.replace(old, new, 1)
     query = request.rel_url.raw_query_string
-    return f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
+    return path + (f"?{query}" if query else "")
 
 
 def guard(route: Route) -> Handler:
