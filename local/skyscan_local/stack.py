@@ -270,6 +270,7 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
         **presign_key,
         "SKYSCAN_LIVENESS_ENDPOINT": operator_health,
         "SKYSCAN_METRICS_PORT": str(ports["operator_metrics"]),
+        "SKYSCAN_METRICS_HOST": "127.0.0.1",  # the machine's other users have no business there
         "SKYSCAN_WMS_ADDRESS": wms_url,
         "SKYSCAN_REST_ADDRESS": shim_url,
     }

@@ -112,7 +112,7 @@ class Controller:
             self.metrics = metrics.MetricsServer(
                 metrics.StoreCollector(self.store, self.queue, self.archiver, self.clock)
             )
-            await self.metrics.start(s.metrics_port)
+            await self.metrics.start(s.metrics_host, s.metrics_port)
 
     async def stop(self) -> None:
         for task in self._tasks:

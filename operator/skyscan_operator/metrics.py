@@ -140,13 +140,13 @@ class MetricsServer:
         self.collector = collector
         self.runner: web.AppRunner | None = None
 
-    async def start(self, port: int) -> None:
+    async def start(self, host: str, port: int) -> None:
         app = web.Application()
         app.router.add_get("/metrics", metrics)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:
-            await web.TCPSite(runner, port=port).start()
+            await web.TCPSite(runner, host, port).start()
         except OSError as e:
             log.error("metrics: cannot listen on port %d (%s); serving no metrics", port, e)
             await runner.cleanup()

@@ -36,6 +36,10 @@ class OperatorSettings(BaseSettings):
     metrics_port: int = Field(
         default=9090, ge=0, le=65535, description="Port of the Prometheus metrics (`GET /metrics`); 0: none."
     )
+    metrics_host: str = Field(
+        default="0.0.0.0",  # in a cluster Prometheus scrapes the Pod's address
+        description="Address the metrics listen on; 127.0.0.1 keeps them on the machine (the local stack).",
+    )
     # --- which replica acts (see README, Scale) ---
     lease_name: str = Field(
         default="skyscan-operator",

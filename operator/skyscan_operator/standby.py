@@ -34,7 +34,7 @@ class StandbyEndpoints:
             addresses.append((url.hostname, url.port or 80))
         if self.settings.metrics_port:
             app.router.add_get("/metrics", metrics.metrics)
-            addresses.append((None, self.settings.metrics_port))
+            addresses.append((self.settings.metrics_host, self.settings.metrics_port))
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         for host, port in addresses:

@@ -8,8 +8,9 @@ from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from prometheus_client.parser import text_string_to_metric_families
 
 from api_shim.metrics import METRICS, METRICS_PATH, ShimMetrics, metrics, metrics_middleware, route_template
+from skyscan_local import processes
 from skyscan_operator.backlog import Candidate, Line
-from skyscan_operator.metrics import wms_operation, wms_outcome
+from skyscan_operator.metrics import MetricsServer, StoreCollector, wms_operation, wms_outcome
 from skyscan_operator.settings import OperatorSettings
 
 
@@ -85,3 +86,15 @@ def test_the_oldest_wait_is_the_earliest_entry_in_the_line() -> None:
     assert line.oldest_entry() == 10.0
     line.remove(("ns", "early-low"))
     assert line.oldest_entry() == 50.0
+
+
+async def test_the_operators_metrics_listen_only_on_the_address_they_are_given() -> None:
+    assert OperatorSettings().metrics_host == "0.0.0.0"  # a cluster scrapes the Pod's address
+    server = MetricsServer(StoreCollector(None, [], None, lambda: 0.0))  # type: ignore[arg-type]
+    port = processes.free_port()
+    await server.start("127.0.0.1", port)
+    try:
+        assert server.runner is not None
+        assert [a[:2] for a in server.runner.addresses] == [("127.0.0.1", port)]
+    finally:
+        await server.stop()
