@@ -18,7 +18,7 @@ from api_shim.errors import ApiError, bad_request
 from api_shim.models import ScanRequestBody, finite, validation_reason
 from api_shim.sizes import InvalidSize, SizeTooLarge, parse_size
 from api_shim.tags import TagError, resolve_tag
-from skyscan.model import INTEGER_MAX, RESERVED_CLASSIFIER_KEYS, DebugMode, ScanSpec
+from skyscan.model import INTEGER_MAX, RESERVED_CLASSIFIER_KEYS, DebugMode, ScanSpec, scanner_env_allowed
 
 # The largest normalised scan request a Scan holds, as JSON: the largest valid one (25 environment
 # variables of 4096 characters) is about 110 KB; etcd caps the whole object near 1.5 MiB.
@@ -32,6 +32,7 @@ class Defaults:
     worker_disk: str | int
     known_clusters: Mapping[str, int | None]
     min_tag: str
+    scanner_env_allowed: frozenset[str]  # names users may set besides the scanner's SKYSCAN_ ones
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,19 @@ def _event(body: ScanRequestBody) -> dict[str, Any] | None:
     return event or None
 
 
+def _scanner_env(body: ScanRequestBody, allowed: frozenset[str]) -> dict[str, Any]:
+    env = _first(body.scanner_server_env_from_user, body.scanner_server_env) or {}
+    for name in env:
+        if not scanner_env_allowed(name, allowed):
+            raise bad_request(
+                f"cannot set '{name}' in the scanner's environment",
+                "A scan may set the scanner's own SKYSCAN_ tuning variables and the names this deployment "
+                "allows (SKYSCAN_SCANNER_ENV_ALLOWED); variables such as proxies, CA bundles or PATH would "
+                "change where the scanner sends its credential or what it runs.",
+            )
+    return env
+
+
 def normalise(body: ScanRequestBody, tags: Iterable[str], defaults: Defaults) -> Launch:
     if body.memory:
         raise bad_request("argument 'memory' is deprecated -- use 'worker_memory_bytes'")
@@ -138,8 +152,7 @@ def normalise(body: ScanRequestBody, tags: Iterable[str], defaults: Defaults) ->
             priority=body.priority,
             debug_mode=debug_mode,
             classifiers=body.classifiers,
-            scanner_server_env_from_user=_first(body.scanner_server_env_from_user, body.scanner_server_env)
-            or {},
+            scanner_server_env_from_user=_scanner_env(body, defaults.scanner_env_allowed),
         )
     except ValidationError as e:  # the request model mirrors ScanSpec; this guards drift
         raise ApiError(400, validation_reason(e) or "unspecified validation error") from None

@@ -22,18 +22,22 @@ from skyscan.model import (
     DebugMode,
     EventMetadata,
     Integer,
+    Location,
     NonBlank,
     NonNegativeInteger,
+    Nsides,
+    NWorkers,
     PositiveInteger,
     RealOrSimulatedEvent,
+    RecoAlgo,
     ScannerServerEnv,
 )
 
 # A size: bytes, or a number with a unit (`8GB`); a blank string is refused here, naming the field.
 DataSize = NonBlank | NonNegativeInteger
 RequestClusters = (
-    Annotated[dict[NonBlank, PositiveInteger], Field(min_length=1)]
-    | Annotated[list[tuple[NonBlank, PositiveInteger]], Field(min_length=1)]
+    Annotated[dict[Location, NWorkers], Field(min_length=1)]
+    | Annotated[list[tuple[Location, NWorkers]], Field(min_length=1)]
 )
 Threshold = Annotated[float, Field(ge=0, le=1)]
 # The largest progress, event_metadata or scan_metadata a PATCH may store, as compact JSON: the Scan
@@ -96,14 +100,14 @@ class ScanRequestBody(Body):
     worker_disk: DataSize | None = Field(default=None, json_schema_extra={"deprecated": True})
     request_clusters: RequestClusters | None = None
     cluster: RequestClusters | None = Field(default=None, json_schema_extra={"deprecated": True})
-    reco_algo: NonBlank
+    reco_algo: RecoAlgo
     event_live_json: Annotated[str, Field(min_length=2, pattern=r"^\s*\{[\s\S]*\}\s*$")] | FreeForm | None = (
         None
     )
     sensor_event_id: (
         Annotated[str, Field(max_length=48, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")] | None
     ) = None
-    nsides: Annotated[dict[str, NonNegativeInteger], Field(min_length=1)]
+    nsides: Nsides
     real_or_simulated_event: RealOrSimulatedEvent
     predictive_scanning_threshold: Threshold = 1.0
     max_pixel_reco_time: PositiveInteger
@@ -130,8 +134,8 @@ class RescanBody(Body):
 
 class AddWorkersBody(Body):
     no_redirect: bool = False
-    n_workers: PositiveInteger
-    cluster_location: NonBlank
+    n_workers: NWorkers
+    cluster_location: Location
 
 
 class DeleteBody(Body):

@@ -41,6 +41,11 @@ class ShimSettings(BaseSettings):
     )
     tags: list[str] = Field(default_factory=list, description="Extra known image tags (JSON list).")
     min_tag: str = Field(default="4.0.0", description="Semver tags older than this are refused.")
+    scanner_env_allowed: list[str] = Field(
+        default_factory=list,
+        description="Names users may set in scanner_server_env_from_user besides the scanner's SKYSCAN_ "
+        "tuning variables (JSON list; the operator reads it too); reserved names stay refused.",
+    )
 
     # Sizes when a request names none: bytes, or a size such as "2GB"; the Scan model's defaults.
     default_scanner_server_memory: str | int = model.DEFAULT_SCANNER_SERVER_MEMORY_BYTES

@@ -2,7 +2,8 @@
 
 Pydantic emits JSON Schema; a CRD wants a *structural* OpenAPI v3 schema. `structural` bridges the
 two: references are inlined, `Optional[X]` becomes `nullable`, and keywords Kubernetes lacks are
-dropped (titles, `additionalProperties: false`, `propertyNames`). A union of scalars cannot be typed
+dropped (titles, `additionalProperties: false`, `propertyNames`, the key patterns of
+`patternProperties`, whose value schema becomes `additionalProperties`). A union of scalars cannot be typed
 structurally, so it becomes an untyped node with value rules that hold for any scalar and refuse
 every list and object (`minItems: 1` with `maxItems: 0`, likewise for properties); its string
 variant's `maxLength` applies as is. CEL cannot see untyped values, which is why these are plain
@@ -31,7 +32,16 @@ _ANY_SCALAR = {
     "minProperties": 1,
     "maxProperties": 0,  # nor any object
 }
-_DROPPED = {"title", "$defs", "additionalProperties", "propertyNames", "anyOf", "$ref", "uniqueItems"}
+_DROPPED = {
+    "title",
+    "$defs",
+    "additionalProperties",
+    "patternProperties",
+    "propertyNames",
+    "anyOf",
+    "$ref",
+    "uniqueItems",
+}
 
 PRINTER_COLUMNS = [
     {"name": "State", "type": "string", "jsonPath": ".status.state"},
@@ -76,6 +86,8 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out[key] = value
 
     extra = node.get("additionalProperties")
+    if "patternProperties" in node:  # a map whose keys have a grammar: the keys' rule is the model's or CEL
+        (extra,) = node["patternProperties"].values()
     if isinstance(extra, dict):
         out["additionalProperties"] = structural(extra, defs)
     return out

@@ -7,7 +7,8 @@ validators, so REST input is checked by the same source.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -106,25 +107,47 @@ NonBlank = Annotated[str, Field(min_length=1, pattern=r"\S")]
 Scalar = str | bool | int | float | None
 
 
+def _int64(value: Any) -> Any:
+    """A free-form value's integer stays an integer the API server can hold, or is refused: a union
+    would otherwise take 2**70 as a float, rounded."""
+    if isinstance(value, int) and not isinstance(value, bool) and not INTEGER_MIN <= value <= INTEGER_MAX:
+        raise ValueError(f"integers are at most {INTEGER_MAX} and at least {INTEGER_MIN}")
+    return value
+
+
+
 # Maps of scalars. The API server cannot type a union, so the CRD leaves each value untyped and
 # refuses lists and objects by value rules (see `skyscan.crd`); CEL cannot see untyped values, so key
 # limits and reserved keys are checked here, by the model the REST shim validates with.
 Classifiers = Annotated[
     dict[
         Annotated[str, Field(max_length=CLASSIFIER_MAX_KEY_LENGTH)],
-        Annotated[str, Field(max_length=CLASSIFIER_MAX_STRING_LENGTH)] | bool | int | float | None,
+        Annotated[
+            Annotated[str, Field(max_length=CLASSIFIER_MAX_STRING_LENGTH)] | bool | int | float | None,
+            BeforeValidator(_int64),
+        ],
     ],
     Field(max_length=CLASSIFIER_MAX_ENTRIES),
 ]
 
 # What Skyscan itself hands the scanner (its REST address and credential, scan id, WMS connection,
-# logging), and what could change how the interpreter starts: a user may set none of these.
+# logging), and what could change how the interpreter starts: never a user's, whatever a deployment allows.
 RESERVED_ENV_PREFIXES = ("SKYSCAN_SKYDRIVER_", "SKYSCAN_EWMS_", "SKYSCAN_MQ_", "SKYSCAN_STARTUP_", "EWMS_",
                          "KUBERNETES_", "PYTHON", "LD_")  # fmt: skip
+# A user's variable is one of the scanner's own tuning variables (SKYSCAN_*, not reserved) or a name the
+# deployment allows (`scanner_env_allowed`): an allow-list, as proxies, CA bundles, PATH, BASH_ENV and
+# the like would redirect the scanner's traffic or what it runs.
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"  # a C identifier: what every shell and the API server take
+SCANNER_ENV_PATTERN = re.compile(r"SKYSCAN_[A-Z0-9_]+")
 
 
 def is_reserved_env(name: str) -> bool:
     return name.upper().startswith(RESERVED_ENV_PREFIXES)
+
+
+def scanner_env_allowed(name: str, allowed: Collection[str] = ()) -> bool:
+    """May a user set the scanner's variable `name`? `allowed`: the names a deployment adds."""
+    return not is_reserved_env(name) and (name in allowed or SCANNER_ENV_PATTERN.fullmatch(name) is not None)
 
 
 # Validation context for reading back what the API server stored: the request policies above were
@@ -151,38 +174,80 @@ def _no_reserved_env(env: dict[str, Scalar], info: ValidationInfo) -> dict[str, 
 
 ScannerServerEnv = Annotated[
     dict[
-        Annotated[str, Field(min_length=1, max_length=ENV_MAX_KEY_LENGTH)],
-        Annotated[str, Field(max_length=ENV_MAX_STRING_LENGTH)] | bool | int | float | None,
+        Annotated[str, Field(min_length=1, max_length=ENV_MAX_KEY_LENGTH, pattern=ENV_NAME_PATTERN)],
+        Annotated[
+            Annotated[str, Field(max_length=ENV_MAX_STRING_LENGTH)] | bool | int | float | None,
+            BeforeValidator(_int64),
+        ],
     ],
     Field(max_length=ENV_MAX_ENTRIES),
     AfterValidator(_no_reserved_env),
 ]
 
+# The scanner's command line (`skyscan.scanner_args`): every user value is one argument of a known
+# grammar. The reference takes any algorithm name; a name is an identifier here, so it cannot carry an
+# option, a space or a `$(VAR)` the kubelet would expand. nsides are HEALPix resolutions the scanner
+# can reach, written plainly (no sign, no leading zero), a few of them.
+RECO_ALGO_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
+NSIDE_MAX = 8192
+NSIDES_MAX_ENTRIES = 16
+NSIDE_PATTERN = r"^[1-9][0-9]{0,3}$"
+RecoAlgo = Annotated[str, Field(pattern=RECO_ALGO_PATTERN, max_length=64)]
+
+
+def _nsides_in_range(nsides: dict[str, int]) -> dict[str, int]:
+    for key in nsides:
+        if int(key) > NSIDE_MAX:
+            raise ValueError(f"nside {key} is beyond the scanner's range (at most {NSIDE_MAX})")
+    return nsides
+
+
+Nsides = Annotated[
+    dict[Annotated[str, Field(pattern=NSIDE_PATTERN)], NonNegativeInteger],
+    Field(
+        min_length=1,
+        max_length=NSIDES_MAX_ENTRIES,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self.all(k, k.matches('{NSIDE_PATTERN}') && int(k) <= {NSIDE_MAX})",
+                    "message": f"nsides keys are integers from 1 to {NSIDE_MAX}, written plainly",
+                }
+            ]
+        },
+    ),
+    AfterValidator(_nsides_in_range),
+]
+# Workers per cluster location in one request: the reference forwards any int64 to the WMS; a hundred
+# thousand is far beyond any scan yet run and well within what the WMS counts.
+N_WORKERS_MAX = 100_000
+NWorkers = Annotated[int, Field(ge=1, le=N_WORKERS_MAX), BeforeValidator(_integral)]
+LOCATION_MAX_LENGTH = 64
+Location = Annotated[str, Field(min_length=1, max_length=LOCATION_MAX_LENGTH, pattern=r"\S")]
+
 
 class ClusterRequest(KubeModel):
     """Workers requested at one WMS cluster location; a location may appear more than once."""
 
-    location: NonBlank
-    n_workers: PositiveInteger
+    location: Location
+    n_workers: NWorkers
 
 
 class WorkerRequest(KubeModel):
     """An add-workers action, carried out by the operator and answered in status."""
 
     id: NonBlank
-    location: NonBlank
-    n_workers: PositiveInteger
+    location: Location
+    n_workers: NWorkers
 
 
 class ScanSpec(KubeModel):
     """The normalised scan request (sizes in bytes, clusters as pairs, the resolved image tag)."""
 
     docker_tag: NonBlank = Field(description="Resolved skymap-scanner image tag, without a leading 'v'.")
-    reco_algo: NonBlank
+    reco_algo: RecoAlgo
     sensor_event_id: NonBlank = Field(description="Name of the stored sensor event this scan reads.")
-    nsides: dict[str, NonNegativeInteger] = Field(
-        min_length=1, description="nside -> pixel extension, as the scanner's --nsides takes them."
-    )
+    nsides: Nsides = Field(description="nside -> pixel extension, as the scanner's --nsides takes them.")
     real_or_simulated_event: RealOrSimulatedEvent
     max_pixel_reco_time: PositiveInteger = Field(description="Seconds.")
     request_clusters: list[ClusterRequest] = Field(min_length=1)
@@ -201,9 +266,10 @@ class ScanSpec(KubeModel):
     )
     scanner_server_env_from_user: ScannerServerEnv = Field(
         default_factory=dict,
-        description=f"Extra environment for the scanner server; Skyscan's own variables win. Scalars; "
-        f"strings at most {ENV_MAX_STRING_LENGTH} characters; keys at most {ENV_MAX_KEY_LENGTH}, not "
-        f"starting with {', '.join(RESERVED_ENV_PREFIXES)}.",
+        description=f"Extra environment for the scanner server: its SKYSCAN_ tuning variables and the "
+        f"names the deployment allows; Skyscan's own variables win. Scalars; strings at most "
+        f"{ENV_MAX_STRING_LENGTH} characters; names at most {ENV_MAX_KEY_LENGTH}, not starting with "
+        f"{', '.join(RESERVED_ENV_PREFIXES)}.",
     )
     rescan_of: str | None = Field(default=None, description="The scan this one rescans.")
     deleted: bool = Field(default=False, description="Soft delete: abort the scan but keep its record.")

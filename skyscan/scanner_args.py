@@ -1,5 +1,8 @@
-"""The scanner server's command line, from the typed spec: the Job runs it and the REST manifest
-shows it (`scanner_server_args`), so both come from here."""
+"""The scanner server's command line, from the typed spec: the Job runs `scanner_server_argv` and the
+REST manifest shows `scanner_server_args`, the reference's string of the same arguments.
+
+Every user value is one argument of a grammar the model checks (`model.RecoAlgo`, `model.Nsides`), so
+none can add an option; `kube_literal` keeps the kubelet from expanding a `$(VAR)` in what remains."""
 
 from __future__ import annotations
 
@@ -21,8 +24,30 @@ def sorted_nsides(nsides: Mapping[str, int]) -> Iterable[tuple[str, int]]:
     return sorted(nsides.items(), key=nside_order)
 
 
+def kube_literal(value: str) -> str:
+    """`value` as Kubernetes passes it on: in a container's command, args and env values the kubelet
+    expands `$(VAR)`, and `$$` is its escape for one `$`."""
+    return value.replace("$", "$$")
+
+
+def scanner_server_argv(spec: model.ScanSpec) -> list[str]:
+    """The Job's args: one element per argument, escaped for the kubelet."""
+    event = "--real-event" if spec.real_or_simulated_event.is_real else "--simulated-event"
+    argv = [
+        *("python", "-m", "skymap_scanner.server"),
+        *("--reco-algo", spec.reco_algo),
+        *("--cache-dir", COMMON_SPACE),
+        *("--client-startup-json", f"{COMMON_SPACE}/startup.json"),
+        *("--nsides", *(f"{k}:{v}" for k, v in sorted_nsides(spec.nsides))),
+        event,
+        *("--predictive-scanning-threshold", str(spec.predictive_scanning_threshold)),
+    ]
+    return [kube_literal(a) for a in argv]
+
+
 def scanner_server_args(spec: model.ScanSpec) -> str:
-    """The reference's exact string (double spaces included); the Job's args are its `.split()`."""
+    """The reference's exact string (double spaces included), as the REST manifest shows it; the same
+    arguments as `scanner_server_argv` (a test holds them together)."""
     nsides = " ".join(f"{k}:{v}" for k, v in sorted_nsides(spec.nsides))
     event = "--real-event" if spec.real_or_simulated_event.is_real else "--simulated-event"
     return (

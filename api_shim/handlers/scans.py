@@ -21,6 +21,7 @@ def _defaults(s: ShimSettings) -> Defaults:
         s.default_worker_disk,
         s.known_clusters,
         s.min_tag,
+        frozenset(s.scanner_env_allowed),
     )
 
 

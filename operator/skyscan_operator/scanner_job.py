@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from skyscan import model, names, presign
-from skyscan.scanner_args import COMMON_SPACE, scanner_server_args
+from skyscan.scanner_args import COMMON_SPACE, kube_literal, scanner_server_argv
 from skyscan_operator.settings import OperatorSettings
 
 EWMS_MOUNT = "/etc/skyscan-ewms"
@@ -213,8 +213,9 @@ def sidecar_container(scan_id: str, settings: OperatorSettings, auth_env: dict[s
 
 
 def env_value(value: model.Scalar) -> str:
-    """Kubernetes env values are strings; like the reference, `str()` of the user's value."""
-    return str(value)
+    """Kubernetes env values are strings; like the reference, `str()` of the user's value, with `$`
+    escaped so the kubelet never expands a `$(VAR)` of the user's (the scanner's credential is one)."""
+    return kube_literal(str(value))
 
 
 def build_job(
@@ -236,13 +237,13 @@ def build_job(
         {"name": "SKYSCAN_MQ_CLIENT_LOG", "value": "WARNING"},
         scanner_auth_env(scan_id),
     ]
-    # Skyscan's own variables win: the user's come first and never replace one of them (a Scan made
-    # with kubectl skips the REST validation that refuses reserved names, so drop those here too).
+    # Skyscan's own variables win: the user's come first and never replace one of them. A Scan made
+    # with kubectl skips the REST validation, so the allow-list holds here too.
     ours = {e["name"] for e in env}
     user = [
         {"name": k, "value": env_value(v)}
         for k, v in spec.scanner_server_env_from_user.items()
-        if k not in ours and not model.is_reserved_env(k)
+        if k not in ours and model.scanner_env_allowed(k, settings.scanner_env_allowed)
     ]
     env = user + env
     memory = str(spec.scanner_server_memory_bytes)
@@ -258,7 +259,7 @@ def build_job(
                 "name": names.container_name(scan_id),
                 "image": f"{settings.scanner_image}:{spec.docker_tag}",
                 "command": [],
-                "args": scanner_server_args(spec).split(),
+                "args": scanner_server_argv(spec),
                 "env": env,
                 "resources": {
                     "limits": {"memory": memory, "cpu": "1.0"},

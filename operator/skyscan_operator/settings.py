@@ -217,6 +217,11 @@ class OperatorSettings(BaseSettings):
     scanner_env: dict[str, str] = Field(
         default_factory=dict, description="Extra scanner env (JSON object); the user's env cannot replace it."
     )
+    scanner_env_allowed: list[str] = Field(
+        default_factory=list,
+        description="Names users may set in scanner_server_env_from_user besides the scanner's SKYSCAN_ "
+        "tuning variables (JSON list; the shim reads it too); reserved names stay refused.",
+    )
     scanner_ephemeral_storage: str | None = Field(
         default="8G", description="Ephemeral-storage request of the scanner (reference: 8G); empty: none."
     )

@@ -93,6 +93,12 @@ async def test_status_is_a_subresource(api: Kube, namespace: str) -> None:
         ({"realOrSimulatedEvent": "maybe"}, None, 'spec.realOrSimulatedEvent: Unsupported value: "maybe"'),
         ({"predictiveScanningThreshold": 1.5}, None, "spec.predictiveScanningThreshold: Invalid value"),
         ({"classifiers": {f"k{i}": i for i in range(26)}}, None, "spec.classifiers: Too many: 26"),
+        # The scanner's command line: kubectl is held to the REST grammar.
+        ({"recoAlgo": "millipede_wilks --cache-dir /etc"}, None, "spec.recoAlgo: Invalid value"),
+        ({"nsides": {"8 --x": 0}}, None, "nsides keys are integers from 1 to 8192, written plainly"),
+        ({"nsides": {"9000": 0}}, None, "nsides keys are integers from 1 to 8192, written plainly"),
+        ({"nsides": {str(n): 0 for n in range(1, 18)}}, None, "spec.nsides: Too many: 17"),
+        ({"requestClusters": [{"location": "osg", "nWorkers": 100001}]}, None, "requestClusters[0].nWorkers"),
     ],
 )
 async def test_invalid_scans_are_rejected_naming_the_field(

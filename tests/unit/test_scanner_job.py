@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from skyscan import model, names
-from skyscan.scanner_args import scanner_server_args
+from skyscan.scanner_args import kube_literal, scanner_server_args, scanner_server_argv
 from skyscan_local.wms_simulator import SimError, validate_workflow_request
 from skyscan_operator import scanner_job
 from skyscan_operator.settings import OperatorSettings
@@ -32,7 +32,7 @@ def test_skyscans_own_scanner_env_wins_over_the_users() -> None:
     # A Scan made with kubectl skips the REST validation; its spec is read as stored.
     stored = minimal_spec(scannerServerEnvFromUser={
         "SKYSCAN_SKYDRIVER_ADDRESS": "http://127.0.0.1:9999", "SKYSCAN_SKYDRIVER_AUTH": "mine",
-        "PYTHONSTARTUP": "/tmp/x.py", "SKYSCAN_PROGRESS_INTERVAL_SEC": 30,
+        "PYTHONSTARTUP": "/tmp/x.py", "SKYSCAN_PROGRESS_INTERVAL_SEC": 30, "HTTPS_PROXY": "http://evil:3128",
     })  # fmt: skip
     with pytest.raises(ValueError, match="cannot set 'SKYSCAN_SKYDRIVER_ADDRESS'"):
         model.ScanSpec.model_validate(stored)  # refused on the way in
@@ -43,7 +43,7 @@ def test_skyscans_own_scanner_env_wins_over_the_users() -> None:
     assert len(by_name) == len(env)  # one entry each
     assert by_name["SKYSCAN_SKYDRIVER_ADDRESS"]["value"] == "http://shim:8080"
     assert by_name["SKYSCAN_SKYDRIVER_AUTH"].get("value") != "mine"
-    assert "PYTHONSTARTUP" not in by_name
+    assert "PYTHONSTARTUP" not in by_name and "HTTPS_PROXY" not in by_name  # the allow-list holds here too
     assert by_name["SKYSCAN_PROGRESS_INTERVAL_SEC"]["value"] == "30"  # the scanner's tuning stays the user's
 
 
@@ -74,13 +74,89 @@ def test_job_has_the_reference_shape() -> None:
 
 
 def test_user_env_comes_first_as_strings() -> None:
-    env_from_user = {"FLAG": True, "NOTHING": None, "N": 3}
+    env_from_user = {"SKYSCAN_FLAG": True, "SKYSCAN_NOTHING": None, "SKYSCAN_N": 3}
     job = scanner_job.build_job("abc", "u", "ns", spec(scannerServerEnvFromUser=env_from_user), S)
     env = job["spec"]["template"]["spec"]["containers"][0]["env"]
     names = [e["name"] for e in env]
-    assert names[:4] == ["FLAG", "NOTHING", "N", "SKYSCAN_EWMS_JSON"]
+    assert names[:4] == ["SKYSCAN_FLAG", "SKYSCAN_NOTHING", "SKYSCAN_N", "SKYSCAN_EWMS_JSON"]
     values = {e["name"]: e.get("value") for e in env}
-    assert (values["FLAG"], values["NOTHING"], values["N"]) == ("True", "None", "3")
+    assert (values["SKYSCAN_FLAG"], values["SKYSCAN_NOTHING"], values["SKYSCAN_N"]) == ("True", "None", "3")
+
+
+def test_the_scanner_env_is_an_allow_list() -> None:
+    """Proxies, CA bundles, PATH and interpreter hooks would redirect the scanner's credential or what
+    it runs: only the scanner's SKYSCAN_ tuning variables pass, and names a deployment adds."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "https_proxy", "NO_PROXY", "REQUESTS_CA_BUNDLE",
+                 "SSL_CERT_FILE", "PATH", "BASH_ENV", "GCONV_PATH", "LD_PRELOAD", "PYTHONPATH"):  # fmt: skip
+        assert not model.scanner_env_allowed(name), name
+    for name in ("SKYSCAN_SKYDRIVER_AUTH", "SKYSCAN_EWMS_JSON", "SKYSCAN_MQ_CLIENT_LOG", "skyscan_log"):
+        assert not model.scanner_env_allowed(name), name
+    assert model.scanner_env_allowed("SKYSCAN_PROGRESS_INTERVAL_SEC")
+    assert not model.scanner_env_allowed("OMP_NUM_THREADS")
+    assert model.scanner_env_allowed("OMP_NUM_THREADS", {"OMP_NUM_THREADS"})
+    assert not model.scanner_env_allowed("LD_PRELOAD", {"LD_PRELOAD"})  # reserved whatever a deployment says
+    # The operator holds the same list for a Scan made with kubectl.
+    stored = model.ScanSpec.model_validate(
+        minimal_spec(scannerServerEnvFromUser={"OMP_NUM_THREADS": 4, "HTTP_PROXY": "http://evil"}),
+        context=model.STORED,
+    )
+    allowing = S.model_copy(update={"scanner_env_allowed": ["OMP_NUM_THREADS"]})
+    for settings, expected in ((S, set()), (allowing, {"OMP_NUM_THREADS"})):
+        env = scanner_job.build_job("abc", "u", "ns", stored, settings)["spec"]["template"]["spec"][
+            "containers"
+        ][0]
+        assert {e["name"] for e in env["env"]} & {"OMP_NUM_THREADS", "HTTP_PROXY"} == expected
+
+
+def test_every_user_value_is_one_argument_of_the_scanner() -> None:
+    """The Job's args are a list built from typed values, the same arguments the manifest's string shows."""
+    s = spec(recoAlgo="millipede_wilks", nsides={"512": 24, "8": 0, "64": 12}, realOrSimulatedEvent="sim")
+    argv = scanner_server_argv(s)
+    assert argv == scanner_server_args(s).split()
+    assert argv[argv.index("--reco-algo") + 1] == "millipede_wilks"
+    assert argv[argv.index("--nsides") + 1 : argv.index("--simulated-event")] == ["8:0", "64:12", "512:24"]
+    job = scanner_job.build_job("abc", "u", "ns", s, S)
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"] == argv
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"recoAlgo": "millipede_wilks --cache-dir /etc --client-startup-json /tmp/pwn"},
+        {"recoAlgo": "$(SKYSCAN_SKYDRIVER_AUTH)"},
+        {"recoAlgo": "-x"},
+        {"recoAlgo": "a" * 65},
+        {"nsides": {"8 --x": 0}},
+        {"nsides": {"": 0}},
+        {"nsides": {"abc": 0}},
+        {"nsides": {"08": 0}},
+        {"nsides": {"+8": 0}},
+        {"nsides": {"0": 0}},
+        {"nsides": {"9" * 1000: 0}},
+        {"nsides": {"8193": 0}},
+        {"nsides": {str(n): 0 for n in range(1, 18)}},
+    ],
+)
+def test_scanner_arguments_have_a_grammar(changes: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        spec(**changes)
+
+
+def test_scanner_arguments_within_the_grammar_are_taken() -> None:
+    s = spec(recoAlgo="splinempe_pointed", nsides={"1": 0, "8": 0, "64": 12, "512": 24, "8192": 2})
+    assert scanner_server_argv(s)[4] == "splinempe_pointed"
+
+
+def test_a_dollar_reaches_the_scanner_literally() -> None:
+    """The kubelet expands $(VAR) in args and env values: a user's value naming the scanner's credential
+    must stay text, not become the credential."""
+    assert kube_literal("$(SKYSCAN_SKYDRIVER_AUTH)") == "$$(SKYSCAN_SKYDRIVER_AUTH)"
+    assert kube_literal("a$$b") == "a$$$$b"
+    job = scanner_job.build_job(
+        "abc", "u", "ns", spec(scannerServerEnvFromUser={"SKYSCAN_X": "$(SKYSCAN_SKYDRIVER_AUTH)"}), S
+    )
+    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SKYSCAN_X"]["value"] == "$$(SKYSCAN_SKYDRIVER_AUTH)"
 
 
 def test_each_scanner_reads_its_own_token() -> None:

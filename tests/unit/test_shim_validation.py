@@ -16,6 +16,7 @@ from api_shim.cache import Gone, ScanCache
 from api_shim.errors import ApiError
 from api_shim.plumbing import parse_bool
 from skyscan import kube
+from skyscan.model import Integer
 from skyscan.status import compact
 
 
@@ -52,10 +53,25 @@ def test_integral_numbers_are_integers_and_integers_are_bounded() -> None:
         assert reason(models.AddWorkersBody, {"cluster_location": "osg", "n_workers": json.loads(value)}) == (
             "'n_workers': must be type 'integer' (int)"
         ), value
-    for value in (2**70, 1e300, 2**63 - 1):  # the CRD's bound: the largest int64 a float64 states exactly
+    for value in (100_001, 2**70, 1e300):  # a hundred thousand workers per request, not any int64
         assert reason(models.AddWorkersBody, {"n_workers": value, "cluster_location": "osg"}) == (
-            "'n_workers': must be no more than 9223372036854774784"
+            "'n_workers': must be no more than 100000"
         )
+    assert models.AddWorkersBody.model_validate({"n_workers": 100_000, "cluster_location": "osg"})
+    for value in (2**70, 1e300, 2**63 - 1):  # the CRD's bound: the largest int64 a float64 states exactly
+        assert reason(Priority, {"priority": value}) == "'priority': must be no more than 9223372036854774784"
+
+
+class Priority(models.Body):
+    priority: Integer
+
+
+def test_integers_beyond_int64_in_free_form_fields_are_refused_not_rounded() -> None:
+    """A scalar map takes a number as an int or a float: 2**70 would have become a float, rounded."""
+    for field in ("classifiers", "scanner_server_env_from_user"):
+        got = reason(models.ScanRequestBody, {field: {"SKYSCAN_A": 2**70}})
+        assert f"'{field}.SKYSCAN_A': integers are at most 9223372036854774784" in got, got
+    assert "classifiers" not in reason(models.ScanRequestBody, {"classifiers": {"a": 2**62, "b": 1.5e300}})
 
 
 def test_numbers_are_finite() -> None:

@@ -1,5 +1,5 @@
 """Integer bounds: the REST shim and the API server (kubectl) refuse the same numbers, naming the field;
-add-workers takes an integral number as an integer and refuses one an int64 cannot hold."""
+add-workers takes an integral number as an integer and refuses more workers than a request may ask."""
 
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ async def test_add_workers_integers(shim: ShimUnderTest) -> None:
     wf = {"workflow_id": "wf", "wms_address": "a"}
     await shim.call("POST", f"/scan/{scan_id}/wms/workflow-id", as_="system", json_body=wf)
     for n_workers, reason in [
-        (2**70, f"'n_workers': must be no more than {MAX}"),
+        (100_001, f"'n_workers': must be no more than {model.N_WORKERS_MAX}"),  # not forwarded to the WMS
+        (2**70, f"'n_workers': must be no more than {model.N_WORKERS_MAX}"),
         (91.5, "'n_workers': must be type 'integer' (int)"),
         (True, "'n_workers': must be type 'integer' (int)"),
         ("91", "'n_workers': must be type 'integer' (int)"),

@@ -106,6 +106,7 @@ async def test_projection_on_launch(shim: ShimUnderTest) -> None:
 
 
 MAX = 2**63 - 1024
+RECO_ALGO, NSIDE = "^[A-Za-z][A-Za-z0-9_]{0,63}$", "^[1-9][0-9]{0,3}$"
 RESERVED = "(reserved prefixes: SKYSCAN_SKYDRIVER_, SKYSCAN_EWMS_, SKYSCAN_MQ_, SKYSCAN_STARTUP_, EWMS_, KUBERNETES_, PYTHON, LD_)"
 INVALID: list[tuple[dict[str, Any], str]] = [
     ({"scan_id": "x"}, "Additional properties are not allowed ('scan_id' was unexpected)"),
@@ -140,6 +141,23 @@ INVALID: list[tuple[dict[str, Any], str]] = [
      f"'scanner_server_env': cannot set 'skyscan_skydriver_auth': Skyscan sets the scanner's own variables {RESERVED}"),
     ({"scanner_server_env_from_user": {"OK": 1, "EWMS_PILOT_TASK_TIMEOUT": 1}},
      f"'scanner_server_env_from_user': cannot set 'EWMS_PILOT_TASK_TIMEOUT': Skyscan sets the scanner's own variables {RESERVED}"),
+    # The scanner's environment is an allow-list: a proxy would receive its bearer token, a CA bundle
+    # would let another listener pass for the shim, PATH or BASH_ENV would change what it runs.
+    *(({"scanner_server_env_from_user": {name: "http://evil.example:3128"}}, f"cannot set '{name}' in the scanner's environment")
+      for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "PATH", "BASH_ENV", "GCONV_PATH")),
+    # Names the API server would refuse, and integers it would round, are refused here, naming them.
+    ({"scanner_server_env_from_user": {"A-B": 1}}, "'scanner_server_env_from_user.A-B': must match the pattern '^[A-Za-z_][A-Za-z0-9_]*$'"),
+    ({"scanner_server_env_from_user": {"SKYSCAN_N": 2**70}}, f"'scanner_server_env_from_user.SKYSCAN_N': integers are at most {MAX} and at least {-(2**63)}"),
+    ({"classifiers": {"n": -(2**64)}}, f"'classifiers.n': integers are at most {MAX} and at least {-(2**63)}"),
+    # Every user value is one argument of the scanner, of a known grammar.
+    ({"reco_algo": "millipede_wilks --cache-dir /etc --client-startup-json /tmp/pwn"}, f"'reco_algo': must match the pattern '{RECO_ALGO}'"),
+    ({"reco_algo": "$(SKYSCAN_SKYDRIVER_AUTH)"}, f"'reco_algo': must match the pattern '{RECO_ALGO}'"),
+    ({"nsides": {"8 --x": 0}}, f"'nsides.8 --x': must match the pattern '{NSIDE}'"),
+    ({"nsides": {"abc": 0}}, f"'nsides.abc': must match the pattern '{NSIDE}'"),
+    ({"nsides": {"08": 0}}, f"'nsides.08': must match the pattern '{NSIDE}'"),
+    ({"nsides": {"9000": 0}}, "'nsides': nside 9000 is beyond the scanner's range (at most 8192)"),
+    ({"nsides": {str(n): 0 for n in range(1, 18)}}, "'nsides': must have no more than 16 entries"),
+    ({"request_clusters": [["osg", 100_001]]}, "'request_clusters': must match one of the accepted types"),
     ({"docker_tag": "foo"}, "argument docker_tag: image not found"),
     ({"docker_tag": "3.1"}, "argument docker_tag: Image tag is older than the minimum supported tag 'v4.0.0'. Contact admins for more info."),
     ({"event_live_json": None}, "Must provide either 'event_live_json' or 'sensor_event_id' (xor)"),
@@ -268,16 +286,12 @@ async def test_an_event_too_large_even_compressed_is_413(shim: ShimUnderTest) ->
 
 
 async def test_a_request_too_large_for_its_scan_is_413(shim: ShimUnderTest) -> None:
-    """The Scan holds the request: a megabyte of text is a 413 naming the field, not a refusal by etcd
-    that came back as a retryable 503."""
-    for changes, field in [
-        ({"reco_algo": "x" * 2_000_000}, "reco_algo"),
-        ({"nsides": {str(i): 1 for i in range(40_000)}}, "nsides"),
-    ]:
-        reply = await shim.call("POST", "/scan", json_body=scan_body(**changes))
-        assert (reply.status, reply.body["reason"]) == (413, f"'{field}' too large"), reply.body
+    """The Scan holds the request: a megabyte of it (40,000 cluster requests) is a 413 naming the field,
+    not a refusal by etcd that came back as a retryable 503."""
+    reply = await shim.call("POST", "/scan", json_body=scan_body(request_clusters=[["osg", 1]] * 40_000))
+    assert (reply.status, reply.body["reason"]) == (413, "'request_clusters' too large"), reply.body
     listed = await shim.api.request("GET", scan_path(shim.namespace))
     assert listed["items"] == []
     # The largest valid request fits: 25 environment variables of 4096 characters.
-    env = {f"VAR_{i}": "v" * 4096 for i in range(25)}
+    env = {f"SKYSCAN_VAR_{i}": "v" * 4096 for i in range(25)}
     assert (await shim.call("POST", "/scan", json_body=scan_body(scanner_server_env_from_user=env))).status == 200
