@@ -27,6 +27,7 @@ from api_shim.plumbing import (
     FOUND,
     IDENTITY,
     ROUTE_TABLE,
+    SERVER_OPTIONS,
     SHIM,
     Handler,
     Route,
@@ -34,6 +35,7 @@ from api_shim.plumbing import (
     archive_unavailable,
     body_flag,
     query_bool,
+    refuse_encoded_body,
 )
 from api_shim.routes import ROUTES
 from api_shim.scanner_auth import ScannerTokens
@@ -65,6 +67,7 @@ def guard(route: Route) -> Handler:
             raise archive_unavailable(e) from None
 
     async def checked(request: web.Request) -> web.StreamResponse:
+        refuse_encoded_body(request)
         if route.roles is not None:
             identity = await auth.identify(request.app[AUTHENTICATORS], request.headers.get("Authorization"))
             if identity is None:
@@ -246,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         access_log=logging.getLogger("api_shim.access"),
         access_log_class=AccessLogger,
         print=None,  # aiohttp's banner is not a log line
+        **SERVER_OPTIONS,
     )
     return 0
 

@@ -182,22 +182,46 @@ def check_shape(query: Any, limits: FindLimits) -> None:
             todo.extend((v, depth + 1) for v in item)
 
 
+RegexKey = tuple[str, str]  # a pattern and its $options
+
+
+def regex_operands(query: Any) -> list[RegexKey]:
+    """The patterns a (shape-checked) filter names, for compiling them ahead (`compile_regex_for`), a
+    few at a time; what this misses is compiled with the filter."""
+    found: list[RegexKey] = []
+    todo = [query]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, Mapping):
+            pattern, options, negated = item.get("$regex"), item.get("$options", ""), item.get("$not")
+            if isinstance(pattern, str) and isinstance(options, str):
+                found.append((pattern, options))
+            if isinstance(negated, str):
+                found.append((negated, ""))
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return found
+
+
+def compile_regex_for(key: RegexKey, limits: FindLimits) -> Regex:
+    return compile_regex(*key, max_length=limits.max_regex_length, max_program=limits.max_regex_program)
+
+
 class _Compiler:
     """Compiles one filter, adding up the estimated cost of what it compiles."""
 
-    def __init__(self, limits: FindLimits) -> None:
+    def __init__(self, limits: FindLimits, compiled: Mapping[RegexKey, Regex]) -> None:
         self.limits = limits
+        self.compiled = compiled
         self.cost = 0
 
     def regex(self, pattern: Any, options: Any = "") -> Regex:
         if not isinstance(pattern, str) or not isinstance(options, str):
             raise FilterError("$regex takes a string pattern and string $options")
         try:
-            regex = compile_regex(
-                pattern,
-                options,
-                max_length=self.limits.max_regex_length,
-                max_program=self.limits.max_regex_program,
+            regex = self.compiled.get((pattern, options)) or compile_regex_for(
+                (pattern, options), self.limits
             )
         except RegexError as e:
             if str(e).startswith("unsupported $options"):
@@ -366,11 +390,16 @@ def _at_path(path: list[str], test: Test) -> Predicate:
     return at_key
 
 
-def parse_filter(query: Mapping[str, Any], limits: FindLimits | None = None) -> Filter:
-    """Check and compile a filter; `FilterError` names what is wrong or beyond `limits`."""
+def parse_filter(
+    query: Mapping[str, Any],
+    limits: FindLimits | None = None,
+    compiled: Mapping[RegexKey, Regex] | None = None,
+) -> Filter:
+    """Check and compile a filter, using the patterns `compiled` ahead; `FilterError` names what is
+    wrong or beyond `limits`."""
     limits = limits or FindLimits()
     check_shape(query, limits)
-    compiler = _Compiler(limits)
+    compiler = _Compiler(limits, compiled or {})
     matches = compiler.filter(query)
     return Filter(matches, max(1, compiler.cost))
 

@@ -191,6 +191,23 @@ def query_bool(request: web.Request, name: str) -> bool:
     return False if value is None else parse_bool(name, value)
 
 
+# How the shim's HTTP server runs (`web.run_app`, a test's server): request bodies are never inflated.
+# aiohttp would inflate a compressed body on the event loop as it arrives, before any handler or
+# authentication ran (a 40 KB gzip body is 40 MB of work and memory); REST clients send JSON as it is.
+SERVER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
+
+
+def refuse_encoded_body(request: web.BaseRequest) -> None:
+    """A compressed request body is refused (415) before anything else is done with the request."""
+    if request.headers.get("Content-Encoding", "identity").strip().lower() != "identity":
+        raise ApiError(
+            415,
+            "unsupported content encoding",
+            "Request bodies are accepted uncompressed only: send no Content-Encoding (or identity).",
+            {"Accept-Encoding": "identity"},
+        )
+
+
 async def parse_body(request: web.Request, model: type[M]) -> M:
     raw = await request.read()
     try:

@@ -2,11 +2,11 @@
 
 A find never holds the event loop for long, so other routes answer at their usual latency while
 finds run: the filter is checked against `FindLimits` (size, depth, patterns on a linear-time
-engine, documents x cost) before any document is read; matching runs over the cache's per-version
-manifests in slices of `SLICE_SECONDS`, yielding to the loop between slices; the answer is encoded
-in chunks, yielding likewise, and written as the client drains it; and at most `CONCURRENT_FINDS`
-finds match or encode at a time per shim (others wait their turn), so any other request waits at
-most that many slices per turn of the event loop.
+engine, documents x cost) and compiled, its patterns a slice at a time, before any document is read;
+matching runs over the cache's per-version manifests in slices of `SLICE_SECONDS`, yielding to the
+loop between slices; the answer is encoded in chunks, yielding likewise, and written as the client drains
+it; and at most `CONCURRENT_FINDS` finds compile, match or encode at a time per shim (others wait
+their turn), so any other request waits at most that many slices per turn of the event loop.
 
 A find that names a run id, an event id or a classifier value (`api_shim.narrowing`) matches only the
 scans the cache's `FindIndex` lists for it. With an archive, the archived candidates its SQL selects
@@ -32,8 +32,19 @@ from aiohttp import web
 from api_shim import archive_find, find_index, models, narrowing, view
 from api_shim.cache import ScanCache
 from api_shim.errors import bad_request
-from api_shim.filters import Filter, FilterError, FindLimits, Predicate, parse_filter
+from api_shim.filters import (
+    Filter,
+    FilterError,
+    FindLimits,
+    Predicate,
+    RegexKey,
+    check_shape,
+    compile_regex_for,
+    parse_filter,
+    regex_operands,
+)
 from api_shim.plumbing import SHIM, ok, parse_body
+from api_shim.regex import Regex, RegexError
 from skyscan.archive import Archive
 
 LIMITS = FindLimits()
@@ -65,6 +76,25 @@ class _Slice:
         if time.perf_counter() >= self._until:
             await asyncio.sleep(0)
             self._until = time.perf_counter() + SLICE_SECONDS
+
+
+async def compile_in_slices(query: dict[str, Any]) -> Filter:
+    """The compiled filter (400 when invalid). A filter of a thousand nodes names hundreds of patterns,
+    tens of ms to compile: they are compiled first, a slice at a time, then the filter with them."""
+    try:
+        check_shape(query, LIMITS)
+        compiled: dict[RegexKey, Regex] = {}
+        turn = _Slice()
+        for key in regex_operands(query):
+            if key not in compiled:
+                try:
+                    compiled[key] = compile_regex_for(key, LIMITS)
+                except RegexError:
+                    break  # the filter's compiler reports it, in its place
+                await turn.end_if_due()
+        return parse_filter(query, LIMITS, compiled)
+    except FilterError as e:
+        raise bad_request(f"invalid filter: {e}") from None
 
 
 def candidates(cache: ScanCache, query: dict[str, Any]) -> set[str] | None:
@@ -205,21 +235,18 @@ async def find_scans(request: web.Request) -> web.StreamResponse:
     query = dict(body.filter)
     if "is_deleted" not in query and not body.include_deleted:
         query["is_deleted"] = False
-    try:
-        compiled = parse_filter(query, LIMITS)
-    except FilterError as e:
-        raise bad_request(f"invalid filter: {e}") from None
     shim = request.app[SHIM]
     cache = shim.cache
-    names = candidates(cache, query)
-    examined = len(cache) if names is None else len(names)
-    if compiled.cost * examined > LIMITS.max_work:
-        raise bad_request(
-            f"filter too costly: {compiled.cost} per scan * {examined} scans exceeds the work budget of "
-            f"{LIMITS.max_work}",
-            "Simplify the filter (fewer conditions, $in over values, fewer or simpler $regex patterns).",
-        )
     async with _turn(cache):  # the CPU work; a client reading slowly does not hold a turn
+        compiled = await compile_in_slices(query)
+        names = candidates(cache, query)
+        examined = len(cache) if names is None else len(names)
+        if compiled.cost * examined > LIMITS.max_work:
+            raise bad_request(
+                f"filter too costly: {compiled.cost} per scan * {examined} scans exceeds the work budget of "
+                f"{LIMITS.max_work}",
+                "Simplify the filter (fewer conditions, $in over values, fewer or simpler $regex patterns).",
+            )
         live = await select(cache, compiled.matches, names)
     archived: list[dict[str, Any]] = []
     if shim.archive is not None:  # after the live snapshot: a scan leaves it only once archived

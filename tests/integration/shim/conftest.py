@@ -19,7 +19,7 @@ from multidict import CIMultiDictProxy
 
 from api_shim import auth
 from api_shim.app import create_app
-from api_shim.plumbing import SHIM, Shim
+from api_shim.plumbing import SERVER_OPTIONS, SHIM, Shim
 from api_shim.settings import ShimSettings
 from skyscan.kube import Kube, scan_path
 from tests.conftest import Cluster
@@ -138,7 +138,7 @@ async def make_shim(cluster: Cluster, api: Kube, namespace: str) -> AsyncIterato
         static = auth.StaticTokens({auth.token_hash(tokens[r]): ident for r, ident in TOKENS.items()})
         app = await create_app(settings, [static])
         server = TestServer(app)
-        await server.start_server()
+        await server.start_server(**SERVER_OPTIONS)
         servers.append(server)
         session = aiohttp.ClientSession()
         sessions.append(session)

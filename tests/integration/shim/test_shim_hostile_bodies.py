@@ -1,0 +1,121 @@
+"""Hostile request bodies cost the shim nothing it has not budgeted: a compressed body is refused
+before authentication and never inflated, and a burst of finds whose filters compile hundreds of
+patterns leaves /healthz answering at once (issue 18, findings 4 and 5)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from tests.integration.shim.conftest import Reply, ShimUnderTest, scan_body
+
+BURST = 30
+# 40 MB of spaces: about 40 KB as gzip. Thirty of them once stalled /healthz for seconds and took the
+# shim's memory past a gigabyte, inflated before anyone was authenticated.
+BOMB = gzip.compress(b" " * 40_000_000, compresslevel=9)
+
+
+async def worst_health_latency(
+    shim: ShimUnderTest, burst: Callable[[], Awaitable[list[Reply]]]
+) -> tuple[float, list[Reply]]:
+    """Run `burst` while /healthz is probed back to back; the longest time between two answers (a
+    stalled loop delays the next probe as much as the answer), and the burst's replies."""
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def probe() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            assert (await shim.call("GET", "/healthz", as_=None)).status == 200
+            gaps.append(time.perf_counter() - last)
+            last = time.perf_counter() + 0.005  # the pause is not latency; waking up late is
+            await asyncio.sleep(0.005)
+
+    prober = asyncio.create_task(probe())
+    try:
+        replies = await asyncio.wait_for(burst(), timeout=60)
+    finally:
+        done.set()
+        await prober
+    return max(gaps), replies
+
+
+@pytest.mark.parametrize("as_", [None, "user"])
+async def test_a_compressed_body_is_refused_before_authentication_and_never_inflated(
+    shim: ShimUnderTest, as_: str | None
+) -> None:
+    assert len(BOMB) < 100_000
+
+    headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+
+    async def burst() -> list[Reply]:
+        bombs = (shim.call("POST", "/scan", as_=as_, data=BOMB, headers=headers) for _ in range(BURST))
+        return await asyncio.gather(*bombs)
+
+    worst, replies = await worst_health_latency(shim, burst)
+    for reply in replies:
+        assert reply.status == 415, reply.body
+        assert (
+            reply.body["reason"] == "unsupported content encoding"
+            and reply.body["error"] == "Unsupported Media Type"
+        )
+        assert reply.headers["Accept-Encoding"] == "identity"
+    assert worst < 0.5, worst  # inflating thirty bombs on the loop took 2.6-15 s
+    listed = await shim.call("POST", "/scans/find", json_body={"filter": {}})
+    assert listed.body["manifests"] == []  # nothing was written
+
+
+@pytest.mark.parametrize(
+    ("encoding", "data"),
+    [
+        ("gzip", b'{"not": "gzip"}'),  # claims gzip and is not: once a 500
+        ("deflate", zlib.compress(b"{}")),
+        ("br", b"\x00\x01"),
+        ("gzip, identity", gzip.compress(b"{}")),
+        ("x-unknown", b"{}"),
+    ],
+)
+async def test_every_encoded_body_is_a_clear_415(shim: ShimUnderTest, encoding: str, data: bytes) -> None:
+    reply = await shim.call("POST", "/scans/find", data=data, headers={"Content-Encoding": encoding})
+    assert (reply.status, reply.body["reason"]) == (415, "unsupported content encoding")
+
+
+async def test_an_identity_encoded_body_is_taken_as_sent(shim: ShimUnderTest) -> None:
+    body = json.dumps(scan_body()).encode()
+    for encoding in ("identity", " Identity "):
+        reply = await shim.call(
+            "POST",
+            "/scan",
+            data=body,
+            headers={"Content-Encoding": encoding, "Content-Type": "application/json"},
+        )
+        assert reply.status == 200, reply.body
+
+
+async def test_a_burst_of_finds_compiling_hundreds_of_patterns_keeps_the_shim_responsive(
+    shim: ShimUnderTest,
+) -> None:
+    """Each filter holds about 330 patterns within the per-pattern limits (~60 ms to compile): compiled
+    on the loop, thirty at once stalled /healthz for seconds, even when the answer was 'too costly'."""
+    for _ in range(2):
+        await shim.launch()
+    patterns: list[dict[str, Any]] = [
+        {"scanner_server_args": {"$regex": f"\\w{{1,190}}{i}"}} for i in range(329)
+    ]
+    patterns.append({"scanner_server_args": {"$regex": "millipede_wilks"}})
+    body = {"filter": {"$or": patterns}, "include_deleted": True}
+
+    async def burst() -> list[Reply]:
+        return await asyncio.gather(*(shim.call("POST", "/scans/find", json_body=body) for _ in range(BURST)))
+
+    worst, replies = await worst_health_latency(shim, burst)
+    for reply in replies:
+        assert reply.status == 200 and len(reply.body["manifests"]) == 2, reply.body
+    assert worst < 0.5, worst
