@@ -15,6 +15,7 @@ from pathlib import Path
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
+from aiohttp.http_exceptions import HttpProcessingError
 
 from api_shim import auth, oidc, openapi
 from api_shim.cache import ScanCache
@@ -201,12 +202,33 @@ async def create_app(
     return app
 
 
+def _matched(request: web.BaseRequest) -> web.UrlMappingMatchInfo | None:
+    """The route a request matched; none for one refused before routing (a malformed request, whose
+    `match_info` aiohttp asserts is unset)."""
+    try:
+        return request.match_info  # type: ignore[attr-defined,no-any-return]
+    except (AttributeError, AssertionError):
+        return None
+
+
+def refused_requests_in_brief(record: logging.LogRecord) -> bool:
+    """aiohttp logs a request it could not parse as an error with a traceback whose message quotes the
+    raw bytes (a folded Authorization header's token among them): it is the client's mistake, one line
+    naming its kind."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if isinstance(exc, HttpProcessingError):
+        record.msg, record.args = "refused a malformed HTTP request (%s %s)", (exc.code, type(exc).__name__)
+        record.exc_info = record.exc_text = None
+        record.levelno, record.levelname = logging.INFO, "INFO"
+    return True
+
+
 class AccessLogger(AbstractAccessLogger):
     """One line per request: the route template (never the raw path or query string, which may hold a
     presigned URL's signature), method, status, duration, and the scan a route names."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        match_info = getattr(request, "match_info", None)
+        match_info = _matched(request)
         resource = match_info.route.resource if match_info is not None else None
         route = resource.canonical if resource is not None else None
         scan_id = match_info.get("scan_id") if match_info is not None else None
@@ -242,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     settings = ShimSettings()
     logs.configure(settings.log_format, settings.log_level)
+    logging.getLogger("aiohttp.server").addFilter(refused_requests_in_brief)
     web.run_app(
         create_app(settings),
         host=settings.host,

@@ -35,6 +35,16 @@ _REDACTIONS = [
 ]
 
 
+# Characters that would end a text log line or rewrite it on a terminal: a request's path (a scan id
+# in it) or a header could otherwise forge a whole line.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """`text` with control characters escaped as Python writes them (`\\n`, `\\x1b`)."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def redact(text: str) -> str:
     for pattern, replacement in _REDACTIONS:
         text = pattern.sub(replacement, text)
@@ -95,13 +105,19 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
+    """One line a record (a traceback follows on lines of its own): the message and the scan id are
+    escaped by `one_line`, so what a client sent can never start a line."""
+
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
 
-    def format(self, record: logging.LogRecord) -> str:
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = TEXT_FORMAT % {**record.__dict__, "message": one_line(record.message)}
         scan_id = scan_id_of(record)
-        text = super().format(record)
-        return redact(text if scan_id is None or scan_id in text else f"{text} [scan {scan_id}]")
+        return line if scan_id is None or scan_id in record.message else f"{line} [scan {one_line(scan_id)}]"
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
 
 
 def configure(log_format: LogFormat, level: str | int = logging.INFO) -> None:

@@ -103,6 +103,19 @@ def test_text_lines_name_the_scan() -> None:
     assert "INFO skyscan.test: archiving failed [scan 0194x1]" in line
 
 
+def test_a_text_line_never_holds_a_control_character_a_client_sent() -> None:
+    forged = "abc\r\n2026-11-25 00:00:00,000 INFO api_shim.auth: admin\x1b[2K\u2028"
+    escaped = "abc\\r\\n2026-11-25 00:00:00,000 INFO api_shim.auth: admin\\x1b[2K\\u2028"
+    for r, end in [
+        (record("read %s", forged), f"read {escaped}"),
+        (record("read", **logs.about(forged)), f"[scan {escaped}]"),
+    ]:
+        line = logs.TextFormatter().format(r)
+        assert "\n" not in line and "\r" not in line and "\x1b" not in line and "\u2028" not in line
+        assert line.endswith(end), line
+    assert logs.one_line("plain é text") == "plain é text"
+
+
 @pytest.mark.parametrize(("level", "access_logged"), [("INFO", True), ("WARNING", False)])
 def test_the_shims_log_level_decides_whether_requests_are_logged(
     monkeypatch: pytest.MonkeyPatch, level: str, access_logged: bool

@@ -7,8 +7,12 @@ workflow, workforce, workerRequests), which is the contract between the two, not
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -22,6 +26,7 @@ from api_shim.app import create_app
 from api_shim.plumbing import SERVER_OPTIONS, SHIM, Shim
 from api_shim.settings import ShimSettings
 from skyscan.kube import Kube, scan_path
+from skyscan_local.processes import free_port
 from tests.conftest import Cluster
 
 TAGS = ["4.1.0", "4.2.3", "4.2.10", "3.1.5", "gcd-handling-fe8ecee"]
@@ -154,3 +159,24 @@ async def make_shim(cluster: Cluster, api: Kube, namespace: str) -> AsyncIterato
 @pytest.fixture
 async def shim(make_shim: MakeShim) -> ShimUnderTest:
     return await make_shim()
+
+
+def start_shim_process(
+    cluster: Cluster, namespace: str, token_file: Path, log: Path, **settings: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A `skyscan-shim serve` process (the program a Pod runs) logging to `log`, and its URL."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "SKYSCAN_NAMESPACE": namespace,
+        "SKYSCAN_KUBECONFIG": cluster.kubeconfig,
+        "SKYSCAN_TOKEN_FILE": str(token_file),
+        "SKYSCAN_HOST": "127.0.0.1",
+        "SKYSCAN_PORT": str(port),
+        "SKYSCAN_TAGS": json.dumps(TAGS),
+        **settings,
+    }
+    command = [sys.executable, "-m", "api_shim.app", "serve"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=out)
+    return process, f"http://127.0.0.1:{port}"

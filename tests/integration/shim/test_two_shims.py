@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
-import os
 import secrets
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,10 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from api_shim.auth import make_token
 from api_shim.freshness import MIN_VERSION_HEADER, READS_BURST, READS_PER_SECOND, WAIT_SECONDS, WRITTEN_HEADER
 from skyscan import kube, model
-from skyscan_local.processes import free_port
 from tests.conftest import Cluster
 from tests.helpers import eventually
-from tests.integration.shim.conftest import TAGS, MakeShim, scan_body
+from tests.integration.shim.conftest import MakeShim, scan_body, start_shim_process
 from tests.integration.shim.test_shim_writes import EVENT_METADATA, PROGRESS
 
 pytestmark = pytest.mark.timeout(180)
@@ -68,24 +64,12 @@ async def replicas(
     started: list[Replica] = []
     try:
         for name in ("a", "b"):
-            port = free_port()
-            env = {
-                **os.environ,
-                "SKYSCAN_NAMESPACE": namespace,
-                "SKYSCAN_KUBECONFIG": cluster.kubeconfig,
-                "SKYSCAN_TOKEN_FILE": str(token_file),
-                "SKYSCAN_HOST": "127.0.0.1",
-                "SKYSCAN_PORT": str(port),
-                "SKYSCAN_TAGS": json.dumps(TAGS),
-                "SKYSCAN_ADD_WORKERS_TIMEOUT": "20",
-            }
-            with (tmp_path / f"shim-{name}.log").open("wb") as log:
-                command = [sys.executable, "-m", "api_shim.app", "serve"]
-                # A child process for the whole test; nothing awaits it.
-                processes.append(subprocess.Popen(command, env=env, stdout=log, stderr=log))  # noqa: ASYNC220
-            http = httpx.AsyncClient(
-                base_url=f"http://127.0.0.1:{port}", timeout=60, headers={"Authorization": f"Bearer {user}"}
+            log = tmp_path / f"shim-{name}.log"
+            process, url = start_shim_process(
+                cluster, namespace, token_file, log, SKYSCAN_ADD_WORKERS_TIMEOUT="20"
             )
+            processes.append(process)  # a child process for the whole test; nothing awaits it
+            http = httpx.AsyncClient(base_url=url, timeout=60, headers={"Authorization": f"Bearer {user}"})
             started.append(Replica(name, http, {"Authorization": f"Bearer {system}"}))
         for replica, process in zip(started, processes, strict=True):
             await eventually(lambda: _serving(replica.http, process), timeout=60)  # noqa: B023
