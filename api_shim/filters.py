@@ -167,7 +167,7 @@ def _size(value: Any) -> int:
 
 
 def check_shape(query: Any, limits: FindLimits) -> None:
-    """Refuse a filter with more nodes or deeper nesting than `limits` allow."""
+    """Refuse a filter with more nodes or deeper nesting than `limits` allow, or a NUL in a string."""
     count, todo = 0, [(query, 1)]
     while todo:
         item, depth = todo.pop()
@@ -177,11 +177,16 @@ def check_shape(query: Any, limits: FindLimits) -> None:
         if count > limits.max_nodes:
             raise FilterError(f"the filter has more than {limits.max_nodes} keys, values and elements")
         if isinstance(item, Mapping):
+            if any("\x00" in str(k) for k in item):
+                raise FilterError(_NUL)
             todo.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
             todo.extend((v, depth + 1) for v in item)
+        elif isinstance(item, str) and "\x00" in item:
+            raise FilterError(_NUL)
 
 
+_NUL = "strings cannot contain NUL (\\u0000)"  # no stored text holds one (PostgreSQL's cannot)
 RegexKey = tuple[str, str]  # a pattern and its $options
 
 

@@ -26,8 +26,9 @@ from api_shim.store import ScanStore
 from api_shim.tags import TagCatalog
 from api_shim.writes import ScanWrites
 from skyscan import payloads
-from skyscan.archive import Archive
+from skyscan.archive import Archive, ArchiveUnavailable
 from skyscan.kube import Kube
+from skyscan.names import is_object_name
 from skyscan.status import ScanRecord
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -47,13 +48,18 @@ async def unpacked(data: bytes) -> Any:
     return unpack() if len(data) <= INLINE_DECODE_BYTES else await asyncio.to_thread(unpack)
 
 
-# What the archive's driver raises when PostgreSQL is away, slow (statement timeout) or cut the connection.
-ARCHIVE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError)
+# What the archive raises when PostgreSQL is away, slow (statement timeout) or cut the connection.
+ARCHIVE_ERRORS = (
+    ArchiveUnavailable,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
 
 
 def archive_unavailable(e: BaseException) -> ApiError:
-    log.warning("the archive did not answer: %r", e)
-    return ApiError(503, "archive unavailable", f"The archive of finished scans did not answer: {e!r}")
+    log.warning("the archive did not answer: %r", e)  # the driver's words are for the log, not a client
+    return ApiError(503, "archive unavailable", "The archive of finished scans did not answer; try again.")
 
 
 def archived(scan: dict[str, Any]) -> bool:
@@ -83,11 +89,13 @@ class Shim:
         through another replica, the API server: `Freshness.missing`), then the archive: the operator
         commits the archived copy before it deletes the Scan, and the cache drops a Scan only on seeing
         that deletion, so a scan archived between the two reads is still found in the second."""
+        if not is_object_name(scan_id):  # a NUL, a newline, a capital: no object has such a name
+            return None
         scan = self.cache.get(scan_id) or await self.freshness.missing(scan_id)
         if scan is None and self.archive is not None:
             try:
                 scan = await self.archive.get(self.namespace, scan_id)
-            except (*ARCHIVE_ERRORS, OSError, TimeoutError) as e:  # here surely the archive's
+            except ARCHIVE_ERRORS as e:
                 raise archive_unavailable(e) from None
         return scan
 

@@ -14,10 +14,12 @@ archived (`skyscan.status.ScanRecord.archived_at`).
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import asyncpg
 
@@ -165,8 +167,31 @@ async def migrate(conn: asyncpg.Connection) -> int:
         return max(current, len(MIGRATIONS))
 
 
+class ArchiveUnavailable(OSError):
+    """PostgreSQL refused, reset or did not answer a connection: the archive's outage, told apart from
+    the API server's (both are OSErrors to their clients)."""
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _reaching(method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+    @functools.wraps(method)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(*args, **kwargs)
+        except ArchiveUnavailable:
+            raise
+        except OSError as e:  # TimeoutError and the connection errors
+            raise ArchiveUnavailable(f"PostgreSQL did not answer: {e!r}") from e
+
+    return call
+
+
 class Archive:
-    """The archive over a connection pool (`pool` is open for other queries, e.g. finds)."""
+    """The archive over a connection pool (`connection()` for other queries, e.g. finds). A connection
+    that cannot be made or is lost raises `ArchiveUnavailable`."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
@@ -194,6 +219,15 @@ class Archive:
     async def close(self) -> None:
         await self.pool.close()
 
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        try:
+            async with self.pool.acquire() as conn:
+                yield conn
+        except OSError as e:
+            raise ArchiveUnavailable(f"PostgreSQL did not answer: {e!r}") from e
+
+    @_reaching
     async def put(self, rec: ArchivedScan) -> None:
         """Store a scan and its event in one transaction; safe to repeat (see _INSERT_SCAN)."""
         row = columns(rec)
@@ -202,6 +236,7 @@ class Archive:
                 await conn.execute(_INSERT_EVENT, row["sensor_event_id"], rec.event)
             await conn.execute(_INSERT_SCAN, *row.values(), resource_version(rec.scan))
 
+    @_reaching
     async def get(self, namespace: str, scan_id: str) -> dict[str, Any] | None:
         """The archived Scan object (with status.archivedAt), or None."""
         found = await self.pool.fetchval(
@@ -209,12 +244,14 @@ class Archive:
         )
         return dict(found) if found is not None else None
 
+    @_reaching
     async def has(self, namespace: str, scan_id: str) -> bool:
         found = await self.pool.fetchval(
             "SELECT EXISTS (SELECT 1 FROM scans WHERE namespace = $1 AND scan_id = $2)", namespace, scan_id
         )
         return bool(found)
 
+    @_reaching
     async def result(self, namespace: str, scan_id: str) -> bytes | None:
         """The gzip result payload; None when the scan is not archived or has no result."""
         found = await self.pool.fetchval(
@@ -222,6 +259,7 @@ class Archive:
         )
         return bytes(found) if found is not None else None
 
+    @_reaching
     async def event(self, sensor_event_id: str) -> bytes | None:
         """The gzip sensor event payload, or None."""
         found = await self.pool.fetchval(
@@ -229,6 +267,7 @@ class Archive:
         )
         return bytes(found) if found is not None else None
 
+    @_reaching
     async def rescans_of(self, namespace: str, parents: Sequence[str]) -> list[str]:
         """The archived scans that directly rescan any of `parents`, oldest first."""
         rows = await self.pool.fetch(
@@ -239,6 +278,7 @@ class Archive:
         )
         return [str(r["scan_id"]) for r in rows]
 
+    @_reaching
     async def update(
         self, namespace: str, scan_id: str, change: Callable[[dict[str, Any]], dict[str, Any]]
     ) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@ create is idempotent)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from skyscan import model
@@ -29,6 +30,14 @@ WORKFLOW_FINALIZER = "skyscan.io/wms-workflow"  # present only while the scan ma
 
 
 # --- object names
+# What the API server takes as an object's name (a DNS subdomain): anything else names no scan.
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def is_object_name(name: str) -> bool:
+    return _OBJECT_NAME.fullmatch(name) is not None
+
+
 def job_name(scan_id: str) -> str:
     return f"skyscan-{scan_id}"
 

@@ -139,7 +139,7 @@ async def select_archived(
     count, candidates_sql = archive_find.queries(where.text, len(params) + 2)
     found: list[dict[str, Any]] = []
     try:
-        async with archive.pool.acquire() as conn:
+        async with archive.connection() as conn:
             archived = await conn.fetchval(count, namespace, *params, LIMITS.max_archived + 1)
             if archived > LIMITS.max_archived:
                 raise bad_request(

@@ -14,6 +14,7 @@ from skyscan import manifest, names, payloads
 from skyscan.archive import Archive, ArchivedScan
 from skyscan.kube import ApiError, core_path, scan_path
 from skyscan.status import ScanRecord, compact
+from skyscan_local.processes import free_port
 from tests.conftest import ArchiveServer
 from tests.helpers import eventually
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest, scan_body
@@ -367,3 +368,46 @@ async def test_an_archive_outage_is_a_503_for_archived_scans_only(
         return (await shim.call("GET", f"/scan/{gone}/manifest")).status == 200
 
     await eventually(back, timeout=30)
+
+
+async def test_postgresql_refusing_connections_is_an_archive_outage_not_the_api_servers(
+    shim: ShimUnderTest,
+) -> None:
+    """A stopped PostgreSQL refuses connections (an OSError, as the API server's outages are): every
+    route that reads the archive answers 503 'archive unavailable', with no driver text."""
+    live = str((await shim.launch())["scan_id"])
+    stopped = await asyncpg.create_pool(f"postgresql://skyscan@127.0.0.1:{free_port()}/none", min_size=0)
+    assert stopped is not None
+    kept, shim.state.archive = shim.state.archive, Archive(stopped)
+    shim.state.writes.archive = shim.state.archive
+    try:
+        for method, path, body in [
+            ("GET", f"/scan/{'0' * 11}x{'0' * 20}/manifest", None),  # not live: the archive is asked
+            ("POST", "/scans/find", {"filter": {"event_metadata.run_id": 1}}),
+            ("GET", f"/scan-request/{live}", None),  # its rescans: the archive holds some
+        ]:
+            reply = await shim.call(method, path, json_body=body)
+            assert (reply.status, reply.body["reason"]) == (503, "archive unavailable"), (path, reply.body)
+            assert "Error" not in reply.body["message"] and "127.0.0.1" not in reply.body["message"]
+        assert (await shim.call("GET", f"/scan/{live}/manifest")).status == 200  # live scans are unaffected
+    finally:
+        shim.state.archive = shim.state.writes.archive = kept
+        await stopped.close()
+
+
+async def test_a_nul_in_an_id_or_a_filter_is_a_4xx_not_an_outage(shim: ShimUnderTest) -> None:
+    """PostgreSQL's text holds no NUL: one sent on to it was refused and reported as an outage (503)."""
+    for path in (
+        "/scan/abc%00def/manifest",
+        "/scan/abc%00/status",
+        "/scan/ABC/manifest",
+        "/scan/a%0Ab/result",
+    ):
+        reply = await shim.call("GET", path)
+        assert (reply.status, reply.body["reason"]) == (404, "scan not found"), (path, reply.body)
+    for query in ({"scan_id": "abc\u0000"}, {"classifiers.a\u0000b": 1}, {"x": {"$in": ["\u0000"]}}):
+        reply = await shim.call("POST", "/scans/find", json_body={"filter": query})
+        assert (reply.status, reply.body["reason"]) == (
+            400,
+            "invalid filter: strings cannot contain NUL (\\u0000)",
+        )
