@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CLUSTER_DIR ?= .skyscan/cluster
 
-.PHONY: venv binaries crds check-crds lint test test-unit bench cluster-up cluster-down up down status demo clean
+.PHONY: venv binaries crds check-crds lint test test-unit bench cluster-up cluster-down up down reset status demo clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml local/pyproject.toml
@@ -55,8 +55,11 @@ SIMULATE_SCANNER ?= 1
 up: venv
 	SIMULATE_SCANNER=$(SIMULATE_SCANNER) $(PY) -m skyscan_local.stack up
 
-down:                   ## stop exactly what `make up` started
+down:                   ## stop exactly what `make up` started; its data stays (`make up` brings it back)
 	@if [ -x $(PY) ]; then $(PY) -m skyscan_local.stack down; fi
+
+reset: venv             ## after `make down`: delete the local stack's data (every Scan, the archive, logs, tokens)
+	$(PY) -m skyscan_local.stack reset
 
 status: venv
 	@$(PY) -m skyscan_local.stack status
@@ -65,5 +68,5 @@ demo: venv              ## one scan through REST to its final result and its sky
 	@$(MAKE) --no-print-directory up SIMULATE_SCANNER=1 >/dev/null
 	$(PY) -m skyscan_local.demo
 
-clean: down
-	rm -rf $(VENV) .skyscan .pytest_cache .mypy_cache .ruff_cache
+clean: down              ## the virtualenv and caches (the stack's data stays: `make reset` deletes it)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -37,6 +37,7 @@ from api_shim.plumbing import (
     body_flag,
     query_bool,
     refuse_encoded_body,
+    unvouched,
 )
 from api_shim.routes import ROUTES
 from api_shim.scanner_auth import ScannerTokens
@@ -69,6 +70,8 @@ def guard(route: Route) -> Handler:
 
     async def checked(request: web.Request) -> web.StreamResponse:
         refuse_encoded_body(request)
+        if route.roles is not None and (stale := unvouched(request.app[SHIM])):
+            raise ApiError(503, "kubernetes API unavailable", stale)
         if route.roles is not None:
             identity = await auth.identify(request.app[AUTHENTICATORS], request.headers.get("Authorization"))
             if identity is None:

@@ -4,8 +4,9 @@ A LIST (from the API server's watch cache; in pages when it pages), then a WATCH
 resourceVersion (with bookmarks, so a reconnect resumes close to where it stopped); `410 Gone` (of the
 watch, or of a page's continue token) means the history is compacted, so the cache lists again. Each
 Scan is merged in as it is decoded, so during a relist readers still see every Scan; `synced` is set
-once the last page is in. While the API server is unreachable the cache keeps serving what it has and
-retries with a backoff.
+once the last page is in. While the API server is unreachable the cache keeps what it has, retries with
+a backoff (listing again once it answers) and says for how long it has been broken (`broken_for`): the
+shim stops vouching for it after a bound.
 Writers call `observe(obj)` with the object a write returned, so a read that follows a write by
 the same client sees it without waiting for the watch event. Reads never call the API server.
 
@@ -74,7 +75,13 @@ class ScanCache:
         self.resource_version = ""
         self.relists = 0  # listings after the first, and when the watch last spoke: for /metrics
         self.last_event = time.monotonic()
+        self._broken_since: float | None = None  # when the list or watch first failed, until a list works
         self._task: asyncio.Task[None] | None = None
+
+    def broken_for(self) -> float:
+        """Seconds since the watch of the API server broke (0: it works). A quiet but connected watch
+        is not broken: only a failed list or watch counts, and the next successful list ends it."""
+        return 0.0 if self._broken_since is None else time.monotonic() - self._broken_since
 
     # ------------------------------------------------------------------------------ reading
     def get(self, name: str) -> Obj | None:
@@ -235,6 +242,7 @@ class ScanCache:
         self._deleted = {name: v for name, v in self._deleted.items() if v > version}
         self.resource_version = rest["metadata"]["resourceVersion"]
         self.last_event = time.monotonic()
+        self._broken_since = None
         self.synced.set()
         self._notify()
 
@@ -266,8 +274,11 @@ class ScanCache:
             except Gone:
                 need_list = True
                 self.relists += 1
-            except Exception as e:  # API server away: keep serving, retry
+            except Exception as e:  # API server away: keep serving for a while (`broken_for`), retry
                 log.warning("scan watch interrupted (%r); retrying in %.1fs", e, backoff)
+                if self._broken_since is None:
+                    self._broken_since = time.monotonic()
+                need_list = True  # a list that works is what proves the API server back
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
 

@@ -62,6 +62,17 @@ def archive_unavailable(e: BaseException) -> ApiError:
     return ApiError(503, "archive unavailable", "The archive of finished scans did not answer; try again.")
 
 
+def unvouched(shim: Shim) -> str | None:
+    """Why the shim cannot vouch for its copy of the Scans (its watch broken beyond the bound), or None."""
+    broken, bound = shim.cache.broken_for(), shim.settings.cache_broken_seconds
+    if broken <= bound:
+        return None
+    return (
+        f"The Scan watch has been broken for {broken:.0f} s (more than {bound:g} s): the API server does "
+        "not answer, and this shim serves nothing it cannot vouch for."
+    )
+
+
 def archived(scan: dict[str, Any]) -> bool:
     return ScanRecord(scan).archived_at is not None
 

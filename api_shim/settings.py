@@ -87,6 +87,12 @@ class ShimSettings(BaseSettings):
     )
     write_timeout: float = Field(default=10.0, description="Seconds per API-server write before 503.")
     watch_timeout: int = Field(default=300, description="Server-side timeout of one watch request.")
+    cache_broken_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long the Scan watch may be broken before /healthz answers 503 and routes answer "
+        "503 instead of serving what the shim can no longer vouch for.",
+    )
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="Largest accepted request body.")
     max_event_streams: int = Field(
         default=5000, ge=0, description="Open `GET /scan/{id}/events` streams at most; beyond, 503."

@@ -47,6 +47,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(kubeconfig=state.kubeconfig, local=state)
     finally:
         localcluster.stop(Path(state.workdir))
+        localcluster.remove(Path(state.workdir))
 
 
 @pytest.fixture

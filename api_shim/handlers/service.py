@@ -6,7 +6,7 @@ from aiohttp import web
 
 from api_shim import openapi
 from api_shim.errors import ApiError
-from api_shim.plumbing import ROUTE_TABLE, SHIM, ok
+from api_shim.plumbing import ROUTE_TABLE, SHIM, ok, unvouched
 
 
 async def root(request: web.Request) -> web.Response:
@@ -14,9 +14,13 @@ async def root(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    """For probes: the app serves only after its Scan cache has synced, so serving means healthy."""
-    if not request.app[SHIM].cache.synced.is_set():
+    """For probes: ready once the Scan cache has synced, and while its watch is not broken for longer
+    than `cache_broken_seconds` (a replica that cannot see the cluster leaves the Service)."""
+    shim = request.app[SHIM]
+    if not shim.cache.synced.is_set():
         raise ApiError(503, "not ready", "The Scan cache has not synced yet.")
+    if stale := unvouched(shim):
+        raise ApiError(503, "not ready", stale)
     return ok({})
 
 

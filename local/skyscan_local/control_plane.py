@@ -75,6 +75,7 @@ class ClusterState:
     server: str
     processes: list[Process] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)  # by ComponentSpec port name
+    etcd_tls: bool = False  # etcd serves TLS to client certificates only (clusters made before: plain)
 
     def running(self) -> bool:
         """Every recorded process still runs."""
@@ -156,6 +157,54 @@ def write_pki(d: Path) -> None:
         (d / name).chmod(0o600)
 
 
+def _signed(
+    subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name, issuer_key: ec.EllipticCurvePrivateKey
+) -> x509.Certificate:
+    """A loopback server and client certificate (etcd's own members are both)."""
+    now = dt.datetime.now(dt.UTC)
+    usage = [x509.oid.ExtendedKeyUsageOID.SERVER_AUTH, x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]
+    sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    return (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=3650))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
+        .sign(issuer_key, hashes.SHA256())
+    )
+
+
+def write_etcd_pki(d: Path) -> None:
+    """etcd's own CA (its key is not kept), its serving certificate, and the one client certificate
+    that CA signs: the API server's. Any other local user is refused by etcd, Secrets and all."""
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "skyscan-local-etcd-ca")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    files = {"etcd-ca.crt": ca.public_bytes(serialization.Encoding.PEM)}
+    for name in ("etcd-server", "etcd-client"):
+        key = ec.generate_private_key(ec.SECP256R1())
+        files[f"{name}.crt"] = _signed(name, key, ca_name, ca_key).public_bytes(serialization.Encoding.PEM)
+        files[f"{name}.key"] = _pem_key(key)
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+        (d / name).chmod(0o600)
+
+
 def kubeconfig(server: str, ca_file: Path, token: str) -> str:
     return yaml.safe_dump(
         {
@@ -213,9 +262,13 @@ class Plane:
     plain: httpx.Client  # the components' own health endpoints (plain http or self-signed)
     crds: Path | None
     timeout: float
+    etcd_tls: bool
 
     def url(self, port: str, scheme: str = "https") -> str:
         return f"{scheme}://127.0.0.1:{self.ports[port]}"
+
+    def etcd_url(self, port: str) -> str:
+        return self.url(port, "https" if self.etcd_tls else "http")
 
     @property
     def kubeconfig(self) -> str:
@@ -234,10 +287,21 @@ class ComponentSpec:
     before_start: Callable[[Plane], None] | None = None  # runs once `after` is ready
 
 
+def _etcd_tls_args(d: Path) -> list[str]:
+    """Clients and peers alike present a certificate of etcd's CA."""
+    ca, cert, key = d / "etcd-ca.crt", d / "etcd-server.crt", d / "etcd-server.key"
+    return [
+        f"--trusted-ca-file={ca}", f"--cert-file={cert}", f"--key-file={key}", "--client-cert-auth",
+        f"--peer-trusted-ca-file={ca}", f"--peer-cert-file={cert}", f"--peer-key-file={key}",
+        "--peer-client-cert-auth",
+    ]  # fmt: skip
+
+
 def _etcd_argv(p: Plane) -> list[str]:
-    client, peer = p.url("etcd", "http"), p.url("etcd_peer", "http")
+    client, peer = p.etcd_url("etcd"), p.etcd_url("etcd_peer")
     return [
         str(etcd_binary()),
+        *(_etcd_tls_args(p.dir) if p.etcd_tls else []),
         "--name=skyscan",
         f"--data-dir={p.dir / 'etcd'}",
         f"--listen-client-urls={client}",
@@ -253,7 +317,16 @@ def _etcd_argv(p: Plane) -> list[str]:
 def _apiserver_argv(p: Plane) -> list[str]:
     return [
         str(p.bin_dir / "kube-apiserver"),
-        f"--etcd-servers={p.url('etcd', 'http')}",
+        f"--etcd-servers={p.etcd_url('etcd')}",
+        *(
+            [
+                f"--etcd-cafile={p.dir / 'etcd-ca.crt'}",
+                f"--etcd-certfile={p.dir / 'etcd-client.crt'}",
+                f"--etcd-keyfile={p.dir / 'etcd-client.key'}",
+            ]
+            if p.etcd_tls
+            else []
+        ),
         "--bind-address=127.0.0.1",
         "--advertise-address=127.0.0.1",
         f"--secure-port={p.ports['apiserver']}",
@@ -323,17 +396,20 @@ def _install_crds(p: Plane) -> None:
         install_crd(p.api, p.url("apiserver"), yaml.safe_load(crd_file.read_text()), p.timeout)
 
 
+def _etcd_healthy(p: Plane) -> bool:
+    if not p.etcd_tls:
+        return bool(p.plain.get(f"{p.etcd_url('etcd')}/health").json()["health"] == "true")
+    ca = ssl.create_default_context(cafile=str(p.dir / "etcd-ca.crt"))
+    ca.load_cert_chain(p.dir / "etcd-client.crt", p.dir / "etcd-client.key")
+    return bool(httpx.get(f"{p.etcd_url('etcd')}/health", verify=ca, timeout=5).json()["health"] == "true")
+
+
 def _healthz(port: str, scheme: str = "https") -> Callable[[Plane], bool]:
     return lambda p: p.plain.get(f"{p.url(port, scheme)}/healthz").status_code == 200
 
 
 COMPONENTS: tuple[ComponentSpec, ...] = (
-    ComponentSpec(
-        "etcd",
-        ("etcd", "etcd_peer"),
-        _etcd_argv,
-        lambda p: p.plain.get(f"{p.url('etcd', 'http')}/health").json()["health"] == "true",
-    ),
+    ComponentSpec("etcd", ("etcd", "etcd_peer"), _etcd_argv, _etcd_healthy),
     ComponentSpec(
         "kube-apiserver",
         ("apiserver",),
@@ -398,6 +474,7 @@ def register_node(api: httpx.Client, server: str, timeout: float) -> None:
 def _write_files(d: Path, bin_dir: Path, server: str, token: str) -> None:
     """Certificates, the static token, the admin kubeconfig and kwok's stages (secrets 0600)."""
     write_pki(d)
+    write_etcd_pki(d)
     (d / "tokens.csv").write_text(f'{token},admin,admin,"system:masters"\n')
     (d / "tokens.csv").chmod(0o600)
     (d / "kubeconfig").write_text(kubeconfig(server, d / "ca.crt", token))
@@ -452,25 +529,36 @@ def start(
     server = f"https://127.0.0.1:{ports['apiserver']}"
     token = secrets.token_hex(24)
     _write_files(d, bin_dir, server, token)
-    state = ClusterState(workdir=str(d), kubeconfig=str(d / "kubeconfig"), server=server, ports=ports)
+    state = ClusterState(
+        workdir=str(d), kubeconfig=str(d / "kubeconfig"), server=server, ports=ports, etcd_tls=True
+    )
     ca = ssl.create_default_context(cafile=str(d / "ca.crt"))
     with (
         httpx.Client(verify=ca, headers={"Authorization": f"Bearer {token}"}, timeout=5) as api,
         httpx.Client(verify=False, timeout=5) as plain,
     ):
         try:
-            _launch_all(Plane(d, bin_dir, ports, api, plain, crds, timeout), state, tie_to_parent)
+            _launch_all(Plane(d, bin_dir, ports, api, plain, crds, timeout, True), state, tie_to_parent)
             register_node(api, server, timeout)
         except BaseException:
             stop(d)
+            remove(d)  # nothing of it was ever used
             raise
     return state
 
 
 def stop(workdir: Path, timeout: float = 15.0) -> None:
-    """Stop exactly the processes recorded in the work directory, newest first, then remove it."""
+    """Stop exactly the processes recorded in the work directory, newest first. Its data, certificates
+    and ports stay: `ensure` starts the same cluster again; `remove` deletes it."""
     if current := load(workdir):
         processes.stop([p.recorded() for p in reversed(current.processes)], timeout)
+
+
+def remove(workdir: Path) -> None:
+    """Delete a stopped cluster's work directory: its etcd data (every object), certificates and logs."""
+    current = load(workdir)
+    if current and any(p.alive() for p in current.processes):
+        raise ClusterError(f"the cluster in {workdir} is running; stop it first")
     shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -492,8 +580,8 @@ def stop_component(workdir: Path, name: str, *, crash: bool = False) -> None:
 
 
 def start_component(workdir: Path, name: str, *, tie_to_parent: bool = False, timeout: float = 60.0) -> None:
-    """Start one stopped component again with the same command line and ports, behind its readiness
-    check (its previous log is kept as `<name>.before-restart.log`)."""
+    """Start one stopped component again with the same data, certificates, command line and ports,
+    behind its readiness check (its log goes on after the previous run's)."""
     state = load(workdir)
     if state is None or not state.ports:
         raise ClusterError(f"no restartable cluster recorded in {workdir}")
@@ -505,11 +593,15 @@ def start_component(workdir: Path, name: str, *, tie_to_parent: bool = False, ti
         httpx.Client(verify=ca, headers={"Authorization": f"Bearer {token}"}, timeout=5) as api,
         httpx.Client(verify=False, timeout=5) as plain,
     ):
-        plane = Plane(d, ensure_binaries(), state.ports, api, plain, None, timeout)
+        plane = Plane(d, ensure_binaries(), state.ports, api, plain, None, timeout, state.etcd_tls)
         argv = spec.argv(plane)
         log = d / "logs" / f"{name}.log"
-        if log.exists():
-            log.replace(log.with_name(f"{name}.before-restart.log"))
+        for port in spec.ports:
+            if not processes.port_free(state.ports[port]):
+                raise ClusterError(
+                    f"cannot restart {name}: its port {state.ports[port]} is taken by another program; "
+                    "free it (the cluster's clients know this port) and run `make up` again"
+                )
         proc = processes.spawn(argv, log, tie_to_parent=tie_to_parent)
         state.processes = [p for p in state.processes if p.name != name] + [Process(name, proc.pid, argv[0])]
         _save(state)
@@ -527,22 +619,34 @@ def load(workdir: Path) -> ClusterState | None:
 
 
 def ensure(workdir: Path, *, tie_to_parent: bool = False) -> ClusterState:
-    """The cluster recorded in `workdir` when all of it runs; otherwise a fresh one (what is left of a
-    half-dead one is stopped first)."""
+    """The cluster recorded in `workdir`, each of its stopped or dead components started again in
+    place (its data, certificates and ports: nothing is lost, clients keep their address); a new
+    cluster only when none is recorded."""
     current = load(workdir)
-    if current and current.running():
-        return current
-    if current:
-        stop(workdir)
     began = time.monotonic()
-    state = start(workdir, tie_to_parent=tie_to_parent)
-    print(f"control plane ready in {time.monotonic() - began:.1f}s at {state.server}", file=sys.stderr)
-    return state
+    if current is None:
+        state = start(workdir, tie_to_parent=tie_to_parent)
+        print(f"control plane ready in {time.monotonic() - began:.1f}s at {state.server}", file=sys.stderr)
+        return state
+    if not current.etcd_tls:
+        print(
+            f"note: the cluster in {workdir} was made before etcd served TLS; its etcd answers any local "
+            "user. `make down && make reset && make up` makes a new one (deleting this one's data).",
+            file=sys.stderr,
+        )
+    alive = {p.name for p in current.processes if p.alive()}
+    for spec in COMPONENTS:  # in dependency order
+        if spec.name not in alive:
+            print(f"restarting {spec.name} of the cluster in {workdir}", file=sys.stderr)
+            start_component(workdir, spec.name, tie_to_parent=tie_to_parent)
+    restarted = load(workdir)
+    assert restarted is not None
+    return restarted
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="skyscan-cluster", description="Local Kubernetes control plane.")
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("command", choices=["up", "down", "status", "reset"])
     parser.add_argument(
         "--dir",
         type=Path,
@@ -554,15 +658,31 @@ def main(argv: list[str] | None = None) -> int:
     current = load(workdir)
     if args.command == "down":
         stop(workdir)
-        print(f"stopped and removed {workdir}" if current else f"no cluster recorded in {workdir}")
+        print(
+            f"stopped; its data stays in {workdir} (`reset` deletes it)"
+            if current
+            else f"no cluster in {workdir}"
+        )
+        return 0
+    if args.command == "reset":
+        try:
+            remove(workdir)
+        except ClusterError as e:
+            print(e, file=sys.stderr)
+            return 1
+        print(
+            f"deleted {workdir}: its etcd data, certificates and logs"
+            if current
+            else f"no cluster in {workdir}"
+        )
         return 0
     if current and current.running():
         print(current.kubeconfig)
         return 0
     if args.command == "status":
-        print("down" if current is None else "degraded: run `skyscan-cluster down` then `up`")
+        print("down" if current is None else "stopped or degraded: `up` starts what is not running, in place")
         return 1
-    print(ensure(workdir).kubeconfig)  # clears a half-dead cluster away first
+    print(ensure(workdir).kubeconfig)
     return 0
 
 

@@ -23,6 +23,7 @@ import httpx
 
 _PR_SET_PDEATHSIG = 1  # prctl option, <linux/prctl.h>
 POLL_SECONDS = 0.2
+START_MARKER = "--- skyscan: started"  # the line `spawn` writes to a log before each start
 
 
 def die_with_parent() -> None:
@@ -67,11 +68,15 @@ def spawn(
     user: pwd.struct_passwd | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start `argv` in a session of its own, so that it outlives the command that started it and a
-    Ctrl-C there does not reach it. Output goes to `log`, emptied first: readiness checks and error
-    messages read this run's output only. `env` is added to the inherited environment. With `user`
-    (we are root), it runs as that user, from `/` (our working directory may be closed to it)."""
+    Ctrl-C there does not reach it. Output is appended to `log` after a `START_MARKER` line: what a
+    component wrote before it died is kept, and readiness checks and error messages read this run's
+    part (`this_run`). `env` is added to the inherited environment. With `user` (we are root), it runs
+    as that user, from `/` (our working directory may be closed to it)."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
+    with log.open("ab") as out:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        out.write(f"\n{START_MARKER} {stamp}: {Path(argv[0]).name} ---\n".encode())
+        out.flush()
         return subprocess.Popen(
             list(argv),
             env={**os.environ, **(env or {})},
@@ -124,9 +129,14 @@ def kill(p: Recorded) -> None:
         _reap(p.pid, block=True)
 
 
+def this_run(log: Path) -> str:
+    """What the latest start of a component wrote to its log (the text after the last START_MARKER)."""
+    return log.read_text(errors="replace").rpartition(START_MARKER)[2] if log.exists() else ""
+
+
 def tail(log: Path, chars: int = 3000) -> str:
-    """The end of a log, for error messages."""
-    return log.read_text(errors="replace")[-chars:] if log.exists() else ""
+    """The end of a log's latest run, for error messages."""
+    return this_run(log)[-chars:]
 
 
 def wait_until(

@@ -30,6 +30,7 @@ import json
 import os
 import secrets
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -216,7 +217,7 @@ def http_ok(url: str) -> Callable[[], bool]:
 
 
 def log_says(log: Path, line: str) -> Callable[[], bool]:
-    return lambda: log.exists() and line in log.read_text(errors="replace")
+    return lambda: line in processes.this_run(log)
 
 
 # --- the stack ------------------------------------------------------------------------------------
@@ -295,6 +296,20 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
             )
         )
     return stack
+
+
+def choose_port(
+    had: int | None, preferred: int, *, keeps: bool, free: Callable[[int], bool] = processes.port_free
+) -> int:
+    """A running component keeps (`keeps`) the port it had; a stopped one gets it back if free (a
+    crashed shim comes back where the scanners' Pods and the operator expect it), else the preferred
+    one, else any."""
+    if keeps and had:
+        return had
+    for candidate in (had, preferred):
+        if candidate and free(candidate):
+            return candidate
+    return processes.free_port()
 
 
 def load_state(d: Path) -> dict[str, Any]:
@@ -429,7 +444,8 @@ def up(s: LocalStackSettings) -> dict[str, str]:
 
 def _up(s: LocalStackSettings) -> dict[str, str]:
     state = load_state(s.dir)
-    if state.get("kubeconfig") and state.get("namespace") not in (None, s.namespace):
+    serving = any(alive(r) for r in (state.get("components") or {}).values())
+    if serving and state.get("namespace") not in (None, s.namespace):
         raise StackError(f"the stack in {s.dir} serves namespace {state['namespace']}; run `make down` first")
     state["kubeconfig"] = ensure_cluster(s, state)
     state["namespace"] = s.namespace
@@ -438,14 +454,8 @@ def _up(s: LocalStackSettings) -> dict[str, str]:
     ports = state.get("ports") or {}
 
     def port(name: str, component: str, preferred: int) -> int:
-        """A running component keeps its port; otherwise the preferred one if free, else the one it had
-        (a crashed shim comes back where the scanners' Pods and the operator expect it), else any."""
-        if component in running and name in ports:
-            return int(ports[name])
-        for candidate in (preferred, ports.get(name)):
-            if candidate and processes.port_free(int(candidate)):
-                return int(candidate)
-        return processes.free_port()
+        had = ports.get(name)
+        return choose_port(None if had is None else int(had), preferred, keeps=component in running)
 
     state["ports"] = {
         "shim": port("shim", "shim", s.shim_port),
@@ -499,6 +509,8 @@ def down(s: LocalStackSettings) -> list[str]:
 
 
 def _down(s: LocalStackSettings) -> list[str]:
+    """Stops processes only: the cluster's etcd, PostgreSQL's data, the ports, tokens and keys stay,
+    and the next `up` starts the same stack again."""
     state = load_state(s.dir)
     stopped = []
     for name, record in reversed(list((state.get("components") or {}).items())):
@@ -507,13 +519,30 @@ def _down(s: LocalStackSettings) -> list[str]:
         stop_process(record)
     if state.get("local_postgres", not s.archive_dsn) and postgres.stop(s.postgres_dir):
         stopped.append("postgres")
-    if state.get("local_cluster", not s.kubeconfig):
-        if localcluster.load(s.cluster_dir):
+    if state.get("local_cluster", not s.kubeconfig) and (cluster := localcluster.load(s.cluster_dir)):
+        if cluster.running():
             stopped.append("control plane")
         localcluster.stop(s.cluster_dir)
-    for name in (STATE_FILE, ENV_FILE, TOKEN_FILE, PRESIGN_KEY_FILE):
-        (s.dir / name).unlink(missing_ok=True)
     return stopped
+
+
+def reset(s: LocalStackSettings) -> list[str]:
+    """Delete a stopped stack: the local cluster (every Scan in its etcd), the local PostgreSQL's data
+    (the archive), logs, tokens and keys. Refused while anything of it runs. Returns what it deleted."""
+    with locked(s.dir):
+        if running := [name for name, up in status(s).items() if up]:
+            raise StackError(f"still running: {', '.join(running)}; run `make down` first")
+        if (cluster := localcluster.load(s.cluster_dir)) and cluster.running():
+            raise StackError("the control plane still runs; run `make down` first")
+        deleted = [str(p) for p in (s.cluster_dir, s.postgres_dir, s.dir / "logs") if p.exists()]
+        localcluster.remove(s.cluster_dir)
+        for d in (s.postgres_dir, s.dir / "logs"):
+            shutil.rmtree(d, ignore_errors=True)
+        for name in (STATE_FILE, ENV_FILE, TOKEN_FILE, PRESIGN_KEY_FILE):
+            if (s.dir / name).exists():
+                deleted.append(str(s.dir / name))
+                (s.dir / name).unlink()
+        return deleted
 
 
 def status(s: LocalStackSettings) -> dict[str, bool]:
@@ -551,12 +580,21 @@ Skyscan is up. Scanner simulator: {sim}.
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="skyscan-local", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("command", choices=["up", "down", "status", "reset"])
     args = parser.parse_args(argv)
     settings = LocalStackSettings()
     if args.command == "down":
         stopped = down(settings)
         print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+        print(f"(data kept in {settings.dir}; `make up` starts the same stack, `make reset` deletes it)")
+        return 0
+    if args.command == "reset":
+        try:
+            deleted = reset(settings)
+        except StackError as e:
+            print(f"make reset refused: {e}", file=sys.stderr)
+            return 1
+        print("deleted:\n  " + "\n  ".join(deleted) if deleted else "nothing to delete")
         return 0
     if args.command == "status":
         running = status(settings)

@@ -51,4 +51,5 @@ def own_cluster(
         for log in sorted((settings.dir / "logs").glob("*.log")):
             print(f"--- {log.name} (shown when a test fails) ---\n{localstack.tail(log, 4000)}")
         control_plane.stop(cluster_dir)
+        control_plane.remove(cluster_dir)
 

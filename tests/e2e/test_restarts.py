@@ -1,6 +1,7 @@
 """Every long-lived watch survives an API-server restart (issue 10, item 5): the shim's Scan cache, the
 operator's (kopf) watches and the scanner simulator's Pod watch. The API server of a control plane of
-the test's own is stopped and started again on the same port while the whole stack runs."""
+the test's own is stopped and started again on the same port while the whole stack runs. Meanwhile the
+shim, past its bound, stops vouching for its copy of the Scans (issue 18, item 1)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from skyscan_local import control_plane
 from skyscan_local import stack as localstack
 from tests.e2e.conftest import REPO, Rest, kubectl
 from tests.e2e.own_cluster import OwnCluster, own_cluster
@@ -23,11 +25,14 @@ EXAMPLE_NAME = "example-scan-1"
 INTERRUPTED = {"shim": "scan watch interrupted", "scanner-simulator": "pod watch"}
 
 
+BROKEN_BOUND = 2  # the shim's SKYSCAN_CACHE_BROKEN_SECONDS here (30 s by default)
+
+
 @pytest.fixture
 def own(tmp_path: Path, archive_dsn: str) -> Iterator[OwnCluster]:
-    with own_cluster(tmp_path, archive_dsn=archive_dsn) as cluster:
+    shim = {"SKYSCAN_CACHE_BROKEN_SECONDS": str(BROKEN_BOUND)}
+    with own_cluster(tmp_path, {"shim": shim}, archive_dsn=archive_dsn) as cluster:
         yield cluster
-
 
 
 def final(status: dict[str, object]) -> bool:
@@ -42,8 +47,29 @@ async def test_every_watch_resumes_after_an_api_server_restart(own: OwnCluster, 
     before = await rest.launch(classifiers={"restart": "before"})
     await rest.wait_status(before, final)
 
-    down = own.restart_api_server(DOWN_SECONDS)  # SIGTERM; the watches' streams end or break
-    print(f"API server unreachable for {down:.1f}s")
+    # SIGTERM: the watches' streams end or break. Past the bound the shim vouches for nothing: not
+    # ready, and routes answer 503 rather than a copy of the Scans it can no longer check.
+    control_plane.stop_component(own.cluster_dir, "kube-apiserver")  # returns once it has exited
+    stopped = time.monotonic()
+
+    async def shim_unready() -> bool:
+        r = await rest.http.get("/healthz")
+        return r.status_code == 503 and "Scan watch has been broken" in r.json()["message"]
+
+    await eventually(shim_unready, timeout=BROKEN_BOUND + 10)
+    unready_after = time.monotonic() - stopped
+    assert unready_after < BROKEN_BOUND + 10, unready_after
+    read = await rest.call("GET", f"/scan/{before}/status")
+    assert (read.status_code, read.json()["reason"]) == (503, "kubernetes API unavailable"), read.text
+    await asyncio.sleep(max(0.0, DOWN_SECONDS - (time.monotonic() - stopped)))
+    control_plane.start_component(own.cluster_dir, "kube-apiserver", tie_to_parent=True)  # this thread's
+    print(f"API server away {time.monotonic() - stopped:.1f}s; shim unready after {unready_after:.1f}s")
+
+    async def shim_ready() -> bool:
+        return (await rest.http.get("/healthz")).status_code == 200
+
+    await eventually(shim_ready, timeout=30)
+    assert (await rest.status(before))["scan_state"] == "SCAN_HAS_FINAL_RESULT"
     logs = stack.settings.dir / "logs"
     for component, line in INTERRUPTED.items():
         log = logs / f"{component}.log"

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from skyscan_local import control_plane as localcluster
+from skyscan_local import processes
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("SKYSCAN_TEST_KUBECONFIG")), reason="exercises the local control plane only"
@@ -56,4 +57,70 @@ def test_up_twice_then_down_leaves_nothing_behind(tmp_path: Path) -> None:
         down = cli("down", "--dir", str(workdir))
     assert down.returncode == 0, down.stderr
     assert not any(p.alive() for p in state.processes)
+    assert (workdir / "etcd").is_dir()  # `down` stops; only `reset` deletes
+    reset = cli("reset", "--dir", str(workdir))
+    assert reset.returncode == 0 and "etcd data" in reset.stdout, reset.stderr
     assert not workdir.exists()
+
+
+def _marker(state: localcluster.ClusterState) -> httpx.Client:
+    cfg = yaml.safe_load(Path(state.kubeconfig).read_text())
+    ca = ssl.create_default_context(cafile=cfg["clusters"][0]["cluster"]["certificate-authority"])
+    token = cfg["users"][0]["user"]["token"]
+    return httpx.Client(
+        base_url=state.server, verify=ca, headers={"Authorization": f"Bearer {token}"}, timeout=10
+    )
+
+
+def test_up_restarts_a_dead_component_in_place_and_never_deletes_data(tmp_path: Path) -> None:
+    """The API server killed, then etcd with it, then all stopped: each `up` brings back the same
+    cluster (its objects, ports and certificates) and the logs go on after what each run wrote."""
+    workdir = tmp_path / "c"
+    try:
+        assert cli("up", "--dir", str(workdir)).returncode == 0
+        state = localcluster.load(workdir)
+        assert state is not None and state.etcd_tls
+        with _marker(state) as api:
+            body = {"metadata": {"name": "kept"}, "data": {"x": "1"}}
+            api.post("/api/v1/namespaces/default/configmaps", json=body).raise_for_status()
+        for crashed in (["kube-apiserver"], ["etcd", "kube-apiserver"], None):
+            if crashed is None:
+                assert cli("down", "--dir", str(workdir)).returncode == 0
+            for name in crashed or []:
+                localcluster.stop_component(workdir, name, crash=True)
+            again = cli("up", "--dir", str(workdir))
+            assert again.returncode == 0, again.stderr
+            after = localcluster.load(workdir)
+            assert after is not None and after.ports == state.ports and after.server == state.server
+            assert after.running()
+            with _marker(after) as api:
+                assert api.get("/api/v1/namespaces/default/configmaps/kept").json()["data"] == {"x": "1"}
+        log = (workdir / "logs" / "kube-apiserver.log").read_text()
+        assert log.count(processes.START_MARKER) == 4  # the first start and three restarts, all kept
+        refused = cli("reset", "--dir", str(workdir))  # while it runs
+        assert refused.returncode == 1 and "is running; stop it first" in refused.stderr
+        assert workdir.exists()
+    finally:
+        cli("down", "--dir", str(workdir))
+        cli("reset", "--dir", str(workdir))
+
+
+def test_etcd_answers_only_the_api_servers_client_certificate(tmp_path: Path) -> None:
+    workdir = tmp_path / "c"
+    try:
+        assert cli("up", "--dir", str(workdir)).returncode == 0
+        state = localcluster.load(workdir)
+        assert state is not None
+        health = f"127.0.0.1:{state.ports['etcd']}/health"
+        with pytest.raises(httpx.TransportError):  # plain HTTP: the TLS listener drops it
+            httpx.get(f"http://{health}", timeout=5)
+        ca = ssl.create_default_context(cafile=str(workdir / "etcd-ca.crt"))
+        with pytest.raises(httpx.TransportError):  # TLS without a client certificate: refused
+            httpx.get(f"https://{health}", verify=ca, timeout=5)
+        ca.load_cert_chain(workdir / "etcd-client.crt", workdir / "etcd-client.key")
+        assert httpx.get(f"https://{health}", verify=ca, timeout=5).json()["health"] == "true"
+        for name in ("etcd-client.key", "etcd-server.key", "ca.crt"):
+            assert (workdir / name).stat().st_mode & 0o077 == 0, name
+    finally:
+        cli("down", "--dir", str(workdir))
+        cli("reset", "--dir", str(workdir))

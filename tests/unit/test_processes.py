@@ -122,17 +122,22 @@ def test_a_child_started_with_die_with_parent_ends_with_the_process_that_started
         processes.stop([child], timeout=1)  # only if the test failed: it is not our child
 
 
-def test_spawn_logs_output_with_the_added_environment_and_empties_the_log_first(
+def test_spawn_appends_to_the_log_and_a_readiness_check_reads_this_run_only(
     started: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
+    """What a component wrote before it died is evidence: a restart appends after a marker line."""
     log = tmp_path / "logs" / "echo.log"
     log.parent.mkdir()
-    log.write_text("output of an earlier run\n")
+    log.write_text("output of an earlier run: ready\n")
     argv = [sys.executable, "-c", "import os; print(os.environ['SKYSCAN_X'])"]
-    proc = processes.spawn(argv, log, env={"SKYSCAN_X": "from spawn"})
-    started.append(proc)
-    assert proc.wait(timeout=30) == 0
-    assert log.read_text() == "from spawn\n"
+    for _ in range(2):
+        proc = processes.spawn(argv, log, env={"SKYSCAN_X": "from spawn"})
+        started.append(proc)
+        assert proc.wait(timeout=30) == 0
+    text = log.read_text()
+    assert text.startswith("output of an earlier run: ready\n") and text.count(processes.START_MARKER) == 2
+    assert processes.this_run(log).endswith("\nfrom spawn\n") and "ready" not in processes.this_run(log)
+    assert "earlier run" not in processes.tail(log)
 
 
 def test_wait_until_returns_once_the_check_holds_and_counts_connection_errors_as_not_yet() -> None:

@@ -169,6 +169,7 @@ async def control_plane() -> AsyncIterator[str]:
         yield state.kubeconfig
     finally:
         await asyncio.to_thread(localcluster.stop, workdir)
+        await asyncio.to_thread(localcluster.remove, workdir)
 
 
 async def on_control_plane(bench: Callable[[str], Awaitable[T]]) -> T:
