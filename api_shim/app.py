@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import json
 import logging
+import ssl
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -249,6 +250,17 @@ class AccessLogger(AbstractAccessLogger):
         return self.logger.isEnabledFor(logging.INFO)
 
 
+def server_tls(settings: ShimSettings) -> ssl.SSLContext | None:
+    """The HTTPS context of SKYSCAN_TLS_CERT_FILE and SKYSCAN_TLS_KEY_FILE (both or neither)."""
+    if settings.tls_cert_file is None and settings.tls_key_file is None:
+        return None
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        raise SystemExit("set both SKYSCAN_TLS_CERT_FILE and SKYSCAN_TLS_KEY_FILE, or neither")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    return context
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="skyscan-shim", description="The Skyscan REST shim.")
     sub = parser.add_subparsers(dest="command")
@@ -275,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         access_log=logging.getLogger("api_shim.access"),
         access_log_class=AccessLogger,
         print=None,  # aiohttp's banner is not a log line
+        ssl_context=server_tls(settings),
         **SERVER_OPTIONS,
     )
     return 0

@@ -24,6 +24,12 @@ class ShimSettings(BaseSettings):
     kubeconfig: str | None = Field(default=None, description="Unset: in-cluster, else ~/.kube/config.")
     host: str = "0.0.0.0"
     port: int = 8080
+    tls_cert_file: Path | None = Field(
+        default=None,
+        description="Serve HTTPS with this PEM certificate (chain after it) and SKYSCAN_TLS_KEY_FILE; "
+        "unset: plain HTTP (loopback, or behind a proxy that terminates TLS).",
+    )
+    tls_key_file: Path | None = Field(default=None, description="The private key of SKYSCAN_TLS_CERT_FILE.")
     log_format: LogFormat = Field(
         default="text", description="`json`: JSON lines (see README, Logs); `text`: plain lines."
     )

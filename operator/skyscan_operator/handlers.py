@@ -88,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure(settings.log_format, os.environ.get("SKYSCAN_LOG_LEVEL", "INFO"))
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per WMS request is noise
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per watch event, likewise
+    if settings.rest_in_clear:
+        logging.getLogger(__name__).warning(
+            "SKYSCAN_REST_ADDRESS %s is plain http: scanners send their bearer token unencrypted; serve "
+            "the shim over TLS (SKYSCAN_TLS_CERT_FILE, SKYSCAN_REST_CA_CONFIGMAP) unless a mesh encrypts",
+            settings.rest_address,
+        )
     if settings.kubeconfig:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # for kopf's own kubeconfig login
     asyncio.run(operate(settings))

@@ -184,6 +184,19 @@ def scanner_auth_env(scan_id: str) -> dict[str, Any]:
     return {"name": "SKYSCAN_SKYDRIVER_AUTH", "valueFrom": {"secretKeyRef": secret}}
 
 
+REST_CA_MOUNT = "/etc/skyscan/rest-ca"
+
+
+def rest_trust(settings: OperatorSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The env and volume mounts with which a scanner Pod's containers trust only the shim's CA (none
+    without `rest_ca_configmap`): Python's ssl, httpx and requests read these two variables."""
+    if settings.rest_ca_configmap is None:
+        return [], []
+    ca = f"{REST_CA_MOUNT}/ca.crt"
+    env = [{"name": "SSL_CERT_FILE", "value": ca}, {"name": "REQUESTS_CA_BUNDLE", "value": ca}]
+    return env, [{"name": "rest-ca", "mountPath": REST_CA_MOUNT, "readOnly": True}]
+
+
 def sidecar_container(scan_id: str, settings: OperatorSettings, auth_env: dict[str, Any]) -> dict[str, Any]:
     """The native sidecar (Kubernetes >= 1.29: an init container that keeps running) uploading the
     scanner's startup.json with the scanner's own credential (`auth_env`), for the workers to fetch."""
@@ -197,12 +210,16 @@ def sidecar_container(scan_id: str, settings: OperatorSettings, auth_env: dict[s
             {"name": "SKYSCAN_SKYDRIVER_ADDRESS", "value": settings.rest_address},
             {"name": "SKYSCAN_SKYDRIVER_SCAN_ID", "value": scan_id},
             auth_env,
+            *rest_trust(settings)[0],
         ],
         "resources": {
             "limits": {"memory": "128Mi", "cpu": "0.1"},
             "requests": {"memory": "64Mi", "cpu": "0.05"},
         },
-        "volumeMounts": [{"name": "common-space-volume", "mountPath": COMMON_SPACE, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "common-space-volume", "mountPath": COMMON_SPACE, "readOnly": True},
+            *rest_trust(settings)[1],
+        ],
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -236,6 +253,7 @@ def build_job(
         {"name": "SKYSCAN_EWMS_PILOT_LOG", "value": "WARNING"},
         {"name": "SKYSCAN_MQ_CLIENT_LOG", "value": "WARNING"},
         scanner_auth_env(scan_id),
+        *rest_trust(settings)[0],
     ]
     # Skyscan's own variables win: the user's come first and never replace one of them. A Scan made
     # with kubectl skips the REST validation, so the allow-list holds here too.
@@ -252,6 +270,7 @@ def build_job(
         "volumes": [
             {"name": "common-space-volume", "emptyDir": {}},
             {"name": "ewms", "secret": {"secretName": names.wms_secret_name(scan_id)}},
+            *([{"name": "rest-ca", "configMap": {"name": ca}}] if (ca := settings.rest_ca_configmap) else []),
         ],
         "initContainers": [sidecar_container(scan_id, settings, scanner_auth_env(scan_id))],
         "containers": [
@@ -272,6 +291,7 @@ def build_job(
                 "volumeMounts": [
                     {"name": "common-space-volume", "mountPath": COMMON_SPACE},
                     {"name": "ewms", "mountPath": EWMS_MOUNT, "readOnly": True},
+                    *rest_trust(settings)[1],
                 ],
             }
         ],

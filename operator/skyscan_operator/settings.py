@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -208,7 +209,14 @@ class OperatorSettings(BaseSettings):
         description="Skyscan's own image, run as the scanner Pod's startup.json sidecar (`skyscan-sidecar`).",
     )
     rest_address: str = Field(
-        default="http://skyscan-shim:8080", description="The REST address handed to the scanner server."
+        default="http://skyscan-shim:8080",
+        description="The REST address handed to the scanner server; https:// beyond loopback (the "
+        "scanner's token crosses it).",
+    )
+    rest_ca_configmap: str | None = Field(
+        default=None,
+        description="ConfigMap (key ca.crt) of the CA of the shim's TLS certificate: mounted in scanner "
+        "Pods, whose scanner and sidecar trust only it (SSL_CERT_FILE, REQUESTS_CA_BUNDLE).",
     )
     scanner_service_account: str = Field(
         default=names.SCANNER_SERVICE_ACCOUNT,
@@ -247,6 +255,12 @@ class OperatorSettings(BaseSettings):
         if 2 * self.lease_renew_seconds > self.lease_duration_seconds:
             raise ValueError("lease_renew_seconds must be at most half of lease_duration_seconds")
         return self
+
+    @property
+    def rest_in_clear(self) -> bool:
+        """Scanners would send their bearer token unencrypted beyond this host."""
+        parts = urlsplit(self.rest_address)
+        return parts.scheme == "http" and parts.hostname not in ("127.0.0.1", "::1", "localhost")
 
     @property
     def presign_key(self) -> bytes | None:

@@ -7,6 +7,7 @@ helm comes from tools/k8s/build.sh, cached beside the control-plane binaries."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import functools
 import json
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 
 from skyscan import crd
 from skyscan_local import control_plane as localcluster
@@ -92,7 +94,7 @@ def find(docs: list[Doc], kind: str, name: str) -> Doc:
 
 def settings_data(docs: list[Doc]) -> dict[str, Any]:
     """The settings ConfigMap's data, JSON values parsed (the chart writes JSON compactly)."""
-    (doc,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    (doc,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-settings")]
 
     def value(text: str) -> Any:
         try:
@@ -163,7 +165,8 @@ def test_the_values_show_in_what_the_chart_renders(tmp_path: Path) -> None:
     }
     assert secrets == {"operator": ["wms-client", "archive-dsn"], "shim": ["archive-dsn"]}
     # No token Secret: the shim mounts only the presign key.
-    assert [v["secret"]["secretName"] for v in shim["spec"]["template"]["spec"]["volumes"]] == ["presign"]
+    volumes = shim["spec"]["template"]["spec"]["volumes"]
+    assert [v["secret"]["secretName"] for v in volumes] == ["presign", "prod-skyscan-shim-tls"]
     assert find(docs, "Service", "prod-skyscan-shim")["metadata"]["namespace"] == "ops"
     assert settings_data(docs) == {
         "SKYSCAN_KNOWN_CLUSTERS": {"osg": 10},
@@ -173,6 +176,7 @@ def test_the_values_show_in_what_the_chart_renders(tmp_path: Path) -> None:
         "SKYSCAN_AUTH_DISABLED": False,
         "SKYSCAN_LOG_LEVEL": "DEBUG",
         "SKYSCAN_REST_ADDRESS": "http://rest.example.org",  # settings win over the derived address
+        "SKYSCAN_REST_CA_CONFIGMAP": "prod-skyscan-shim-ca",
         "SKYSCAN_SIDECAR_IMAGE": "registry.example.org/skyscan:9.9.9",
         "SKYSCAN_SCANNER_SERVICE_ACCOUNT": "prod-skyscan-scanner",
         "SKYSCAN_OIDC_ISSUERS": EVERYTHING["oidc"]["issuers"],
@@ -195,8 +199,37 @@ def test_the_values_show_in_what_the_chart_renders(tmp_path: Path) -> None:
         assert checksums[0] != checksums[1]
 
 
+def test_the_shim_serves_tls_with_a_certificate_for_its_service_that_scanners_trust() -> None:
+    """Scanners send the shim their bearer token: the chart's default is HTTPS, with a CA of its own
+    that the operator mounts into scanner Pods (and nothing else they would trust for the shim)."""
+    docs = template(namespace="ops", release="prod")
+    settings = settings_data(docs)
+    assert settings["SKYSCAN_REST_ADDRESS"] == "https://prod-skyscan-shim.ops.svc:8080"
+    assert settings["SKYSCAN_REST_CA_CONFIGMAP"] == "prod-skyscan-shim-ca"
+    secret = find(docs, "Secret", "prod-skyscan-shim-tls")
+    ca_pem = find(docs, "ConfigMap", "prod-skyscan-shim-ca")["data"]["ca.crt"]
+    assert base64.b64decode(secret["data"]["ca.crt"]).decode() == ca_pem
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    ca = x509.load_pem_x509_certificate(ca_pem.encode())
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName
+    )
+    assert "prod-skyscan-shim.ops.svc" in names and "prod-skyscan-shim.ops.svc.cluster.local" in names
+    shim = pod_spec(find(docs, "Deployment", "prod-skyscan-shim"))["containers"][0]
+    env = {e["name"]: e.get("value") for e in shim["env"]}
+    assert env["SKYSCAN_TLS_CERT_FILE"] == "/etc/skyscan/tls/tls.crt"
+    assert (
+        shim["readinessProbe"]["httpGet"]["scheme"] == shim["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    )
+    plain = template("--set", "shim.tls.enabled=false")
+    assert settings_data(plain)["SKYSCAN_REST_ADDRESS"] == "http://skyscan-shim.skyscan.svc:8080"
+    assert not [d for d in plain if d["kind"] == "Secret"]
+
+
 def test_the_chart_renders_what_the_kustomize_manifests_hold() -> None:
-    chart, manifests = template("--include-crds"), kustomized()
+    """The manifests are the chart without TLS (they make no certificate; README, "Deploy")."""
+    chart, manifests = template("--include-crds", "--set", "shim.tls.enabled=false"), kustomized()
     names = sorted((d["kind"], d["metadata"]["name"]) for d in chart)
     assert names == sorted((d["kind"], d["metadata"]["name"]) for d in manifests)
     for kind, name in names:

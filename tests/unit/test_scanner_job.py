@@ -227,3 +227,21 @@ def test_ewms_connection_waits_for_activation() -> None:
         "toclient": {"name": "a1", "auth_token": "t", "broker_type": "r", "broker_address": "b"},
         "fromclient": {"name": "a2", "auth_token": "u", "broker_type": "r", "broker_address": "b"},
     }
+
+
+def test_scanner_pods_trust_only_the_shims_ca_when_one_is_configured() -> None:
+    """Scanners send the shim their token: over TLS, verified against the CA the operator mounts."""
+    plain = scanner_job.build_job("abc", "u", "ns", spec(), S)["spec"]["template"]["spec"]
+    assert "rest-ca" not in {v["name"] for v in plain["volumes"]}
+    s = S.model_copy(update={"rest_address": "https://shim.ns.svc:8080", "rest_ca_configmap": "shim-ca"})
+    pod = scanner_job.build_job("abc", "u", "ns", spec(), s)["spec"]["template"]["spec"]
+    assert {"name": "rest-ca", "configMap": {"name": "shim-ca"}} in pod["volumes"]
+    for container in (pod["containers"][0], pod["initContainers"][0]):  # the scanner and its sidecar
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["SSL_CERT_FILE"] == env["REQUESTS_CA_BUNDLE"] == "/etc/skyscan/rest-ca/ca.crt"
+        assert env["SKYSCAN_SKYDRIVER_ADDRESS"] == "https://shim.ns.svc:8080"
+        assert {"name": "rest-ca", "mountPath": "/etc/skyscan/rest-ca", "readOnly": True} in container[
+            "volumeMounts"
+        ]
+    assert not S.model_copy(update={"rest_address": "http://127.0.0.1:8080"}).rest_in_clear
+    assert S.rest_in_clear and not s.rest_in_clear

@@ -34,10 +34,14 @@ app.kubernetes.io/component: {{ . }}
 {{/* The settings ConfigMap's data: names and values first, `settings` over the derived defaults. */}}
 {{- define "skyscan.settings" -}}
 {{- $name := include "skyscan.fullname" . -}}
+{{- $scheme := .Values.shim.tls.enabled | ternary "https" "http" -}}
 {{- $out := dict
-  "SKYSCAN_REST_ADDRESS" (printf "http://%s-shim.%s.svc:8080" $name .Release.Namespace)
+  "SKYSCAN_REST_ADDRESS" (printf "%s://%s-shim.%s.svc:8080" $scheme $name .Release.Namespace)
   "SKYSCAN_SIDECAR_IMAGE" (include "skyscan.image" .)
 -}}
+{{- if .Values.shim.tls.enabled }}
+{{- $_ := set $out "SKYSCAN_REST_CA_CONFIGMAP" (printf "%s-shim-ca" $name) }}
+{{- end }}
 {{- range $key, $value := .Values.settings }}
 {{- $_ := set $out $key (kindIs "string" $value | ternary $value (toJson $value)) }}
 {{- end }}
