@@ -115,7 +115,6 @@ def _int64(value: Any) -> Any:
     return value
 
 
-
 # Maps of scalars. The API server cannot type a union, so the CRD leaves each value untyped and
 # refuses lists and objects by value rules (see `skyscan.crd`); CEL cannot see untyped values, so key
 # limits and reserved keys are checked here, by the model the REST shim validates with.
