@@ -407,20 +407,24 @@ def validation_reason(exc: ValidationError) -> str:
         if "[key]" in loc:
             path, text = loc[: loc.index("[key]")], _wording(error)
         elif tags:
-            # A union: name the constraint a member of the right type broke, else the union itself.
+            # A union: name the constraint a member of the right type broke (inside it, with its
+            # path: `'request_clusters.osg': must be no more than 100000`), else the union itself.
             path = loc[: tags[0]]
-            nested = len(loc) > tags[0] + 1
-            generic = nested or error["type"].endswith("_type")
-            text = "must match one of the accepted types" if generic else _wording(error)
-            # A literal alternative (`"*"`) explains less than the constraint the other member broke.
-            rank = 2 if generic else 1 if error["type"] in ("literal_error", "enum") else 0
+            inner = [part for part in loc[tags[0] + 1 :] if not _UNION_TAG.match(part)]
+            wrong_type = error["type"].endswith("_type") or error["type"] == "missing"
+            where = ".".join(path + inner)
+            literal = error["type"] in ("literal_error", "enum")
+            if wrong_type:
+                text, rank = f"'{'.'.join(path)}': must match one of the accepted types", 3
+            else:  # a literal alternative (`"*"`) explains less than the constraint the other member broke
+                text, rank = f"'{where}': {_wording(error)}", 1 if literal else 0
             unions.setdefault(".".join(path), []).append((rank, text))
             continue
         else:
             path, text = loc, _wording(error)
         reasons.append(f"'{'.'.join(path)}': {text}" if path else text)
-    for where, ranked in unions.items():
-        reasons.append(f"'{where}': {min(ranked)[1]}")
+    for ranked in unions.values():
+        reasons.append(min(ranked)[1])
     for place, unexpected in extras.items():
         names = sorted(unexpected)
         path = list(place)
