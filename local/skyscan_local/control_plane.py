@@ -105,22 +105,29 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
+def _ca(common_name: str, days: int) -> tuple[ec.EllipticCurvePrivateKey, x509.Name, x509.Certificate]:
+    """A self-signed CA: its key, its name and its certificate."""
+    now = dt.datetime.now(dt.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return key, name, cert
+
+
 def write_pki(d: Path) -> None:
     """A throwaway CA, the API server's serving certificate and the service-account signing key."""
     now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "skyscan-local-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_key, ca_name, ca = _ca("skyscan-local-ca", 30)
     key = ec.generate_private_key(ec.SECP256R1())
     sans = x509.SubjectAlternativeName(
         [
@@ -181,20 +188,7 @@ def _signed(
 def write_etcd_pki(d: Path) -> None:
     """etcd's own CA (its key is not kept), its serving certificate, and the one client certificate
     that CA signs: the API server's. Any other local user is refused by etcd, Secrets and all."""
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "skyscan-local-etcd-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=3650))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_key, ca_name, ca = _ca("skyscan-local-etcd-ca", 3650)
     files = {"etcd-ca.crt": ca.public_bytes(serialization.Encoding.PEM)}
     for name in ("etcd-server", "etcd-client"):
         key = ec.generate_private_key(ec.SECP256R1())

@@ -5,12 +5,8 @@ middle of launches leaves nothing half-made behind."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import random
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -18,7 +14,6 @@ import httpx
 from api_shim.auth import make_token
 from skyscan import kube, names, payloads
 from skyscan.kube import Kube, core_path, scan_path
-from skyscan_local.processes import free_port
 from tests.conftest import Cluster
 from tests.helpers import eventually
 from tests.integration.operator.conftest import (
@@ -31,7 +26,7 @@ from tests.integration.operator.conftest import (
     st,
     wait_scan,
 )
-from tests.integration.shim.conftest import TAGS, scan_body
+from tests.integration.shim.conftest import scan_body, start_shim_process
 
 EVENT_GRACE = 4.0
 JANITOR = {"SKYSCAN_JANITOR_INTERVAL_SECONDS": "0.5", "SKYSCAN_PAYLOAD_GRACE_SECONDS": "2"}
@@ -109,28 +104,6 @@ async def test_the_janitor_removes_ownerless_payloads_and_adopts_used_ones(
     await api.request("GET", core_path("configmaps", namespace, "not-a-payload"))  # not a payload: kept
 
 
-def start_shim(
-    cluster: Cluster, namespace: str, log_dir: Path, tokens: Path
-) -> tuple[subprocess.Popen[bytes], str]:
-    """A `skyscan-shim serve` process for the namespace, and its URL."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "SKYSCAN_NAMESPACE": namespace,
-        "SKYSCAN_KUBECONFIG": cluster.kubeconfig,
-        "SKYSCAN_TOKEN_FILE": str(tokens),
-        "SKYSCAN_HOST": "127.0.0.1",
-        "SKYSCAN_PORT": str(port),
-        "SKYSCAN_TAGS": json.dumps(TAGS),
-    }
-    log = (log_dir / "shim.log").open("ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "api_shim.app", "serve"], env=env, stdout=log, stderr=log
-    )
-    log.close()
-    return process, f"http://127.0.0.1:{port}"
-
-
 async def test_a_shim_killed_amid_launches_leaves_no_debris_and_no_scan_without_its_event(
     api: Kube,
     namespace: str,
@@ -148,7 +121,7 @@ async def test_a_shim_killed_amid_launches_leaves_no_debris_and_no_scan_without_
     rng = random.Random(20261123)
     acknowledged: list[str] = []
     for _ in range(rounds):
-        process, url = start_shim(cluster, namespace, tmp_path, token_file)
+        process, url = start_shim_process(cluster, namespace, token_file, tmp_path / "shim.log")
         try:
             async with httpx.AsyncClient(base_url=url, timeout=30, headers=headers) as http:
                 await eventually(lambda: _healthy(http), timeout=60)

@@ -164,7 +164,7 @@ async def shim(make_shim: MakeShim) -> ShimUnderTest:
 def start_shim_process(
     cluster: Cluster, namespace: str, token_file: Path, log: Path, **settings: str
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """A `skyscan-shim serve` process (the program a Pod runs) logging to `log`, and its URL."""
+    """A `skyscan-shim serve` process (the program a Pod runs) appending to `log`, and its URL."""
     port = free_port()
     env = {
         **os.environ,
@@ -177,6 +177,6 @@ def start_shim_process(
         **settings,
     }
     command = [sys.executable, "-m", "api_shim.app", "serve"]
-    with log.open("wb") as out:
+    with log.open("ab") as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=out)
     return process, f"http://127.0.0.1:{port}"

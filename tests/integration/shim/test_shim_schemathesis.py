@@ -7,10 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,9 +20,8 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import checks
 
 from api_shim.auth import make_token
-from skyscan_local.processes import free_port
 from tests.conftest import Cluster
-from tests.integration.shim.conftest import TAGS, scan_body
+from tests.integration.shim.conftest import scan_body, start_shim_process
 
 CHECKS = [
     checks.not_a_server_error,
@@ -46,23 +41,11 @@ class Shim:
 async def running_shim(cluster: Cluster, namespace: str, tmp_path: Path) -> AsyncIterator[Shim]:
     tokens_file = tmp_path / "tokens.json"
     tokens = {role: make_token(tokens_file, f"fuzz-{role}", [role]) for role in ("user", "system")}
-    port = free_port()
-    env = {
-        **os.environ,
-        "SKYSCAN_NAMESPACE": namespace,
-        "SKYSCAN_KUBECONFIG": cluster.kubeconfig,
-        "SKYSCAN_TOKEN_FILE": str(tokens_file),
-        "SKYSCAN_HOST": "127.0.0.1",
-        "SKYSCAN_PORT": str(port),
-        "SKYSCAN_TAGS": json.dumps(TAGS),
-        "SKYSCAN_ADD_WORKERS_TIMEOUT": "0.5",  # no operator here: add-workers answers 504 quickly
-        "SKYSCAN_WRITE_TIMEOUT": "5",
-    }
-    log = (tmp_path / "shim.log").open("wb")
-    proc = subprocess.Popen(  # noqa: ASYNC220 (a child process for the whole test; nothing awaits it)
-        [sys.executable, "-m", "api_shim.app", "serve"], env=env, stdout=log, stderr=log
-    )
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_shim_process(
+        cluster, namespace, tokens_file, tmp_path / "shim.log",
+        SKYSCAN_ADD_WORKERS_TIMEOUT="0.5",  # no operator here: add-workers answers 504 quickly
+        SKYSCAN_WRITE_TIMEOUT="5",
+    )  # fmt: skip
     try:
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             deadline = time.monotonic() + 60
@@ -84,7 +67,6 @@ async def running_shim(cluster: Cluster, namespace: str, tmp_path: Path) -> Asyn
     finally:
         proc.terminate()
         proc.wait(10)
-        log.close()
 
 
 FUZZ = settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
