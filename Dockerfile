@@ -1,18 +1,23 @@
 # One image of the product alone (no local harness), both entrypoints: `skyscan-operator` and `skyscan-shim serve` (manifests/ picks one each).
-FROM python:3.11-slim AS build
+# BASE: any Debian-like image with Python 3.11 and its venv module: python:3.11-slim for `docker build`,
+# the Debian bookworm root filesystem `make up NODE=real` makes when no registry can be reached.
+ARG BASE=python:3.11-slim
+FROM ${BASE} AS build
+# Where the build reaches PyPI through a proxy with a CA of its own (the local builder mounts the host's
+# bundle and names it here); empty: pip's own.
+ARG PIP_CERT
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY skyscan/ skyscan/
 COPY operator/ operator/
 COPY api_shim/ api_shim/
 COPY skyscan_client/ skyscan_client/
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN python3 -m venv /opt/skyscan && /opt/skyscan/bin/pip install --no-cache-dir .
 
-FROM python:3.11-slim
+FROM ${BASE}
 RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin skyscan
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
-ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+COPY --from=build /opt/skyscan /opt/skyscan
+ENV PATH=/opt/skyscan/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 USER 10001
 EXPOSE 8080 8081
 CMD ["skyscan-shim", "serve"]

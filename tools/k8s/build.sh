@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the local control-plane binaries once per machine into a version-stamped cache outside the
 # repo: kube-apiserver, kube-controller-manager, kube-scheduler (from ./kube), kwok, and helm (the
-# chart's lint and render in the suite).
+# chart's lint and render in the suite); with SKYSCAN_REAL_NODE=1 also kubelet, kube-proxy and CoreDNS.
 # Prints the cache directory. A binary is rebuilt only when missing or reporting another version.
 set -euo pipefail
 
@@ -19,8 +19,13 @@ stale() { # stale BINARY EXPECTED_VERSION_SUBSTRING
   ! "$bin/$1" --version 2>/dev/null | grep -qF -- "$2"
 }
 
+# A real node (`make up NODE=real`, SKYSCAN_REAL_NODE=1) needs the kubelet and kube-proxy as well, and
+# CoreDNS for cluster DNS; the kwok path never pays for them.
+real_node=${SKYSCAN_REAL_NODE:-}
 kube=()
-for b in kube-apiserver kube-controller-manager kube-scheduler; do
+node_binaries=()
+[ -n "$real_node" ] && node_binaries=(kubelet kube-proxy)
+for b in kube-apiserver kube-controller-manager kube-scheduler "${node_binaries[@]}"; do
   stale "$b" "Kubernetes $KUBE_VERSION" && kube+=("k8s.io/kubernetes/cmd/$b")
 done
 if [ ${#kube[@]} -gt 0 ]; then
@@ -50,6 +55,12 @@ if ! { [ -x "$bin/helm" ] && "$bin/helm" version --short 2>/dev/null | grep -qxF
     ldflags="$ldflags -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$minor"
   done
   GOFLAGS=-trimpath GOBIN="$bin" go install -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+fi
+
+COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
+if [ -n "$real_node" ] && stale coredns "CoreDNS-${COREDNS_VERSION#v}"; then
+  echo "building coredns $COREDNS_VERSION into $bin" >&2
+  GOFLAGS=-trimpath GOBIN="$bin" go install -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
 fi
 
 # kwok >= 0.8 has no built-in stages; always hand it the fast ones shipped in its module.
