@@ -3,6 +3,7 @@
 # the repo, each rebuilt only when its inputs change:
 #   base     Debian bookworm with Python 3.11 and its venv module (debootstrap), the Dockerfile's BASE
 #   skyscan  the product, from the project's own Dockerfile (`buildah bud`, BASE = the base above)
+#   pause    every Pod's sandbox process (tools/node/pause.c, static), containerd's sandbox_image
 # Prints the directory holding <name>.tar (docker-archive, ready for `ctr -n k8s.io images import`).
 # Needs root and the Debian packages debootstrap and buildah (installed when missing).
 set -euo pipefail
@@ -50,6 +51,25 @@ if [ ! -s "$tar" ]; then
     -t "localhost/skyscan:$inputs" -t localhost/skyscan:dev "$repo" >&2
   buildah push --quiet "localhost/skyscan:$inputs" "docker-archive:$tar.partial:localhost/skyscan:dev" >/dev/null
   mv "$tar.partial" "$tar"
+  find "$cache" -maxdepth 1 -name 'skyscan-*.tar' ! -name "$(basename "$tar")" -delete  # older builds
 fi
 ln -sf "$(basename "$tar")" "$cache/skyscan.tar"
+
+# --- pause: one static binary in an image of its own
+pause_inputs=$(sha256sum "$repo/tools/node/pause.c" | cut -c1-16)
+pause_tar="$cache/pause-$pause_inputs.tar"
+if [ ! -s "$pause_tar" ]; then
+  work=$(mktemp -d)
+  gcc -static -Os -o "$work/pause" "$repo/tools/node/pause.c"
+  strip "$work/pause"
+  c=$(buildah from scratch)
+  buildah copy --quiet "$c" "$work/pause" /pause >/dev/null
+  buildah config --entrypoint '["/pause"]' --user 65535:65535 "$c"
+  buildah commit --quiet --rm "$c" localhost/pause:3.10 >/dev/null
+  buildah push --quiet localhost/pause:3.10 "docker-archive:$pause_tar.partial:localhost/pause:3.10" >/dev/null
+  mv "$pause_tar.partial" "$pause_tar"
+  find "$cache" -maxdepth 1 -name 'pause-*.tar' ! -name "$(basename "$pause_tar")" -delete
+  rm -rf "$work"
+fi
+ln -sf "$(basename "$pause_tar")" "$cache/pause.tar"
 echo "$cache"
