@@ -1,4 +1,4 @@
-"""`skyscan-cluster up` / `down`: a second, throwaway control plane, checked process by process."""
+"""`skyscan-cluster up` / `down` / `reset`: a second, throwaway control plane, checked process by process."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_up_twice_then_down_leaves_nothing_behind(tmp_path: Path) -> None:
+def test_up_twice_then_down_keeps_the_data_and_reset_deletes_it(tmp_path: Path) -> None:
     workdir = tmp_path / "c"
     try:
         first = cli("up", "--dir", str(workdir))
