@@ -18,7 +18,14 @@ from api_shim.errors import ApiError, bad_request
 from api_shim.models import ScanRequestBody, finite, validation_reason
 from api_shim.sizes import InvalidSize, SizeTooLarge, parse_size
 from api_shim.tags import TagError, resolve_tag
-from skyscan.model import INTEGER_MAX, RESERVED_CLASSIFIER_KEYS, DebugMode, ScanSpec, scanner_env_allowed
+from skyscan.model import (
+    INTEGER_MAX,
+    N_WORKERS_MAX,
+    RESERVED_CLASSIFIER_KEYS,
+    DebugMode,
+    ScanSpec,
+    scanner_env_allowed,
+)
 
 # The largest normalised scan request a Scan holds, as JSON: the largest valid one (25 environment
 # variables of 4096 characters) is about 110 KB; etcd caps the whole object near 1.5 MiB.
@@ -32,7 +39,8 @@ class Defaults:
     worker_disk: str | int
     known_clusters: Mapping[str, int | None]
     min_tag: str
-    scanner_env_allowed: frozenset[str]  # names users may set besides the scanner's SKYSCAN_ ones
+    scanner_env_allowed: frozenset[str]  # names (or PREFIX*) users may set besides the scanner's tuning ones
+    max_n_workers: int = N_WORKERS_MAX  # per cluster entry (the Scan CRD's bound is the most it can be)
 
 
 @dataclass(frozen=True)
@@ -66,14 +74,30 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
 
-def _clusters(body: ScanRequestBody, known: Mapping[str, int | None]) -> list[tuple[str, int]]:
+def n_workers_too_many(field: str, n_workers: int, most: int) -> ApiError | None:
+    """The deployment's bound on one request's workers (`SKYSCAN_MAX_N_WORKERS`), worded as the model's."""
+    if n_workers <= most:
+        return None
+    return bad_request(
+        f"'{field}': must be no more than {most}",
+        f"This deployment takes at most {most} workers per cluster location in one request "
+        "(SKYSCAN_MAX_N_WORKERS); add-workers asks for more once the scan runs.",
+    )
+
+
+def _clusters(body: ScanRequestBody, defaults: Defaults) -> list[tuple[str, int]]:
+    field = "request_clusters" if body.request_clusters is not None else "cluster"
     given = _first(body.request_clusters, body.cluster)
     if given is None:
         raise bad_request("'request_clusters' is a required property")
     pairs = list(given.items()) if isinstance(given, dict) else [tuple(p) for p in given]
-    for name, _ in pairs:
+    known = defaults.known_clusters
+    for i, (name, n_workers) in enumerate(pairs):
         if name not in known:
             raise bad_request(f"requested unknown cluster: {name} (available: {', '.join(known)})")
+        where = f"{field}.{name}" if isinstance(given, dict) else f"{field}.{i}.1"
+        if too_many := n_workers_too_many(where, n_workers, defaults.max_n_workers):
+            raise too_many
     return pairs
 
 
@@ -121,7 +145,7 @@ def normalise(body: ScanRequestBody, tags: Iterable[str], defaults: Defaults) ->
     for key in RESERVED_CLASSIFIER_KEYS:
         if key in body.classifiers:
             raise bad_request(f"classifier cannot contain '{key}' sub-field")
-    clusters = _clusters(body, defaults.known_clusters)
+    clusters = _clusters(body, defaults)
     worker_memory = _size(body, "worker_memory_bytes", "worker_memory", defaults.worker_memory)
     worker_disk = _size(body, "worker_disk_bytes", "worker_disk", defaults.worker_disk)
     debug_mode = (

@@ -18,6 +18,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, Va
 from pydantic_core import ErrorDetails
 
 from skyscan.model import (
+    INTEGER_MAX,
+    INTEGER_MIN,
     Classifiers,
     DebugMode,
     EventMetadata,
@@ -73,6 +75,25 @@ def finite(value: dict[str, Any]) -> dict[str, Any]:
 
 
 FreeForm = Annotated[dict[str, Any], AfterValidator(finite)]
+
+
+def within_int64(value: dict[str, Any]) -> dict[str, Any]:
+    """A free-form object the Scan holds: the API server keeps an integer as an int64 and would round
+    a larger one to a float, silently; refused instead, naming where."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, dict | list):
+            pairs = item.items() if isinstance(item, dict) else enumerate(item)
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in pairs)
+        elif isinstance(item, int) and not isinstance(item, bool) and not INTEGER_MIN <= item <= INTEGER_MAX:
+            where = path if len(path) <= 100 else path[:100] + "..."
+            raise ValueError(f"integers are at most {INTEGER_MAX} and at least {INTEGER_MIN} (at '{where}')")
+    return value
+
+
+# A free-form object stored in the Scan (the scanner's progress and scan_metadata).
+HeldFreeForm = Annotated[dict[str, Any], AfterValidator(finite), AfterValidator(within_int64)]
 ClassifiersOut = dict[str, str | bool | int | float | list[str | bool | int | float | None] | None]
 
 
@@ -145,18 +166,18 @@ class DeleteBody(Body):
 
 
 class ProcessingStats(Lenient):
-    start: FreeForm
-    runtime: FreeForm
-    rate: FreeForm = Field(default_factory=dict)
+    start: HeldFreeForm
+    runtime: HeldFreeForm
+    rate: HeldFreeForm = Field(default_factory=dict)
     end: str = ""
     finished: bool = False
-    predictions: FreeForm = Field(default_factory=dict)
+    predictions: HeldFreeForm = Field(default_factory=dict)
 
 
 class Progress(Lenient):
     summary: str
     epilogue: str
-    tallies: FreeForm
+    tallies: HeldFreeForm
     processing_stats: ProcessingStats
     predictive_scanning_threshold: Threshold
     last_updated: str
@@ -169,7 +190,7 @@ class PatchManifestBody(Body):
 
     progress: Progress | None = None
     event_metadata: EventMetadata | None = None
-    scan_metadata: FreeForm | None = None
+    scan_metadata: HeldFreeForm | None = None
 
     def oversized(self) -> tuple[str, int] | None:
         """The first field larger than the limit, and its size."""

@@ -41,16 +41,25 @@ class ShimSettings(BaseSettings):
         default={"osg": 100, "sub-2": 100, "local": 5},
         description="WMS cluster location -> max workers when debug_mode has client-logs (null: no cap).",
     )
+    max_n_workers: int = Field(
+        default=10_000,
+        ge=1,
+        le=model.N_WORKERS_MAX,
+        description="The most workers a request asks for at one cluster location (each request_clusters "
+        f"entry of POST /scan, add-workers' n_workers); 400 beyond. At most {model.N_WORKERS_MAX}, the "
+        "Scan CRD's bound.",
+    )
     tag_catalog_dir: Path | None = Field(
         default=None,
         description="CVMFS-style directory of images named skymap_scanner:<tag>.",
     )
     tags: list[str] = Field(default_factory=list, description="Extra known image tags (JSON list).")
     min_tag: str = Field(default="4.0.0", description="Semver tags older than this are refused.")
-    scanner_env_allowed: list[str] = Field(
+    scanner_env_allowed: model.EnvAllowList = Field(
         default_factory=list,
-        description="Names users may set in scanner_server_env_from_user besides the scanner's SKYSCAN_ "
-        "tuning variables (JSON list; the operator reads it too); reserved names stay refused.",
+        description="Names users may set in scanner_server_env_from_user besides the scanner's tuning "
+        "variables (JSON list; an entry ending in * allows a prefix; the operator reads it too); reserved "
+        "names stay refused.",
     )
 
     # Sizes when a request names none: bytes, or a size such as "2GB"; the Scan model's defaults.

@@ -6,8 +6,8 @@ dropped (titles, `additionalProperties: false`, `propertyNames`, the key pattern
 `patternProperties`, whose value schema becomes `additionalProperties`). A union of scalars cannot be typed
 structurally, so it becomes an untyped node with value rules that hold for any scalar and refuse
 every list and object (`minItems: 1` with `maxItems: 0`, likewise for properties); its string
-variant's `maxLength` applies as is. CEL cannot see untyped values, which is why these are plain
-value rules.
+variant's `maxLength` and `pattern` apply as they are (to strings only). CEL cannot see untyped
+values, which is why these are plain value rules.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         if all(v.get("type") in _SCALAR_TYPES for v in variants) and len(non_null) > 1:
             out.update(_ANY_SCALAR)
             out["nullable"] = len(non_null) < len(variants)
-            out.update({k: v[k] for v in variants for k in ("maxLength", "minLength") if k in v})
+            out.update({k: v[k] for v in variants for k in ("maxLength", "minLength", "pattern") if k in v})
         else:
             (inner,) = non_null  # Optional[X]: the only union the model uses besides scalars
             out.update(structural(inner, defs))

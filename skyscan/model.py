@@ -129,24 +129,37 @@ Classifiers = Annotated[
     Field(max_length=CLASSIFIER_MAX_ENTRIES),
 ]
 
-# What Skyscan itself hands the scanner (its REST address and credential, scan id, WMS connection,
-# logging), and what could change how the interpreter starts: never a user's, whatever a deployment allows.
+# What Skyscan itself hands the scanner (its REST address and credential, scan id, WMS and message-queue
+# connection, logging), and what could change how the interpreter starts: never a user's, whatever a
+# deployment allows.
 RESERVED_ENV_PREFIXES = ("SKYSCAN_SKYDRIVER_", "SKYSCAN_EWMS_", "SKYSCAN_MQ_", "SKYSCAN_STARTUP_", "EWMS_",
                          "KUBERNETES_", "PYTHON", "LD_")  # fmt: skip
-# A user's variable is one of the scanner's own tuning variables (SKYSCAN_*, not reserved) or a name the
-# deployment allows (`scanner_env_allowed`): an allow-list, as proxies, CA bundles, PATH, BASH_ENV and
-# the like would redirect the scanner's traffic or what it runs.
+# A user's variable is on an allow-list, as proxies, CA bundles, PATH, BASH_ENV and the like would
+# redirect the scanner's traffic (and its bearer token) or change what it runs, and a deny-list always
+# misses one. The list: the scanner's own tuning variables (skymap_scanner.server's ServerEnvConfig: its
+# log levels, how often it reports progress and results and how it predicts runtimes, how often it polls
+# its kill switch), none of which names an address, a credential, a file or a program; and what a
+# deployment adds (`scanner_env_allowed`): names, or prefixes ending in `*`.
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"  # a C identifier: what every shell and the API server take
-SCANNER_ENV_PATTERN = re.compile(r"SKYSCAN_[A-Z0-9_]+")
+SCANNER_TUNING_ENV_PATTERN = r"^SKYSCAN_(LOG|LOG_THIRD_PARTY|(PROGRESS|RESULT|KILL_SWITCH)_[A-Z0-9_]+)$"
+ENV_ALLOWED_ENTRY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*\*?$"
+_SCANNER_TUNING_ENV = re.compile(SCANNER_TUNING_ENV_PATTERN)
+EnvAllowList = list[Annotated[str, Field(pattern=ENV_ALLOWED_ENTRY_PATTERN)]]
 
 
 def is_reserved_env(name: str) -> bool:
     return name.upper().startswith(RESERVED_ENV_PREFIXES)
 
 
+def _on_list(name: str, allowed: Collection[str]) -> bool:
+    return any(name.startswith(a[:-1]) if a.endswith("*") else name == a for a in allowed)
+
+
 def scanner_env_allowed(name: str, allowed: Collection[str] = ()) -> bool:
-    """May a user set the scanner's variable `name`? `allowed`: the names a deployment adds."""
-    return not is_reserved_env(name) and (name in allowed or SCANNER_ENV_PATTERN.fullmatch(name) is not None)
+    """May a user set the scanner's variable `name`? `allowed`: the names (or `PREFIX*`) a deployment adds."""
+    if is_reserved_env(name):
+        return False
+    return _SCANNER_TUNING_ENV.fullmatch(name) is not None or _on_list(name, allowed)
 
 
 # Validation context for reading back what the API server stored: the request policies above were
@@ -171,11 +184,18 @@ def _no_reserved_env(env: dict[str, Scalar], info: ValidationInfo) -> dict[str, 
     return env
 
 
+# An environment value is text a process receives: no NUL, which no exec can carry (the API server
+# would store it and the container would fail to start).
+ENV_VALUE_PATTERN = r"^[^\x00]*$"
 ScannerServerEnv = Annotated[
     dict[
         Annotated[str, Field(min_length=1, max_length=ENV_MAX_KEY_LENGTH, pattern=ENV_NAME_PATTERN)],
         Annotated[
-            Annotated[str, Field(max_length=ENV_MAX_STRING_LENGTH)] | bool | int | float | None,
+            Annotated[str, Field(max_length=ENV_MAX_STRING_LENGTH, pattern=ENV_VALUE_PATTERN)]
+            | bool
+            | int
+            | float
+            | None,
             BeforeValidator(_int64),
         ],
     ],
@@ -186,11 +206,14 @@ ScannerServerEnv = Annotated[
 # The scanner's command line (`skyscan.scanner_args`): every user value is one argument of a known
 # grammar. The reference takes any algorithm name; a name is an identifier here, so it cannot carry an
 # option, a space or a `$(VAR)` the kubelet would expand. nsides are HEALPix resolutions the scanner
-# can reach, written plainly (no sign, no leading zero), a few of them.
+# can reach, written plainly (no sign, no leading zero), a few of them; a pixel extension counts pixels,
+# so at most the finest sky's (12 * 8192**2, within an int32).
 RECO_ALGO_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
 NSIDE_MAX = 8192
 NSIDES_MAX_ENTRIES = 16
 NSIDE_PATTERN = r"^[1-9][0-9]{0,3}$"
+PIXEL_EXTENSION_MAX = 12 * NSIDE_MAX**2
+PixelExtension = Annotated[int, Field(ge=0, le=PIXEL_EXTENSION_MAX), BeforeValidator(_integral)]
 RecoAlgo = Annotated[str, Field(pattern=RECO_ALGO_PATTERN, max_length=64)]
 
 
@@ -202,7 +225,7 @@ def _nsides_in_range(nsides: dict[str, int]) -> dict[str, int]:
 
 
 Nsides = Annotated[
-    dict[Annotated[str, Field(pattern=NSIDE_PATTERN)], NonNegativeInteger],
+    dict[Annotated[str, Field(pattern=NSIDE_PATTERN)], PixelExtension],
     Field(
         min_length=1,
         max_length=NSIDES_MAX_ENTRIES,
@@ -265,10 +288,10 @@ class ScanSpec(KubeModel):
     )
     scanner_server_env_from_user: ScannerServerEnv = Field(
         default_factory=dict,
-        description=f"Extra environment for the scanner server: its SKYSCAN_ tuning variables and the "
-        f"names the deployment allows; Skyscan's own variables win. Scalars; strings at most "
-        f"{ENV_MAX_STRING_LENGTH} characters; names at most {ENV_MAX_KEY_LENGTH}, not starting with "
-        f"{', '.join(RESERVED_ENV_PREFIXES)}.",
+        description=f"Extra environment for the scanner server: its tuning variables "
+        f"({SCANNER_TUNING_ENV_PATTERN}) and the names the deployment allows; Skyscan's own variables win. "
+        f"Scalars; strings at most {ENV_MAX_STRING_LENGTH} characters, without NUL; names at most "
+        f"{ENV_MAX_KEY_LENGTH}, not starting with {', '.join(RESERVED_ENV_PREFIXES)}.",
     )
     rescan_of: str | None = Field(default=None, description="The scan this one rescans.")
     deleted: bool = Field(default=False, description="Soft delete: abort the scan but keep its record.")

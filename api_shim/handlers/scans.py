@@ -22,6 +22,7 @@ def _defaults(s: ShimSettings) -> Defaults:
         s.known_clusters,
         s.min_tag,
         frozenset(s.scanner_env_allowed),
+        s.max_n_workers,
     )
 
 

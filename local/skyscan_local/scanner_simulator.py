@@ -137,15 +137,38 @@ def is_playable(pod: dict[str, Any]) -> bool:
     return held and status.get("phase") == "Running" and not meta.get("deletionTimestamp")
 
 
+def kubelet_expand(value: str, env: dict[str, str]) -> str:
+    """`value` as the kubelet hands it to a process (command, args, env values): `$(VAR)` becomes VAR's
+    value when `env` defines it (else stays as written), `$$` becomes `$`, any other `$` stays."""
+    out: list[str] = []
+    i = 0
+    while i < len(value):
+        if value[i] != "$" or i + 1 == len(value):
+            out.append(value[i])
+            i += 1
+        elif value[i + 1] == "$":
+            out.append("$")
+            i += 2
+        elif value[i + 1] == "(" and (end := value.find(")", i + 2)) != -1:
+            name = value[i + 2 : end]
+            out.append(env.get(name, f"$({name})"))
+            i = end + 1
+        else:
+            out.append(value[i : i + 2])
+            i += 2
+    return "".join(out)
+
+
 async def container_env(
     api: kube.Kube, namespace: str, container: dict[str, Any], secrets: dict[str, dict[str, str]]
 ) -> dict[str, str]:
-    """A container's env as its process sees it: plain values, and `secretKeyRef`s resolved by reading
-    the Secret with the simulator's own (admin) client, as the kubelet does."""
+    """A container's env as its process sees it: plain values (expanded with the variables before
+    them, as the kubelet does), and `secretKeyRef`s resolved by reading the Secret with the simulator's
+    own (admin) client."""
     env: dict[str, str] = {}
     for e in container.get("env") or []:
         if "value" in e:
-            env[e["name"]] = e["value"] or ""
+            env[e["name"]] = kubelet_expand(e["value"] or "", env)
         elif ref := (e.get("valueFrom") or {}).get("secretKeyRef"):
             if ref["name"] not in secrets:
                 secret = await api.request("GET", kube.core_path("secrets", namespace, ref["name"]))
@@ -172,14 +195,15 @@ async def read_server_pod(
     env = await container_env(api, namespace, container, secrets)
     address = (settings.rest_address or env["SKYSCAN_SKYDRIVER_ADDRESS"]).rstrip("/")
     token = env.get("SKYSCAN_SKYDRIVER_AUTH") or settings.token or ""
-    args = list(container.get("args") or [])
+    args = [kubelet_expand(a, env) for a in container.get("args") or []]
     sidecar = None
     native = [c for c in pod["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"]
     if native:
         sidecar_env = await container_env(api, namespace, native[0], secrets)
         sidecar_env["SKYSCAN_SKYDRIVER_ADDRESS"] = address
         sidecar_env["SKYSCAN_SKYDRIVER_AUTH"] = sidecar_env.get("SKYSCAN_SKYDRIVER_AUTH") or token
-        mapped = [str(local_path(a, workdir)) if a.startswith(COMMON_SPACE) else a for a in native[0]["args"]]
+        sidecar_args = [kubelet_expand(a, sidecar_env) for a in native[0]["args"]]
+        mapped = [str(local_path(a, workdir)) if a.startswith(COMMON_SPACE) else a for a in sidecar_args]
         sidecar = Sidecar(args=mapped, env=sidecar_env)
     return ServerPod(
         pod_name=pod["metadata"]["name"],

@@ -644,6 +644,9 @@ def _start_steps(d: Draft, p: Plan, scan: ScanView, now: float, settings: Operat
     d.set(cond.WORKFLOW_READY, True, "QueuesActivated", f"workflow {wf.id} is ready")
     if d.credential is None:
         p.actions.append(IssueScannerCredential(scanner_job.credential_lifetime(settings)))
+    if refused := scanner_job.user_env(scan.spec, settings)[1]:  # a Scan made with kubectl: say so
+        message = f"not on the scanner's env allow-list, left out: {', '.join(refused)}"
+        p.event("ScannerEnvRefused", message, warning=True)
     p.actions.append(
         CreateJob(scanner_job.build_job(scan.name, scan.uid, scan.namespace, scan.spec, settings))
     )

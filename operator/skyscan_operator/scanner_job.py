@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from skyscan import model, names, presign
-from skyscan.scanner_args import COMMON_SPACE, kube_literal, scanner_server_argv
+from skyscan.scanner_args import COMMON_SPACE, scanner_server_argv
 from skyscan_operator.settings import OperatorSettings
 
 EWMS_MOUNT = "/etc/skyscan-ewms"
@@ -229,10 +229,33 @@ def sidecar_container(scan_id: str, settings: OperatorSettings, auth_env: dict[s
     }
 
 
+def kube_literal(value: str) -> str:
+    """`value` as Kubernetes passes it on: in a container's command, args and env values the kubelet
+    expands `$(VAR)`, and `$$` is its escape for one `$`."""
+    return value.replace("$", "$$")
+
+
+def kube_literals(container: dict[str, Any]) -> dict[str, Any]:
+    """`container` with every string the kubelet would expand escaped: its command, its args and its
+    env values (a `valueFrom` is not expanded). Whatever a user wrote, a `$(VAR)` reaches the process as
+    those characters, never as the value of VAR (the scanner's credential is one)."""
+    keys: tuple[str, ...] = ("command", "args")
+    escaped = {k: [kube_literal(a) for a in container[k]] for k in keys if k in container}
+    env = [{**e, "value": kube_literal(e["value"])} if "value" in e else e for e in container.get("env", [])]
+    return {**container, **escaped, **({"env": env} if "env" in container else {})}
+
+
 def env_value(value: model.Scalar) -> str:
-    """Kubernetes env values are strings; like the reference, `str()` of the user's value, with `$`
-    escaped so the kubelet never expands a `$(VAR)` of the user's (the scanner's credential is one)."""
-    return kube_literal(str(value))
+    """Kubernetes env values are strings: like the reference, `str()` of the user's value."""
+    return str(value)
+
+
+def user_env(spec: model.ScanSpec, settings: OperatorSettings) -> tuple[dict[str, str], list[str]]:
+    """The user's variables the scanner gets, and the names it does not: a Scan made with kubectl
+    skips the REST validation, so the allow-list (`model.scanner_env_allowed`) holds here too."""
+    given = spec.scanner_server_env_from_user
+    refused = [k for k in given if not model.scanner_env_allowed(k, settings.scanner_env_allowed)]
+    return {k: env_value(v) for k, v in given.items() if k not in refused}, refused
 
 
 def build_job(
@@ -255,16 +278,30 @@ def build_job(
         scanner_auth_env(scan_id),
         *rest_trust(settings)[0],
     ]
-    # Skyscan's own variables win: the user's come first and never replace one of them. A Scan made
-    # with kubectl skips the REST validation, so the allow-list holds here too.
+    # Skyscan's own variables win: the user's come first and never replace one of them.
     ours = {e["name"] for e in env}
-    user = [
-        {"name": k, "value": env_value(v)}
-        for k, v in spec.scanner_server_env_from_user.items()
-        if k not in ours and model.scanner_env_allowed(k, settings.scanner_env_allowed)
-    ]
-    env = user + env
+    env = [{"name": k, "value": v} for k, v in user_env(spec, settings)[0].items() if k not in ours] + env
     memory = str(spec.scanner_server_memory_bytes)
+    scanner: dict[str, Any] = {
+        "name": names.container_name(scan_id),
+        "image": f"{settings.scanner_image}:{spec.docker_tag}",
+        "command": [],
+        "args": scanner_server_argv(spec),
+        "env": env,
+        "resources": {
+            "limits": {"memory": memory, "cpu": "1.0"},
+            "requests": {
+                "memory": memory,
+                "cpu": "0.1",
+                **({"ephemeral-storage": eph} if (eph := settings.scanner_ephemeral_storage) else {}),
+            },
+        },
+        "volumeMounts": [
+            {"name": "common-space-volume", "mountPath": COMMON_SPACE},
+            {"name": "ewms", "mountPath": EWMS_MOUNT, "readOnly": True},
+            *rest_trust(settings)[1],
+        ],
+    }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "volumes": [
@@ -272,29 +309,8 @@ def build_job(
             {"name": "ewms", "secret": {"secretName": names.wms_secret_name(scan_id)}},
             *([{"name": "rest-ca", "configMap": {"name": ca}}] if (ca := settings.rest_ca_configmap) else []),
         ],
-        "initContainers": [sidecar_container(scan_id, settings, scanner_auth_env(scan_id))],
-        "containers": [
-            {
-                "name": names.container_name(scan_id),
-                "image": f"{settings.scanner_image}:{spec.docker_tag}",
-                "command": [],
-                "args": scanner_server_argv(spec),
-                "env": env,
-                "resources": {
-                    "limits": {"memory": memory, "cpu": "1.0"},
-                    "requests": {
-                        "memory": memory,
-                        "cpu": "0.1",
-                        **({"ephemeral-storage": eph} if (eph := settings.scanner_ephemeral_storage) else {}),
-                    },
-                },
-                "volumeMounts": [
-                    {"name": "common-space-volume", "mountPath": COMMON_SPACE},
-                    {"name": "ewms", "mountPath": EWMS_MOUNT, "readOnly": True},
-                    *rest_trust(settings)[1],
-                ],
-            }
-        ],
+        "initContainers": [kube_literals(sidecar_container(scan_id, settings, scanner_auth_env(scan_id)))],
+        "containers": [kube_literals(scanner)],
     }
     # The scanner reaches nothing in the API: an account with no bindings, and no API token mounted.
     pod_spec["serviceAccountName"] = settings.scanner_service_account

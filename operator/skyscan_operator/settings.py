@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from skyscan import names, presign
+from skyscan import model, names, presign
 from skyscan.logs import LogFormat
 
 
@@ -225,10 +225,11 @@ class OperatorSettings(BaseSettings):
     scanner_env: dict[str, str] = Field(
         default_factory=dict, description="Extra scanner env (JSON object); the user's env cannot replace it."
     )
-    scanner_env_allowed: list[str] = Field(
+    scanner_env_allowed: model.EnvAllowList = Field(
         default_factory=list,
-        description="Names users may set in scanner_server_env_from_user besides the scanner's SKYSCAN_ "
-        "tuning variables (JSON list; the shim reads it too); reserved names stay refused.",
+        description="Names users may set in scanner_server_env_from_user besides the scanner's tuning "
+        "variables (JSON list; an entry ending in * allows a prefix; the shim reads it too); reserved "
+        "names stay refused.",
     )
     scanner_ephemeral_storage: str | None = Field(
         default="8G", description="Ephemeral-storage request of the scanner (reference: 8G); empty: none."

@@ -37,6 +37,9 @@ async def test_crd_is_established_with_printer_columns(api: Kube) -> None:
     assert got["spec"]["names"]["shortNames"] == ["scn"]
 
 
+SCALARS: dict[str, Any] = {"N": 3, "F": 1.5, "B": False, "Z": None}
+
+
 async def test_valid_scan_is_accepted_with_defaults(api: Kube, namespace: str) -> None:
     await api.request(
         "POST",
@@ -44,7 +47,7 @@ async def test_valid_scan_is_accepted_with_defaults(api: Kube, namespace: str) -
         body=scan(
             "0194d2a3b4cx4a1b2c3d4e5f6a7b8c9d0",
             classifiers={"origin": "alert", "n": 3, "ok": True, "z": None},
-            scannerServerEnvFromUser={"SKYSCAN_URL": "https://example.test/" + "p" * 200},
+            scannerServerEnvFromUser={"SKYSCAN_URL": "https://example.test/" + "p" * 200, **SCALARS},
         ),
     )
     got = await api.request("GET", scan_path(namespace, "0194d2a3b4cx4a1b2c3d4e5f6a7b8c9d0"))
@@ -53,6 +56,7 @@ async def test_valid_scan_is_accepted_with_defaults(api: Kube, namespace: str) -
     assert spec["workerMemoryBytes"] == 8_000_000_000 and spec["workerDiskBytes"] == 1_000_000_000
     assert spec["priority"] == 0 and spec["deleted"] is False
     assert spec["classifiers"]["n"] == 3 and spec["classifiers"]["ok"] is True
+    assert {k: spec["scannerServerEnvFromUser"][k] for k in SCALARS} == SCALARS  # a pattern: strings only
 
 
 async def test_status_is_a_subresource(api: Kube, namespace: str) -> None:
@@ -99,6 +103,9 @@ async def test_status_is_a_subresource(api: Kube, namespace: str) -> None:
         ({"nsides": {"9000": 0}}, None, "nsides keys are integers from 1 to 8192, written plainly"),
         ({"nsides": {str(n): 0 for n in range(1, 18)}}, None, "spec.nsides: Too many: 17"),
         ({"requestClusters": [{"location": "osg", "nWorkers": 100001}]}, None, "requestClusters[0].nWorkers"),
+        ({"nsides": {"8": 0, "64": 805306369}}, None, "spec.nsides.64: Invalid value"),
+        # The scanner's environment: values an exec can carry (names: the model's, CEL cannot see the map).
+        ({"scannerServerEnvFromUser": {"A": "\x00"}}, None, "spec.scannerServerEnvFromUser.A: Invalid"),
     ],
 )
 async def test_invalid_scans_are_rejected_naming_the_field(

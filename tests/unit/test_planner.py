@@ -159,6 +159,21 @@ def test_the_scanner_credential_is_revoked_when_the_scanner_may_no_longer_act(wh
     assert not any(isinstance(a, RevokeScannerCredential) for a in again.actions)  # once
 
 
+def test_a_kubectl_scans_env_off_the_allow_list_is_left_out_with_a_warning() -> None:
+    """The shim refuses such names with a 400; a Scan applied with kubectl gets its Job without them,
+    and `kubectl describe` says which were left out."""
+    status = admitted(id="WF-1", requestedAt=cond.iso(NOW - 3), queuesActivated=True)
+    env = {"HTTPS_PROXY": "http://evil:3128", "SKYSCAN_LOG": "DEBUG", "OMP_NUM_THREADS": 2}
+    p = plan(scan(status, finalizers=[FINALIZER], scannerServerEnvFromUser=env), Observed(), NOW, S)
+    (warning,) = [e for e in p.events if e.reason == "ScannerEnvRefused"]
+    assert warning.type == "Warning" and warning.message.endswith("left out: HTTPS_PROXY, OMP_NUM_THREADS")
+    (create,) = [a for a in p.actions if isinstance(a, CreateJob)]
+    names = {e["name"] for e in create.job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "SKYSCAN_LOG" in names and not names & {"HTTPS_PROXY", "OMP_NUM_THREADS"}
+    allowed = scan(status, finalizers=[FINALIZER], scannerServerEnvFromUser={"SKYSCAN_LOG": "DEBUG"})
+    assert "ScannerEnvRefused" not in [e.reason for e in plan(allowed, Observed(), NOW, S).events]
+
+
 def test_a_job_found_after_a_restart_is_adopted_not_created_again() -> None:
     status = admitted(id="WF-1", requestedAt=cond.iso(NOW - 3), queuesActivated=True)
     job = JobView("skyscan-s1", cond.iso(NOW - 1))

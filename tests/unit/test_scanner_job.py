@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from api_shim.settings import ShimSettings
 from skyscan import model, names
-from skyscan.scanner_args import kube_literal, scanner_server_args, scanner_server_argv
+from skyscan.scanner_args import scanner_server_args, scanner_server_argv, scanner_server_options
+from skyscan_local.scanner_simulator import kubelet_expand
 from skyscan_local.wms_simulator import SimError, validate_workflow_request
 from skyscan_operator import scanner_job
+from skyscan_operator.scanner_job import kube_literal
 from skyscan_operator.settings import OperatorSettings
 from tests.unit.test_crd import minimal_spec
 
@@ -74,44 +79,87 @@ def test_job_has_the_reference_shape() -> None:
 
 
 def test_user_env_comes_first_as_strings() -> None:
-    env_from_user = {"SKYSCAN_FLAG": True, "SKYSCAN_NOTHING": None, "SKYSCAN_N": 3}
+    env_from_user = {"SKYSCAN_LOG": True, "SKYSCAN_LOG_THIRD_PARTY": None, "SKYSCAN_RESULT_INTERVAL_SEC": 3}
     job = scanner_job.build_job("abc", "u", "ns", spec(scannerServerEnvFromUser=env_from_user), S)
     env = job["spec"]["template"]["spec"]["containers"][0]["env"]
     names = [e["name"] for e in env]
-    assert names[:4] == ["SKYSCAN_FLAG", "SKYSCAN_NOTHING", "SKYSCAN_N", "SKYSCAN_EWMS_JSON"]
+    assert names[:4] == [*env_from_user, "SKYSCAN_EWMS_JSON"]
     values = {e["name"]: e.get("value") for e in env}
-    assert (values["SKYSCAN_FLAG"], values["SKYSCAN_NOTHING"], values["SKYSCAN_N"]) == ("True", "None", "3")
+    assert [values[k] for k in env_from_user] == ["True", "None", "3"]
 
 
 def test_the_scanner_env_is_an_allow_list() -> None:
     """Proxies, CA bundles, PATH and interpreter hooks would redirect the scanner's credential or what
-    it runs: only the scanner's SKYSCAN_ tuning variables pass, and names a deployment adds."""
+    it runs: only the scanner's own tuning variables pass, and names a deployment adds."""
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "https_proxy", "NO_PROXY", "REQUESTS_CA_BUNDLE",
-                 "SSL_CERT_FILE", "PATH", "BASH_ENV", "GCONV_PATH", "LD_PRELOAD", "PYTHONPATH"):  # fmt: skip
+                 "SSL_CERT_FILE", "CURL_CA_BUNDLE", "PATH", "HOME", "BASH_ENV", "ENV", "GCONV_PATH",
+                 "LD_PRELOAD", "PYTHONPATH", "PYTHONSTARTUP"):  # fmt: skip
         assert not model.scanner_env_allowed(name), name
     for name in ("SKYSCAN_SKYDRIVER_AUTH", "SKYSCAN_EWMS_JSON", "SKYSCAN_MQ_CLIENT_LOG", "skyscan_log"):
         assert not model.scanner_env_allowed(name), name
-    assert model.scanner_env_allowed("SKYSCAN_PROGRESS_INTERVAL_SEC")
+
+
+def test_the_scanners_own_tuning_variables_pass_and_no_other_of_its_names() -> None:
+    """skymap_scanner.server's ServerEnvConfig: log levels, report intervals, runtime predictions and the
+    kill switch's poll pass. Its addresses, credentials and directories do not, nor an older scanner's
+    broker (SKYSCAN_BROKER_ADDRESS would send its message queue elsewhere): a pattern, not SKYSCAN_*."""
+    for name in ("SKYSCAN_LOG", "SKYSCAN_LOG_THIRD_PARTY", "SKYSCAN_PROGRESS_INTERVAL_SEC",
+                 "SKYSCAN_PROGRESS_RUNTIME_PREDICTION_WINDOW_RATIO",
+                 "SKYSCAN_PROGRESS_RUNTIME_PREDICTION_WINDOW_MIN", "SKYSCAN_RESULT_INTERVAL_SEC",
+                 "SKYSCAN_KILL_SWITCH_CHECK_INTERVAL"):  # fmt: skip
+        assert model.scanner_env_allowed(name), name
+    for name in ("SKYSCAN_BROKER_ADDRESS", "SKYSCAN_BROKER_AUTH", "SKYSCAN_BROKER_CLIENT",
+                 "SKYSCAN_CACHE_DIR", "SKYSCAN_OUTPUT_DIR", "SKYSCAN_DEBUG_DIR",
+                 "SKYSCAN_MQ_TIMEOUT_FROM_CLIENTS", "SKYSCAN_N", "SKYSCAN_LOGX", "SKYSCAN_PROGRESS_",
+                 "SKYSCAN_"):  # fmt: skip
+        assert not model.scanner_env_allowed(name), name
+
+
+def test_a_deployment_adds_names_and_prefixes_but_never_a_reserved_name() -> None:
     assert not model.scanner_env_allowed("OMP_NUM_THREADS")
     assert model.scanner_env_allowed("OMP_NUM_THREADS", {"OMP_NUM_THREADS"})
+    assert model.scanner_env_allowed("OMP_NUM_THREADS", {"OMP_*"})
+    assert not model.scanner_env_allowed("OMPX", {"OMP_*"}) and not model.scanner_env_allowed("OMP", {"OMP_"})
     assert not model.scanner_env_allowed("LD_PRELOAD", {"LD_PRELOAD"})  # reserved whatever a deployment says
-    # The operator holds the same list for a Scan made with kubectl.
+    assert not model.scanner_env_allowed("SKYSCAN_SKYDRIVER_AUTH", {"SKYSCAN_*", "*"})
+    assert model.scanner_env_allowed("SKYSCAN_BROKER_ADDRESS", {"SKYSCAN_*"})  # the deployment's choice
+    # Both components read the list, each entry a name or a prefix ending in `*`.
+    for entries in (["A-B"], ["OMP_**"], ["*X"], [""]):
+        with pytest.raises(ValueError):
+            OperatorSettings(rest_address="http://shim:8080", scanner_env_allowed=entries)
+        with pytest.raises(ValueError):
+            ShimSettings(scanner_env_allowed=entries)
+    assert ShimSettings(scanner_env_allowed=["OMP_*", "X"]).scanner_env_allowed == ["OMP_*", "X"]
+
+
+def test_the_operator_holds_the_allow_list_for_a_scan_made_with_kubectl() -> None:
     stored = model.ScanSpec.model_validate(
-        minimal_spec(scannerServerEnvFromUser={"OMP_NUM_THREADS": 4, "HTTP_PROXY": "http://evil"}),
-        context=model.STORED,
-    )
-    allowing = S.model_copy(update={"scanner_env_allowed": ["OMP_NUM_THREADS"]})
+        minimal_spec(scannerServerEnvFromUser={"OMP_NUM_THREADS": 4, "HTTP_PROXY": "http://evil"})
+    )  # no reserved name: the API server and the operator's model take it; the allow-list is settings'
+    allowing = S.model_copy(update={"scanner_env_allowed": ["OMP_*"]})
     for settings, expected in ((S, set()), (allowing, {"OMP_NUM_THREADS"})):
         env = scanner_job.build_job("abc", "u", "ns", stored, settings)["spec"]["template"]["spec"][
             "containers"
         ][0]
         assert {e["name"] for e in env["env"]} & {"OMP_NUM_THREADS", "HTTP_PROXY"} == expected
+    assert scanner_job.user_env(stored, S)[1] == ["OMP_NUM_THREADS", "HTTP_PROXY"]
+    assert scanner_job.user_env(stored, allowing)[1] == ["HTTP_PROXY"]
 
 
-def test_every_user_value_is_one_argument_of_the_scanner() -> None:
-    """The Job's args are a list built from typed values, the same arguments the manifest's string shows."""
+def test_env_values_an_exec_cannot_carry_are_refused() -> None:
+    with pytest.raises(ValueError, match="pattern"):
+        spec(scannerServerEnvFromUser={"SKYSCAN_LOG": "INFO\x00--x"})
+    with pytest.raises(ValueError, match="4096"):
+        spec(scannerServerEnvFromUser={"SKYSCAN_LOG": "x" * 4097})
+    assert spec(scannerServerEnvFromUser={"SKYSCAN_LOG": "x" * 4096})
+
+
+def test_the_manifests_string_and_the_jobs_args_are_one_list() -> None:
+    """One function groups the arguments; the Job runs them as a list (one element per value) and the
+    manifest joins the same groups in the reference's spacing."""
     s = spec(recoAlgo="millipede_wilks", nsides={"512": 24, "8": 0, "64": 12}, realOrSimulatedEvent="sim")
     argv = scanner_server_argv(s)
+    assert argv == [a for option in scanner_server_options(s) for a in option]
     assert argv == scanner_server_args(s).split()
     assert argv[argv.index("--reco-algo") + 1] == "millipede_wilks"
     assert argv[argv.index("--nsides") + 1 : argv.index("--simulated-event")] == ["8:0", "64:12", "512:24"]
@@ -126,15 +174,20 @@ def test_every_user_value_is_one_argument_of_the_scanner() -> None:
         {"recoAlgo": "$(SKYSCAN_SKYDRIVER_AUTH)"},
         {"recoAlgo": "-x"},
         {"recoAlgo": "a" * 65},
+        {"recoAlgo": ""},
         {"nsides": {"8 --x": 0}},
         {"nsides": {"": 0}},
         {"nsides": {"abc": 0}},
         {"nsides": {"08": 0}},
         {"nsides": {"+8": 0}},
+        {"nsides": {"-8": 0}},
         {"nsides": {"0": 0}},
+        {"nsides": {"8.0": 0}},
         {"nsides": {"9" * 1000: 0}},
         {"nsides": {"8193": 0}},
         {"nsides": {str(n): 0 for n in range(1, 18)}},
+        {"nsides": {"8": -1}},
+        {"nsides": {"8": 12 * 8192**2 + 1}},
     ],
 )
 def test_scanner_arguments_have_a_grammar(changes: dict[str, object]) -> None:
@@ -143,20 +196,50 @@ def test_scanner_arguments_have_a_grammar(changes: dict[str, object]) -> None:
 
 
 def test_scanner_arguments_within_the_grammar_are_taken() -> None:
-    s = spec(recoAlgo="splinempe_pointed", nsides={"1": 0, "8": 0, "64": 12, "512": 24, "8192": 2})
+    s = spec(recoAlgo="splinempe_pointed", nsides={"1": 0, "8": 0, "64": 12, "512": 24, "8192": 12 * 8192**2})
     assert scanner_server_argv(s)[4] == "splinempe_pointed"
+    assert len(spec(nsides={str(2**i): i for i in range(14)}).nsides) == 14
+
+
+def as_the_process_sees_it(
+    container: dict[str, Any], secrets: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """A container's args and env after the kubelet's expansion (`secrets`: the secretKeyRef values)."""
+    env: dict[str, str] = {}
+    for e in container["env"]:
+        env[e["name"]] = secrets[e["name"]] if "valueFrom" in e else kubelet_expand(e["value"], env)
+    return [kubelet_expand(a, env) for a in container["args"]], env
 
 
 def test_a_dollar_reaches_the_scanner_literally() -> None:
-    """The kubelet expands $(VAR) in args and env values: a user's value naming the scanner's credential
-    must stay text, not become the credential."""
-    assert kube_literal("$(SKYSCAN_SKYDRIVER_AUTH)") == "$$(SKYSCAN_SKYDRIVER_AUTH)"
-    assert kube_literal("a$$b") == "a$$$$b"
-    job = scanner_job.build_job(
-        "abc", "u", "ns", spec(scannerServerEnvFromUser={"SKYSCAN_X": "$(SKYSCAN_SKYDRIVER_AUTH)"}), S
-    )
-    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["SKYSCAN_X"]["value"] == "$$(SKYSCAN_SKYDRIVER_AUTH)"
+    """The kubelet expands $(VAR) in a container's command, args and env values: whatever a user (or a
+    deployment) wrote, the scanner gets those characters, never the variable's value; its credential is
+    one. Unescaped, the same text would become the token (the last assertion)."""
+    hostile = "$(SKYSCAN_SKYDRIVER_AUTH)"
+    assert kube_literal(hostile) == "$$(SKYSCAN_SKYDRIVER_AUTH)" and kube_literal("a$$b") == "a$$$$b"
+    user = {"SKYSCAN_LOG": hostile, "SKYSCAN_RESULT_INTERVAL_SEC": "a$$b$", "SKYSCAN_LOG_THIRD_PARTY": "$(X"}
+    s = spec(scannerServerEnvFromUser=user)
+    s = s.model_copy(update={"reco_algo": hostile})  # past the grammar, which refuses it: escaped anyway
+    deployment = {"SKYSCAN_KILL_SWITCH_CHECK_INTERVAL": "$(SKYSCAN_SKYDRIVER_SCAN_ID)"}
+    settings = S.model_copy(update={"scanner_env": deployment})
+    pod = scanner_job.build_job("abc", "u", "ns", s, settings)["spec"]["template"]["spec"]
+    (scanner,), (sidecar,) = pod["containers"], pod["initContainers"]
+    secrets = {"SKYSCAN_SKYDRIVER_AUTH": "the-token"}
+    argv, env = as_the_process_sees_it(scanner, secrets)
+    assert argv == scanner_server_argv(s) and argv[argv.index("--reco-algo") + 1] == hostile
+    assert {k: env[k] for k in user} == user
+    assert {k: env[k] for k in deployment} == deployment
+    assert "the-token" not in argv and list(env.values()).count("the-token") == 1
+    assert as_the_process_sees_it(sidecar, secrets)[0] == sidecar["args"] == [scanner_job.STARTUP_JSON]
+    assert kubelet_expand(hostile, secrets) == "the-token"
+
+
+def test_the_kubelets_expansion_as_the_simulator_plays_it() -> None:
+    env = {"A": "1", "B": "$(A)"}
+    cases = {"$(A)": "1", "$$(A)": "$(A)", "$$$(A)": "$1", "$(C)": "$(C)", "$(A": "$(A", "x$": "x$",
+             "$x": "$x", "a$$b": "a$b", "$(B)": "$(A)", "": ""}  # fmt: skip
+    for value, expected in cases.items():
+        assert kubelet_expand(value, env) == expected, value
 
 
 def test_each_scanner_reads_its_own_token() -> None:

@@ -57,6 +57,7 @@ async def test_add_workers_integers(shim: ShimUnderTest) -> None:
     await shim.call("POST", f"/scan/{scan_id}/wms/workflow-id", as_="system", json_body=wf)
     for n_workers, reason in [
         (100_001, f"'n_workers': must be no more than {model.N_WORKERS_MAX}"),  # not forwarded to the WMS
+        (10_001, "'n_workers': must be no more than 10000"),  # the deployment's bound (SKYSCAN_MAX_N_WORKERS)
         (2**70, f"'n_workers': must be no more than {model.N_WORKERS_MAX}"),
         (91.5, "'n_workers': must be type 'integer' (int)"),
         (True, "'n_workers': must be type 'integer' (int)"),

@@ -145,9 +145,19 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     # would let another listener pass for the shim, PATH or BASH_ENV would change what it runs.
     *(({"scanner_server_env_from_user": {name: "http://evil.example:3128"}}, f"cannot set '{name}' in the scanner's environment")
       for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "PATH", "BASH_ENV", "GCONV_PATH")),
-    # Names the API server would refuse, and integers it would round, are refused here, naming them.
+    *(({"scanner_server_env_from_user": {name: "x"}}, f"cannot set '{name}' in the scanner's environment")
+      for name in ("NO_PROXY", "CURL_CA_BUNDLE", "HOME", "SKYSCAN_BROKER_ADDRESS", "SKYSCAN_CACHE_DIR", "SKYSCAN_N")),
+    *(({"scanner_server_env_from_user": {name: "/tmp/x"}}, f"'scanner_server_env_from_user': cannot set '{name}': Skyscan sets the scanner's own variables {RESERVED}")
+      for name in ("LD_PRELOAD", "PYTHONPATH", "SKYSCAN_MQ_TIMEOUT_FROM_CLIENTS")),
+    # Names the API server would refuse, values no exec carries and integers the API server would round
+    # are refused here, naming them.
     ({"scanner_server_env_from_user": {"A-B": 1}}, "'scanner_server_env_from_user.A-B': must match the pattern '^[A-Za-z_][A-Za-z0-9_]*$'"),
-    ({"scanner_server_env_from_user": {"SKYSCAN_N": 2**70}}, f"'scanner_server_env_from_user.SKYSCAN_N': integers are at most {MAX} and at least {-(2**63)}"),
+    ({"scanner_server_env_from_user": {"1A": 1}}, "'scanner_server_env_from_user.1A': must match the pattern '^[A-Za-z_][A-Za-z0-9_]*$'"),
+    ({"scanner_server_env_from_user": {"A" * 129: 1}}, f"'scanner_server_env_from_user.{'A' * 129}': must be no more than 128 characters long"),
+    ({"scanner_server_env_from_user": {"SKYSCAN_LOG": "INFO\x00"}}, "'scanner_server_env_from_user.SKYSCAN_LOG': must match the pattern '^[^\\\\x00]*$'"),
+    ({"scanner_server_env_from_user": {"SKYSCAN_LOG": "x" * 4097}}, "'scanner_server_env_from_user.SKYSCAN_LOG': must be no more than 4096 characters long"),
+    ({"scanner_server_env_from_user": {f"SKYSCAN_LOG_{i}": 1 for i in range(26)}}, "'scanner_server_env_from_user': must have no more than 25 entries"),
+    ({"scanner_server_env_from_user": {"SKYSCAN_LOG": 2**70}}, f"'scanner_server_env_from_user.SKYSCAN_LOG': integers are at most {MAX} and at least {-(2**63)}"),
     ({"classifiers": {"n": -(2**64)}}, f"'classifiers.n': integers are at most {MAX} and at least {-(2**63)}"),
     # Every user value is one argument of the scanner, of a known grammar.
     ({"reco_algo": "millipede_wilks --cache-dir /etc --client-startup-json /tmp/pwn"}, f"'reco_algo': must match the pattern '{RECO_ALGO}'"),
@@ -156,10 +166,19 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"nsides": {"abc": 0}}, f"'nsides.abc': must match the pattern '{NSIDE}'"),
     ({"nsides": {"08": 0}}, f"'nsides.08': must match the pattern '{NSIDE}'"),
     ({"nsides": {"9000": 0}}, "'nsides': nside 9000 is beyond the scanner's range (at most 8192)"),
+    ({"nsides": {"": 0}}, f"'nsides.': must match the pattern '{NSIDE}'"),
+    ({"nsides": {"-8": 0}}, f"'nsides.-8': must match the pattern '{NSIDE}'"),
+    ({"nsides": {"9" * 1000: 0}}, f"'nsides.{'9' * 1000}': must match the pattern '{NSIDE}'"),
     ({"nsides": {str(n): 0 for n in range(1, 18)}}, "'nsides': must have no more than 16 entries"),
+    ({"nsides": {str(n): 0 for n in range(1, 40_001)}}, "'nsides': must have no more than 16 entries"),
+    ({"nsides": {"8": 0, "64": 12 * 8192**2 + 1}}, f"'nsides.64': must be no more than {12 * 8192**2}"),
     ({"request_clusters": [["osg", 100_001]]}, "'request_clusters.0.1': must be no more than 100000"),
     ({"request_clusters": {"osg": 9_200_000_000_000_000_000}}, "'request_clusters.osg': must be no more than 100000"),
     ({"request_clusters": [["x" * 65, 1]]}, "'request_clusters.0.0': must be no more than 64 characters long"),
+    # The deployment's bound (SKYSCAN_MAX_N_WORKERS, 10,000 by default), below the CRD's.
+    ({"request_clusters": {"osg": 10_001}}, "'request_clusters.osg': must be no more than 10000"),
+    ({"request_clusters": [["osg", 1], ["sub-2", 10_001]]}, "'request_clusters.1.1': must be no more than 10000"),
+    ({"request_clusters": None, "cluster": {"osg": 10_001}}, "'cluster.osg': must be no more than 10000"),
     ({"docker_tag": "foo"}, "argument docker_tag: image not found"),
     ({"docker_tag": "3.1"}, "argument docker_tag: Image tag is older than the minimum supported tag 'v4.0.0'. Contact admins for more info."),
     ({"event_live_json": None}, "Must provide either 'event_live_json' or 'sensor_event_id' (xor)"),
@@ -181,7 +200,7 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"max_pixel_reco_time": 2**70}, f"'max_pixel_reco_time': must be no more than {MAX}"),
     ({"max_pixel_reco_time": 91.5}, "'max_pixel_reco_time': must be type 'integer' (int)"),
     ({"max_pixel_reco_time": "91"}, "'max_pixel_reco_time': must be type 'integer' (int)"),
-    ({"nsides": {"1": 2**64}}, f"'nsides.1': must be no more than {MAX}"),
+    ({"nsides": {"1": 2**64}}, f"'nsides.1': must be no more than {12 * 8192**2}"),
     ({"request_clusters": {"osg": 2**70}}, "'request_clusters.osg': must be no more than 100000"),
     # JSON has no NaN or Infinity (Python's encoder writes them anyway).
     ({"predictive_scanning_threshold": float("nan")}, "'predictive_scanning_threshold': must be a finite number"),
@@ -295,5 +314,25 @@ async def test_a_request_too_large_for_its_scan_is_413(shim: ShimUnderTest) -> N
     listed = await shim.api.request("GET", scan_path(shim.namespace))
     assert listed["items"] == []
     # The largest valid request fits: 25 environment variables of 4096 characters.
-    env = {f"SKYSCAN_VAR_{i}": "v" * 4096 for i in range(25)}
+    env = {f"SKYSCAN_PROGRESS_VAR_{i}": "v" * 4096 for i in range(25)}
     assert (await shim.call("POST", "/scan", json_body=scan_body(scanner_server_env_from_user=env))).status == 200
+
+
+async def test_a_deployment_widens_the_scanner_env_and_the_worker_bound(make_shim: MakeShim) -> None:
+    """SKYSCAN_SCANNER_ENV_ALLOWED adds names and prefixes (never a reserved one); SKYSCAN_MAX_N_WORKERS
+    moves the bound on one request's workers, up to the CRD's."""
+    default = await make_shim()
+    env = {"OMP_NUM_THREADS": 4, "MKL_NUM_THREADS": 2, "SKYSCAN_LOG": "DEBUG"}
+    reply = await default.call("POST", "/scan", json_body=scan_body(scanner_server_env_from_user=env))
+    assert (reply.status, reply.body["reason"]) == (400, "cannot set 'OMP_NUM_THREADS' in the scanner's environment")
+    widened = await make_shim(scanner_env_allowed=["OMP_*", "MKL_NUM_THREADS", "LD_*"], max_n_workers=50_000)
+    manifest = await widened.launch(scanner_server_env_from_user=env, request_clusters={"osg": 50_000})
+    spec = (await widened.kube_scan(manifest["scan_id"]))["spec"]
+    assert spec["scannerServerEnvFromUser"] == env and spec["requestClusters"] == [{"location": "osg", "nWorkers": 50_000}]
+    for changes, reason in [
+        ({"scanner_server_env_from_user": {"LD_PRELOAD": "/tmp/x.so"}}, "'scanner_server_env_from_user': cannot set 'LD_PRELOAD'"),
+        ({"scanner_server_env_from_user": {"OMPX": 1}}, "cannot set 'OMPX' in the scanner's environment"),
+        ({"request_clusters": {"osg": 50_001}}, "'request_clusters.osg': must be no more than 50000"),
+    ]:
+        reply = await widened.call("POST", "/scan", json_body=scan_body(**changes))
+        assert reply.status == 400 and reply.body["reason"].startswith(reason), reply.body

@@ -196,6 +196,10 @@ INVALID_PATCHES: list[tuple[dict[str, Any], str]] = [
     ({"event_metadata": {**EVENT_METADATA, "event_id": -(2**70)}}, "'event_metadata.event_id': must be at least -9223372036854775808"),
     ({"event_metadata": {**EVENT_METADATA, "mjd": float("inf")}}, "'event_metadata.mjd': must be a finite number"),
     ({"scan_metadata": {"a": [float("nan")]}}, "'scan_metadata': must not contain NaN or an infinite number (JSON has neither)"),
+    # The Scan holds these: an integer beyond int64 would be rounded to a float by the API server.
+    ({"scan_metadata": {"nside_progression": {"8": 2**70}}}, f"'scan_metadata': integers are at most {MAX} and at least {-(2**63)} (at 'nside_progression.8')"),
+    ({"progress": {**PROGRESS, "tallies": {"n": [1, -(2**64)]}}}, f"'progress.tallies': integers are at most {MAX} and at least {-(2**63)} (at 'n.1')"),
+    ({"progress": {**PROGRESS, "processing_stats": {**STATS, "rate": {"r": 10**30}}}}, f"'progress.processing_stats.rate': integers are at most {MAX} and at least {-(2**63)} (at 'r')"),
 ]  # fmt: skip
 
 
