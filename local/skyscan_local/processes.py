@@ -188,3 +188,17 @@ def port_free(port: int) -> bool:
 def pick_port(preferred: int) -> int:
     """`preferred` when it is free (stable URLs across `make up`), else any free port; 0: any."""
     return preferred if preferred and port_free(preferred) else free_port()
+
+
+def choose_port(
+    had: int | None, preferred: int, *, keeps: bool, free: Callable[[int], bool] = port_free
+) -> int:
+    """The port of a component that starts again: a running one keeps (`keeps`) the port it had; a
+    stopped one gets it back if free (its clients, a scanner's Pod or a sourced `.skyscan/env`, still
+    use that address), else the preferred one, else any; `None`/0: none."""
+    if keeps and had:
+        return had
+    for candidate in (had, preferred):
+        if candidate and free(candidate):
+            return candidate
+    return free_port()

@@ -298,20 +298,6 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
     return stack
 
 
-def choose_port(
-    had: int | None, preferred: int, *, keeps: bool, free: Callable[[int], bool] = processes.port_free
-) -> int:
-    """A running component keeps (`keeps`) the port it had; a stopped one gets it back if free (a
-    crashed shim comes back where the scanners' Pods and the operator expect it), else the preferred
-    one, else any."""
-    if keeps and had:
-        return had
-    for candidate in (had, preferred):
-        if candidate and free(candidate):
-            return candidate
-    return processes.free_port()
-
-
 def load_state(d: Path) -> dict[str, Any]:
     f = d / STATE_FILE
     return dict(json.loads(f.read_text())) if f.exists() else {}
@@ -455,7 +441,7 @@ def _up(s: LocalStackSettings) -> dict[str, str]:
 
     def port(name: str, component: str, preferred: int) -> int:
         had = ports.get(name)
-        return choose_port(None if had is None else int(had), preferred, keeps=component in running)
+        return processes.choose_port(None if had is None else int(had), preferred, keeps=component in running)
 
     state["ports"] = {
         "shim": port("shim", "shim", s.shim_port),

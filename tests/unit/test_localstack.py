@@ -82,13 +82,3 @@ def test_a_recorded_pid_counts_only_while_it_runs_the_recorded_command() -> None
             proc.kill()
             proc.wait()
 
-
-def test_a_restarted_component_gets_its_port_back_before_the_preferred_one() -> None:
-    """A crashed shim came back on 8080 instead of the port it had, and scanners still using the old
-    address aborted their scans."""
-    free = {18080, 8080}.__contains__
-    assert localstack.choose_port(18080, 8080, keeps=False, free=free) == 18080
-    assert localstack.choose_port(18080, 8080, keeps=True, free=lambda _: False) == 18080  # it runs there
-    assert localstack.choose_port(18081, 8080, keeps=False, free=free) == 8080  # taken meanwhile
-    assert localstack.choose_port(None, 8080, keeps=False, free=free) == 8080
-    assert localstack.choose_port(None, 0, keeps=False, free=free) not in (0, 8080, 18080)

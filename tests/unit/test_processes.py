@@ -181,3 +181,14 @@ def test_a_free_port_can_be_bound_and_a_taken_one_is_not_free() -> None:
     assert processes.port_free(port)
     assert processes.pick_port(port) == port  # free again: the preferred one
     assert processes.pick_port(0) != 0  # no preference
+
+
+def test_a_restarted_component_gets_its_port_back_before_the_preferred_one() -> None:
+    """A crashed shim came back on 8080 instead of the port it had, and scanners still using the old
+    address aborted their scans. The stack's components and the local PostgreSQL choose this way."""
+    free = {18080, 8080}.__contains__
+    assert processes.choose_port(18080, 8080, keeps=False, free=free) == 18080
+    assert processes.choose_port(18080, 8080, keeps=True, free=lambda _: False) == 18080  # it runs there
+    assert processes.choose_port(18081, 8080, keeps=False, free=free) == 8080  # taken meanwhile
+    assert processes.choose_port(None, 8080, keeps=False, free=free) == 8080
+    assert processes.choose_port(None, 0, keeps=False, free=free) not in (0, 8080, 18080)
