@@ -63,7 +63,7 @@ def test_up_twice_then_down_keeps_the_data_and_reset_deletes_it(tmp_path: Path) 
     assert not workdir.exists()
 
 
-def _marker(state: localcluster.ClusterState) -> httpx.Client:
+def _client(state: localcluster.ClusterState) -> httpx.Client:
     cfg = yaml.safe_load(Path(state.kubeconfig).read_text())
     ca = ssl.create_default_context(cafile=cfg["clusters"][0]["cluster"]["certificate-authority"])
     token = cfg["users"][0]["user"]["token"]
@@ -72,18 +72,25 @@ def _marker(state: localcluster.ClusterState) -> httpx.Client:
     )
 
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "scan.yaml"
+SCANS = "/apis/skyscan.io/v1alpha1/namespaces/default/scans"
+
+
 def test_up_restarts_a_dead_component_in_place_and_never_deletes_data(tmp_path: Path) -> None:
     """The API server killed, then etcd with it, then all stopped: each `up` brings back the same
-    cluster (its objects, ports and certificates) and the logs go on after what each run wrote."""
+    cluster (its Scans, ports, certificates and token), leaves what still runs alone, and the logs go
+    on after what each run wrote. `up` once recreated the cluster: every Scan gone, a new port."""
     workdir = tmp_path / "c"
     try:
         assert cli("up", "--dir", str(workdir)).returncode == 0
         state = localcluster.load(workdir)
         assert state is not None and state.etcd_tls
-        with _marker(state) as api:
-            body = {"metadata": {"name": "kept"}, "data": {"x": "1"}}
-            api.post("/api/v1/namespaces/default/configmaps", json=body).raise_for_status()
+        scan = next(d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d["kind"] == "Scan")
+        with _client(state) as api:
+            created = api.post(SCANS, json=scan).raise_for_status().json()
+        kubeconfig = Path(state.kubeconfig).read_text()
         for crashed in (["kube-apiserver"], ["etcd", "kube-apiserver"], None):
+            before = {p.name: p.pid for p in localcluster.load(workdir).processes}  # type: ignore[union-attr]
             if crashed is None:
                 assert cli("down", "--dir", str(workdir)).returncode == 0
             for name in crashed or []:
@@ -92,11 +99,17 @@ def test_up_restarts_a_dead_component_in_place_and_never_deletes_data(tmp_path: 
             assert again.returncode == 0, again.stderr
             after = localcluster.load(workdir)
             assert after is not None and after.ports == state.ports and after.server == state.server
-            assert after.running()
-            with _marker(after) as api:
-                assert api.get("/api/v1/namespaces/default/configmaps/kept").json()["data"] == {"x": "1"}
-        log = (workdir / "logs" / "kube-apiserver.log").read_text()
-        assert log.count(processes.START_MARKER) == 4  # the first start and three restarts, all kept
+            assert after.running() and Path(after.kubeconfig).read_text() == kubeconfig
+            pids = {p.name: p.pid for p in after.processes}
+            untouched = set(pids) - set(crashed or pids)
+            assert {n: pids[n] for n in untouched} == {n: before[n] for n in untouched}, "left alone"
+            with _client(after) as api:
+                kept = api.get(f"{SCANS}/{scan['metadata']['name']}").json()
+                assert kept["metadata"]["uid"] == created["metadata"]["uid"]  # the same object
+                assert kept["spec"] == created["spec"]
+        for name, starts in {"kube-apiserver": 4, "etcd": 3, "kwok": 2}.items():
+            log = (workdir / "logs" / f"{name}.log").read_text()
+            assert log.count(processes.START_MARKER) == starts, name  # the first run's and each restart's
         refused = cli("reset", "--dir", str(workdir))  # while it runs
         assert refused.returncode == 1 and "is running; stop it first" in refused.stderr
         assert workdir.exists()
