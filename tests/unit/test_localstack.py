@@ -82,3 +82,21 @@ def test_a_recorded_pid_counts_only_while_it_runs_the_recorded_command() -> None
             proc.kill()
             proc.wait()
 
+
+
+def test_a_component_restarts_when_the_ca_its_kubeconfig_names_changes(tmp_path: Path) -> None:
+    """A renewed control-plane CA: components that read the old one at start could no longer talk to
+    the API server, so their configuration counts the kubeconfig and the CA file it names."""
+    (tmp_path / "ca.crt").write_text("old CA")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("clusters: [{name: c, cluster: {certificate-authority: ca.crt}}]")
+    files = localstack.kubeconfig_files(str(kubeconfig))
+    assert files == (kubeconfig, tmp_path / "ca.crt")
+
+    def config() -> str:
+        return localstack.Component("shim", ["shim"], {}, lambda: True, files).config
+
+    before = config()
+    assert config() == before
+    (tmp_path / "ca.crt").write_text("renewed CA")
+    assert config() != before
