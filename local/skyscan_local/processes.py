@@ -129,9 +129,23 @@ def kill(p: Recorded) -> None:
         _reap(p.pid, block=True)
 
 
-def this_run(log: Path) -> str:
-    """What the latest start of a component wrote to its log (the text after the last START_MARKER)."""
-    return log.read_text(errors="replace").rpartition(START_MARKER)[2] if log.exists() else ""
+def this_run(log: Path, block: int = 1 << 16) -> str:
+    """What the latest start of a component wrote to its log: the text after the last START_MARKER,
+    that is from the offset where this start began. Read backwards from the end, so a readiness check
+    polling it costs what this run wrote, not what the earlier runs appended before it."""
+    if not log.exists():
+        return ""
+    marker, found = START_MARKER.encode(), b""
+    with log.open("rb") as f:
+        position = f.seek(0, os.SEEK_END)
+        while position > 0:
+            step = min(block, position)
+            position -= step
+            f.seek(position)
+            found = f.read(step) + found
+            if (at := found.rfind(marker)) >= 0:
+                return found[at + len(marker) :].decode(errors="replace")
+    return found.decode(errors="replace")  # written before any marker: all of it
 
 
 def tail(log: Path, chars: int = 3000) -> str:

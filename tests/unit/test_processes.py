@@ -140,6 +140,18 @@ def test_spawn_appends_to_the_log_and_a_readiness_check_reads_this_run_only(
     assert "earlier run" not in processes.tail(log)
 
 
+def test_this_run_is_read_back_from_the_end_to_the_latest_start_only(tmp_path: Path) -> None:
+    """Logs now grow over every run: a readiness check reads from where this start began."""
+    log = tmp_path / "c.log"
+    earlier = b"an earlier run: ready\n" * 50_000
+    log.write_bytes(earlier + f"\n{processes.START_MARKER} now: c ---\n".encode() + b"this run\n")
+    for block in (5, 64, 1 << 16):  # the marker straddling blocks too
+        assert processes.this_run(log, block) == " now: c ---\nthis run\n"
+    log.write_bytes(b"before any marker\n")
+    assert processes.this_run(log, 4) == "before any marker\n"
+    assert processes.this_run(tmp_path / "none.log") == ""
+
+
 def test_wait_until_returns_once_the_check_holds_and_counts_connection_errors_as_not_yet() -> None:
     calls = []
 
