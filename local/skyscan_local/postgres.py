@@ -136,11 +136,15 @@ def _init(root: Path, bindir: Path, user: pwd.struct_passwd | None, durable: boo
     data = root / "data"
     if (data / "PG_VERSION").exists():
         return
+    if data.is_dir() and any(data.iterdir()):  # never deleted by us: it may be someone's data
+        raise PostgresError(
+            f"{data} holds files but no PostgreSQL cluster (a first start killed during initdb?); "
+            f"nothing was deleted: move it away, or `make down && make reset` deletes {root}"
+        )
     password = secrets.token_hex(16)
     (root / PASSWORD_FILE).write_text(password + "\n")
     (root / PASSWORD_FILE).chmod(0o600)
-    shutil.rmtree(data, ignore_errors=True)  # an interrupted initdb's leftovers
-    data.mkdir(mode=0o700)
+    data.mkdir(mode=0o700, exist_ok=True)
     # initdb reads the password from a file; the server's user must be able to open it.
     pwfile = root / "initdb-password"
     pwfile.write_text(password + "\n")
