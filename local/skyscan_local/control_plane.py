@@ -529,10 +529,15 @@ def start(
 ) -> ClusterState:
     """Start the control plane (COMPONENTS, then the kwok node); on any failure everything started
     so far is stopped again. The CRDs in `crds` are installed before the controller manager starts."""
-    bin_dir = ensure_binaries()
     d = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="skyscan-cluster-"))
     if (d / STATE_FILE).exists():
         raise ClusterError(f"a cluster is already recorded in {d}; stop it first")
+    if d.is_dir() and any(d.iterdir()):  # a failed start below deletes the directory: only a new one
+        raise ClusterError(
+            f"{d} holds files but records no cluster ({STATE_FILE} is missing); nothing was deleted: "
+            "move it away, or `skyscan-cluster reset` deletes it"
+        )
+    bin_dir = ensure_binaries()
     d.mkdir(parents=True, exist_ok=True)
     (d / "logs").mkdir(exist_ok=True)
     ports = {port: processes.free_port() for spec in COMPONENTS for port in spec.ports}

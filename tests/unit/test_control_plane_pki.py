@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import pytest
+
 from skyscan_local import control_plane
 
 
@@ -23,3 +25,14 @@ def test_certificates_last_years_and_a_renewal_keeps_the_service_account_key(tmp
     assert {name: (tmp_path / name).read_bytes() for name in kept} == kept
     assert (tmp_path / "ca.crt").read_bytes() != ca
     assert control_plane.pki_expires(tmp_path) > in_nine_years
+
+
+def test_a_directory_with_files_but_no_recorded_cluster_is_refused_never_deleted(tmp_path: Path) -> None:
+    """A start that fails deletes its directory, so it only starts in a new or empty one: etcd data
+    whose state.json went missing is not written over, nor wiped."""
+    (tmp_path / "etcd").mkdir()
+    (tmp_path / "etcd" / "member").write_text("every Scan")
+    with pytest.raises(control_plane.ClusterError, match="nothing was deleted"):
+        control_plane.start(tmp_path)
+    assert (tmp_path / "etcd" / "member").read_text() == "every Scan"
+    assert not (tmp_path / "ca.crt").exists()
