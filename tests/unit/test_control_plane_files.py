@@ -1,5 +1,6 @@
-"""The local control plane's certificates: made to outlive the cluster's use (a cluster is never
-replaced by `make up`), and renewed in place without touching what signs service-account tokens."""
+"""The local control plane's files, which `make up` never replaces: certificates made to outlive the
+cluster's use and renewed in place without touching what signs service-account tokens; a directory
+that records no cluster left as it is."""
 
 from __future__ import annotations
 
