@@ -123,7 +123,7 @@ class LocalStackSettings(BaseSettings):
     postgres_port: int = Field(
         default=55432,
         validation_alias="SKYSCAN_LOCAL_POSTGRES_PORT",
-        description="Preferred port of the local PostgreSQL (a free one when taken; 0: always a free one).",
+        description="Preferred port of the local PostgreSQL (after the one it had; a free one when taken).",
     )
     simulate_scanner: bool = Field(
         default=False,
@@ -133,7 +133,7 @@ class LocalStackSettings(BaseSettings):
     shim_port: int = Field(
         default=8080,
         validation_alias="SKYSCAN_LOCAL_SHIM_PORT",
-        description="Preferred shim port (a free one when taken; 0: always a free one).",
+        description="Preferred shim port (after the one it had; a free one when taken; 0: none).",
     )
     wms_port: int = Field(
         default=8081,
