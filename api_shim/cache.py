@@ -6,7 +6,10 @@ watch, or of a page's continue token) means the history is compacted, so the cac
 Scan is merged in as it is decoded, so during a relist readers still see every Scan; `synced` is set
 once the last page is in. While the API server is unreachable the cache keeps what it has, retries with
 a backoff (listing again once it answers) and says for how long it has been broken (`broken_for`): the
-shim stops vouching for it after a bound.
+shim stops vouching for it after a bound. Broken is not quiet: a watch of Scans nobody changes brings
+nothing, bookmarks included (kube-apiserver 1.33 sends one only when the Scans' resourceVersion moved),
+so a stream quiet for WATCH_IDLE_SECONDS is watched anew, and only a list or watch that fails, or that
+the API server does not answer within ANSWER_SECONDS (a hung server, a lost network), breaks the cache.
 Writers call `observe(obj)` with the object a write returned, so a read that follows a write by
 the same client sees it without waiting for the watch event. Reads never call the API server.
 
@@ -43,6 +46,10 @@ Obj = dict[str, Any]
 LIST_RESOURCE_VERSION = "0"
 PAGE_SIZE = 500
 MERGE_SLICE = 50  # Scans merged from a page between two turns of the event loop
+# A quiet watch is normal, but a connection that died silently looks the same: after this long without
+# a byte, watch anew, and a server that does not answer that is found out.
+WATCH_IDLE_SECONDS = 30.0
+ANSWER_SECONDS = 30.0  # to answer a watch (its headers), or to bring a listing's next bytes
 
 
 class Gone(Exception):
@@ -58,10 +65,19 @@ class Held(NamedTuple):
 
 
 class ScanCache:
-    def __init__(self, api: kube.Kube, namespace: str, watch_timeout: int = 300) -> None:
+    def __init__(
+        self,
+        api: kube.Kube,
+        namespace: str,
+        watch_timeout: int = 300,
+        *,
+        idle: float = WATCH_IDLE_SECONDS,
+        answer: float = ANSWER_SECONDS,
+    ) -> None:
         self._api = api
         self._namespace = namespace
         self._watch_timeout = watch_timeout
+        self._idle, self._answer = idle, answer
         self._scans: dict[str, Held] = {}
         self._packer = Packer()
         self._rescans: dict[str, set[str]] = {}  # spec.rescanOf -> the scans rescanning it
@@ -80,7 +96,8 @@ class ScanCache:
 
     def broken_for(self) -> float:
         """Seconds since the watch of the API server broke (0: it works). A quiet but connected watch
-        is not broken: only a failed list or watch counts, and the next successful list ends it."""
+        is not broken: only a list or watch that failed or went unanswered counts (the API server
+        refused, reset, timed out or sent an error), and the next successful list ends it."""
         return 0.0 if self._broken_since is None else time.monotonic() - self._broken_since
 
     # ------------------------------------------------------------------------------ reading
@@ -252,7 +269,8 @@ class ScanCache:
         if LIST_RESOURCE_VERSION and not token:
             params["resourceVersion"] = LIST_RESOURCE_VERSION
         try:
-            body = await self._api.read("GET", kube.scan_path(self._namespace), params=params)
+            path = kube.scan_path(self._namespace)
+            body = await self._api.read("GET", path, params=params, idle=self._answer)
         except ApiError as e:
             if e.status == 410:  # the continue token expired: list from the start
                 raise Gone(e.message) from e
@@ -274,6 +292,8 @@ class ScanCache:
             except Gone:
                 need_list = True
                 self.relists += 1
+            except kube.WatchIdle:  # quiet, or silently cut off: a new watch tells which
+                log.debug("scan watch idle for %.0fs; watching again", self._idle)
             except Exception as e:  # API server away: keep serving for a while (`broken_for`), retry
                 log.warning("scan watch interrupted (%r); retrying in %.1fs", e, backoff)
                 if self._broken_since is None:
@@ -288,7 +308,8 @@ class ScanCache:
             "allowWatchBookmarks": True,
             "timeoutSeconds": self._watch_timeout,
         }
-        async for event in self._api.watch(kube.scan_path(self._namespace), params):
+        path = kube.scan_path(self._namespace)
+        async for event in self._api.watch(path, params, answer=self._answer, idle=self._idle):
             self._apply(event)
 
     def _apply(self, event: dict[str, Any]) -> None:

@@ -64,6 +64,11 @@ class CacheCollector(Collector):
             "Seconds since the cache's watch last brought an event or a bookmark (or a listing ended).",
             time.monotonic() - cache.last_event,
         )
+        yield GaugeMetricFamily(
+            "skyscan_shim_cache_watch_broken_seconds",
+            "Seconds the cache's list and watch of the API server have been failing (0: they work).",
+            cache.broken_for(),
+        )
 
 
 class ShimMetrics:

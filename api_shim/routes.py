@@ -48,11 +48,12 @@ ROUTES: tuple[Route, ...] = (
         "GET",
         "/healthz",
         service.healthz,
-        "Liveness and readiness (no auth).",
+        "Readiness (no auth): 503 until the Scan cache has synced, and while its watch is broken.",
         None,
         models.Empty,
         errors=(503,),
     ),
+    Route("GET", "/livez", service.livez, "Liveness (no auth): the process serves.", None, models.Empty),
     Route(
         "GET",
         metrics.METRICS_PATH,

@@ -44,6 +44,10 @@ IN_CLUSTER = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 Params = Mapping[str, Any]  # str, int or bool values; None ones are left out
 
 
+class WatchIdle(Exception):
+    """A watch's stream brought nothing, not even a bookmark, for longer than the caller allows."""
+
+
 class ApiError(Exception):
     """A non-2xx answer of the API server: its status, reason phrase and body."""
 
@@ -240,13 +244,16 @@ class Kube:
     async def read(
         self, method: str, path: str, *, params: Params | None = None, body: Any = None,
         content_type: str = JSON, accept: str = JSON, timeout: float | None = None,
+        idle: float | None = None,
     ) -> bytes:  # fmt: skip
-        """The raw body of a 2xx answer (else `ApiError`); `body` is sent as JSON unless bytes."""
+        """The raw body of a 2xx answer (else `ApiError`); `body` is sent as JSON unless bytes.
+        `timeout` bounds the whole call, `idle` each wait for the answer's next bytes (a long listing
+        may take its time, a server that stopped answering may not)."""
         data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
         async with self._session.request(
             method, self.server + path, params=query(params), data=data,
             headers=self._headers(accept, content_type if data is not None else None),
-            timeout=aiohttp.ClientTimeout(total=timeout),
+            timeout=aiohttp.ClientTimeout(total=timeout, sock_read=idle),
         ) as response:  # fmt: skip
             raw = await response.read()
             if response.status >= 300:
@@ -263,19 +270,37 @@ class Kube:
         )
         return json.loads(raw) if raw else None
 
-    async def watch(self, path: str, params: Params | None = None) -> AsyncIterator[dict[str, Any]]:
+    async def watch(
+        self, path: str, params: Params | None = None, *,
+        answer: float | None = None, idle: float | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:  # fmt: skip
         """The watch events of a collection (`{"type", "object"}` dicts, ERROR ones included), until
-        the API server ends the watch; it is bounded by `timeoutSeconds` (plus 30 s) when given."""
+        the API server ends the watch; it is bounded by `timeoutSeconds` (plus 30 s) when given.
+        `answer`: seconds the API server has to answer the request (else `TimeoutError`); `idle`:
+        seconds the stream may bring nothing, not even a bookmark, before `WatchIdle`."""
         wanted = query(params) | {"watch": "true"}
         seconds = wanted.get("timeoutSeconds")
-        async with self._session.get(
-            self.server + path, params=wanted, headers=self._headers(JSON, None),
-            timeout=aiohttp.ClientTimeout(total=int(seconds) + 30 if seconds else None),
-        ) as response:  # fmt: skip
+        async with asyncio.timeout(answer):
+            response = await self._session.get(
+                self.server + path, params=wanted, headers=self._headers(JSON, None),
+                timeout=aiohttp.ClientTimeout(total=int(seconds) + 30 if seconds else None),
+            )  # fmt: skip
+        async with response:
             if response.status >= 300:
                 raise ApiError(response.status, response.reason or "", await response.read())
             pending: list[bytes] = []
-            async for chunk in response.content.iter_any():
+            chunks = response.content.iter_any()
+            while True:
+                quiet = asyncio.timeout(idle)
+                try:
+                    async with quiet:
+                        chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError as e:
+                    if quiet.expired():
+                        raise WatchIdle(f"nothing for {idle:g} s, not even a bookmark") from e
+                    raise
                 for line in lines(pending, chunk):
                     if line.strip():
                         yield json.loads(line)

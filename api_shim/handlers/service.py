@@ -24,5 +24,11 @@ async def healthz(request: web.Request) -> web.Response:
     return ok({})
 
 
+async def livez(request: web.Request) -> web.Response:
+    """For the liveness probe: the process serves. Nothing outside it counts: restarting a shim cures
+    no API-server outage, and a replica in crash-loop back-off would come back late after one."""
+    return ok({})
+
+
 async def openapi_json(request: web.Request) -> web.Response:
     return ok(openapi.document(request.app[ROUTE_TABLE]))

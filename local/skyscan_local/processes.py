@@ -129,9 +129,23 @@ def kill(p: Recorded) -> None:
         _reap(p.pid, block=True)
 
 
-def this_run(log: Path) -> str:
-    """What the latest start of a component wrote to its log (the text after the last START_MARKER)."""
-    return log.read_text(errors="replace").rpartition(START_MARKER)[2] if log.exists() else ""
+def this_run(log: Path, block: int = 1 << 16) -> str:
+    """What the latest start of a component wrote to its log: the text after the last START_MARKER,
+    that is from the offset where this start began. Read backwards from the end, so a readiness check
+    polling it costs what this run wrote, not what the earlier runs appended before it."""
+    if not log.exists():
+        return ""
+    marker, found = START_MARKER.encode(), b""
+    with log.open("rb") as f:
+        position = f.seek(0, os.SEEK_END)
+        while position > 0:
+            step = min(block, position)
+            position -= step
+            f.seek(position)
+            found = f.read(step) + found
+            if (at := found.rfind(marker)) >= 0:
+                return found[at + len(marker) :].decode(errors="replace")
+    return found.decode(errors="replace")  # written before any marker: all of it
 
 
 def tail(log: Path, chars: int = 3000) -> str:
@@ -188,3 +202,17 @@ def port_free(port: int) -> bool:
 def pick_port(preferred: int) -> int:
     """`preferred` when it is free (stable URLs across `make up`), else any free port; 0: any."""
     return preferred if preferred and port_free(preferred) else free_port()
+
+
+def choose_port(
+    had: int | None, preferred: int, *, keeps: bool, free: Callable[[int], bool] = port_free
+) -> int:
+    """The port of a component that starts again: a running one keeps (`keeps`) the port it had; a
+    stopped one gets it back if free (its clients, a scanner's Pod or a sourced `.skyscan/env`, still
+    use that address), else the preferred one, else any; `None`/0: none."""
+    if keeps and had:
+        return had
+    for candidate in (had, preferred):
+        if candidate and free(candidate):
+            return candidate
+    return free_port()

@@ -40,6 +40,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import yaml
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -122,7 +123,7 @@ class LocalStackSettings(BaseSettings):
     postgres_port: int = Field(
         default=55432,
         validation_alias="SKYSCAN_LOCAL_POSTGRES_PORT",
-        description="Preferred port of the local PostgreSQL (a free one when taken; 0: always a free one).",
+        description="Preferred port of the local PostgreSQL (after the one it had; a free one when taken).",
     )
     simulate_scanner: bool = Field(
         default=False,
@@ -132,7 +133,7 @@ class LocalStackSettings(BaseSettings):
     shim_port: int = Field(
         default=8080,
         validation_alias="SKYSCAN_LOCAL_SHIM_PORT",
-        description="Preferred shim port (a free one when taken; 0: always a free one).",
+        description="Preferred shim port (after the one it had; a free one when taken; 0: none).",
     )
     wms_port: int = Field(
         default=8081,
@@ -176,12 +177,23 @@ class Component:
     argv: list[str]
     env: dict[str, str]  # the SKYSCAN_* configuration it gets (on top of the inherited environment)
     ready: Callable[[], bool]
+    reads: tuple[Path, ...] = ()  # files it reads once, at start: the kubeconfig and the CA it names
 
     @property
     def config(self) -> str:
-        """Its command line, settings and the code it runs: a change to any of them restarts it."""
-        identity = json.dumps([self.argv, sorted(self.env.items()), code_version()])
+        """Its command line, settings, the files it reads at start and the code it runs: a change to
+        any of them restarts it (a control plane's renewed CA, too)."""
+        files = [hashlib.sha256(f.read_bytes()).hexdigest() if f.exists() else "" for f in self.reads]
+        identity = json.dumps([self.argv, sorted(self.env.items()), files, code_version()])
         return hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
+def kubeconfig_files(kubeconfig: str) -> tuple[Path, ...]:
+    """A kubeconfig and the CA files it names: what a component trusts the API server by."""
+    path = Path(kubeconfig)
+    clusters = (yaml.safe_load(path.read_text()) or {}).get("clusters") or []
+    named = [c.get("cluster", {}).get("certificate-authority") for c in clusters]
+    return (path, *(path.parent / ca for ca in named if ca))
 
 
 def code_version() -> str:
@@ -242,6 +254,7 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
         "SKYSCAN_ARCHIVE_DSN": state["archive_dsn"],
     }  # fmt: skip
     presign_key = {"SKYSCAN_PRESIGN_KEY_FILE": str(s.dir / PRESIGN_KEY_FILE)}  # the shim's and the operator's
+    trust = kubeconfig_files(kubeconfig)
     stack = [
         Component(
             "wms-simulator",
@@ -263,6 +276,7 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
                 s.overrides_for("shim"),
             ),
             http_ok(f"{shim_url}/healthz"),
+            trust,
         ),
     ]
     operator_health = f"http://127.0.0.1:{ports['operator']}/healthz"
@@ -283,6 +297,7 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
             [py, "-m", "skyscan_operator.handlers"],
             merged(LOCAL_DEFAULTS["operator"], operator_env, s.overrides_for("operator")),
             http_ok(operator_health),  # kopf's liveness endpoint
+            trust,
         )
     )
     if s.simulate_scanner:
@@ -293,23 +308,10 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
                 [py, "-m", "skyscan_local.scanner_simulator"],
                 merged(LOCAL_DEFAULTS["scanner-simulator"], sim_env, s.overrides_for("scanner-simulator")),
                 log_says(logs / "scanner-simulator.log", scanner_sim.READY_LINE),
+                trust,
             )
         )
     return stack
-
-
-def choose_port(
-    had: int | None, preferred: int, *, keeps: bool, free: Callable[[int], bool] = processes.port_free
-) -> int:
-    """A running component keeps (`keeps`) the port it had; a stopped one gets it back if free (a
-    crashed shim comes back where the scanners' Pods and the operator expect it), else the preferred
-    one, else any."""
-    if keeps and had:
-        return had
-    for candidate in (had, preferred):
-        if candidate and free(candidate):
-            return candidate
-    return processes.free_port()
 
 
 def load_state(d: Path) -> dict[str, Any]:
@@ -455,7 +457,7 @@ def _up(s: LocalStackSettings) -> dict[str, str]:
 
     def port(name: str, component: str, preferred: int) -> int:
         had = ports.get(name)
-        return choose_port(None if had is None else int(had), preferred, keeps=component in running)
+        return processes.choose_port(None if had is None else int(had), preferred, keeps=component in running)
 
     state["ports"] = {
         "shim": port("shim", "shim", s.shim_port),

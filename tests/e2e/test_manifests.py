@@ -100,6 +100,7 @@ async def test_manifests_are_accepted_by_the_api_server(cluster: Cluster, namesp
     assert metrics["selector"].items() <= operator["template"]["metadata"]["labels"].items()
     shim = find(docs, "Deployment", "skyscan-shim")["spec"]["template"]["spec"]
     assert shim["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert shim["containers"][0]["livenessProbe"]["httpGet"]["path"] == "/livez"  # an outage restarts none
     service = find(docs, "Service", "skyscan-shim")["spec"]
     assert service["ports"][0]["port"] == 8080 and service["sessionAffinity"] == "ClientIP"  # README, shims
     assert find(docs, "Deployment", "skyscan-shim")["spec"]["replicas"] == 2

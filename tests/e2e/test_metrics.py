@@ -12,6 +12,7 @@ from tests.e2e.conftest import Rest, Stack, follow_states
 SHIM_FAMILIES = {
     "skyscan_shim_requests", "skyscan_shim_request_duration_seconds", "skyscan_shim_cached_scans",
     "skyscan_shim_cache_relists", "skyscan_shim_cache_watch_idle_seconds", "skyscan_shim_payload_bytes",
+    "skyscan_shim_cache_watch_broken_seconds",
 }  # fmt: skip
 OPERATOR_FAMILIES = {
     "skyscan_operator_scans", "skyscan_operator_backlog_scans",

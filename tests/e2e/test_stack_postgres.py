@@ -69,5 +69,6 @@ def test_up_starts_postgres_for_both_processes_and_down_stops_it(
         stopped = localstack.down(settings)
     assert "postgres" in stopped
     server_dir = stack_dir / "postgres"
-    assert postgres.load(server_dir) is None and (server_dir / "data" / "PG_VERSION").exists()
+    server = postgres.load(server_dir)
+    assert server is not None and not server.running() and (server_dir / "data" / "PG_VERSION").exists()
     assert not asyncio.run(connects(dsn))

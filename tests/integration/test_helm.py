@@ -222,6 +222,10 @@ def test_the_shim_serves_tls_with_a_certificate_for_its_service_that_scanners_tr
     assert (
         shim["readinessProbe"]["httpGet"]["scheme"] == shim["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
     )
+    # Readiness follows the Scan watch; liveness only the process (an API-server outage restarts no shim).
+    assert (shim["readinessProbe"]["httpGet"]["path"], shim["livenessProbe"]["httpGet"]["path"]) == (
+        "/healthz", "/livez"
+    )
     plain = template("--set", "shim.tls.enabled=false")
     assert settings_data(plain)["SKYSCAN_REST_ADDRESS"] == "http://skyscan-shim.skyscan.svc:8080"
     assert not [d for d in plain if d["kind"] == "Secret"]

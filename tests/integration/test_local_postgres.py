@@ -41,15 +41,16 @@ async def test_stop_keeps_the_data_and_the_next_start_finds_it(root: Path) -> No
     await conn.close()
 
     assert postgres.stop(root) is True
-    assert not first.running() and postgres.load(root) is None
+    assert not first.running() and postgres.load(root) == first  # its port stays recorded
     assert not postgres.stop(root), "nothing left to stop"
     with pytest.raises(OSError):
         await asyncpg.connect(dsn, timeout=2)
 
-    port = processes.free_port()
-    second = postgres.ensure(root, port=port, tie_to_parent=True)
-    assert second.running() and second.pid != first.pid and second.port == port
-    assert postgres.ensure(root, port=port, tie_to_parent=True) == second, "a running server is reused"
+    preferred = processes.free_port()  # free, but the port it had comes first: the DSN stays
+    second = postgres.ensure(root, port=preferred, tie_to_parent=True)
+    assert second.running() and second.pid != first.pid and second.port == first.port
+    assert second.dsn() == first.dsn()
+    assert postgres.ensure(root, port=preferred, tie_to_parent=True) == second, "a running server is reused"
     conn = await asyncpg.connect(postgres.with_database(second.dsn(), "kept"))
     try:
         assert await conn.fetchval("SELECT x FROM marker") == 7  # same data, same password

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import ssl
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -63,7 +65,7 @@ def test_up_twice_then_down_keeps_the_data_and_reset_deletes_it(tmp_path: Path) 
     assert not workdir.exists()
 
 
-def _marker(state: localcluster.ClusterState) -> httpx.Client:
+def _client(state: localcluster.ClusterState) -> httpx.Client:
     cfg = yaml.safe_load(Path(state.kubeconfig).read_text())
     ca = ssl.create_default_context(cafile=cfg["clusters"][0]["cluster"]["certificate-authority"])
     token = cfg["users"][0]["user"]["token"]
@@ -72,31 +74,60 @@ def _marker(state: localcluster.ClusterState) -> httpx.Client:
     )
 
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "scan.yaml"
+SCANS = "/apis/skyscan.io/v1alpha1/namespaces/default/scans"
+
+
 def test_up_restarts_a_dead_component_in_place_and_never_deletes_data(tmp_path: Path) -> None:
-    """The API server killed, then etcd with it, then all stopped: each `up` brings back the same
-    cluster (its objects, ports and certificates) and the logs go on after what each run wrote."""
+    """The API server killed, then etcd with it, then all stopped, then its certificates about to expire
+    (clusters once got 30 days): each `up` brings back the same cluster (its Scans, ports, token and
+    kubeconfig), restarts only what it must, and the logs go on after what each run wrote. `up` once
+    recreated the cluster: every Scan gone, a new port."""
     workdir = tmp_path / "c"
+
+    def crash(*names: str) -> None:
+        for name in names:
+            localcluster.stop_component(workdir, name, crash=True)
+
+    def down() -> None:
+        assert cli("down", "--dir", str(workdir)).returncode == 0
+
+    def expiring() -> None:
+        localcluster.write_pki(workdir, days=1, keep_signing_key=True)
+
+    every = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+    rounds: list[tuple[Callable[[], None], set[str]]] = [
+        (lambda: crash("kube-apiserver"), {"kube-apiserver"}),
+        (lambda: crash("etcd", "kube-apiserver"), {"etcd", "kube-apiserver"}),
+        (down, every),
+        (expiring, every - {"etcd"}),
+    ]
     try:
         assert cli("up", "--dir", str(workdir)).returncode == 0
         state = localcluster.load(workdir)
         assert state is not None and state.etcd_tls
-        with _marker(state) as api:
-            body = {"metadata": {"name": "kept"}, "data": {"x": "1"}}
-            api.post("/api/v1/namespaces/default/configmaps", json=body).raise_for_status()
-        for crashed in (["kube-apiserver"], ["etcd", "kube-apiserver"], None):
-            if crashed is None:
-                assert cli("down", "--dir", str(workdir)).returncode == 0
-            for name in crashed or []:
-                localcluster.stop_component(workdir, name, crash=True)
+        scan = next(d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d["kind"] == "Scan")
+        with _client(state) as api:
+            created = api.post(SCANS, json=scan).raise_for_status().json()
+        kubeconfig = Path(state.kubeconfig).read_text()
+        for action, restarted in rounds:
+            before = {p.name: p.pid for p in localcluster.load(workdir).processes}  # type: ignore[union-attr]
+            action()
             again = cli("up", "--dir", str(workdir))
             assert again.returncode == 0, again.stderr
             after = localcluster.load(workdir)
             assert after is not None and after.ports == state.ports and after.server == state.server
-            assert after.running()
-            with _marker(after) as api:
-                assert api.get("/api/v1/namespaces/default/configmaps/kept").json()["data"] == {"x": "1"}
-        log = (workdir / "logs" / "kube-apiserver.log").read_text()
-        assert log.count(processes.START_MARKER) == 4  # the first start and three restarts, all kept
+            assert after.running() and Path(after.kubeconfig).read_text() == kubeconfig
+            pids = {p.name: p.pid for p in after.processes}
+            assert {n for n in pids if pids[n] != before[n]} == restarted, again.stderr
+            with _client(after) as api:  # trusting the CA file the kubeconfig names, renewed or not
+                kept = api.get(f"{SCANS}/{scan['metadata']['name']}").json()
+                assert kept["metadata"]["uid"] == created["metadata"]["uid"]  # the same object
+                assert kept["spec"] == created["spec"]
+        assert localcluster.pki_expires(workdir) > dt.datetime.now(dt.UTC) + dt.timedelta(days=3000)
+        for name, starts in {"kube-apiserver": 5, "etcd": 3, "kwok": 3}.items():
+            log = (workdir / "logs" / f"{name}.log").read_text()
+            assert log.count(processes.START_MARKER) == starts, name  # the first run's and each restart's
         refused = cli("reset", "--dir", str(workdir))  # while it runs
         assert refused.returncode == 1 and "is running; stop it first" in refused.stderr
         assert workdir.exists()

@@ -35,3 +35,13 @@ async def test_only_plain_database_names_are_quoted_into_sql(name: str) -> None:
     for statement in (postgres.create_database, postgres.drop_database):
         with pytest.raises(ValueError):  # before connecting: there is no server at port 1
             await statement("postgresql://u@127.0.0.1:1/postgres", name)
+
+
+def test_files_that_are_no_cluster_are_refused_never_deleted(tmp_path: Path) -> None:
+    """A data directory without PG_VERSION was once wiped as an interrupted initdb's leftovers."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "base").write_text("someone's")
+    with pytest.raises(postgres.PostgresError, match="nothing was deleted"):
+        postgres._init(tmp_path, Path("/nonexistent"), None, durable=False)
+    assert (tmp_path / "data" / "base").read_text() == "someone's"
+    assert not (tmp_path / postgres.PASSWORD_FILE).exists()

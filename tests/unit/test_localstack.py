@@ -83,12 +83,20 @@ def test_a_recorded_pid_counts_only_while_it_runs_the_recorded_command() -> None
             proc.wait()
 
 
-def test_a_restarted_component_gets_its_port_back_before_the_preferred_one() -> None:
-    """A crashed shim came back on 8080 instead of the port it had, and scanners still using the old
-    address aborted their scans."""
-    free = {18080, 8080}.__contains__
-    assert localstack.choose_port(18080, 8080, keeps=False, free=free) == 18080
-    assert localstack.choose_port(18080, 8080, keeps=True, free=lambda _: False) == 18080  # it runs there
-    assert localstack.choose_port(18081, 8080, keeps=False, free=free) == 8080  # taken meanwhile
-    assert localstack.choose_port(None, 8080, keeps=False, free=free) == 8080
-    assert localstack.choose_port(None, 0, keeps=False, free=free) not in (0, 8080, 18080)
+
+def test_a_component_restarts_when_the_ca_its_kubeconfig_names_changes(tmp_path: Path) -> None:
+    """A renewed control-plane CA: components that read the old one at start could no longer talk to
+    the API server, so their configuration counts the kubeconfig and the CA file it names."""
+    (tmp_path / "ca.crt").write_text("old CA")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("clusters: [{name: c, cluster: {certificate-authority: ca.crt}}]")
+    files = localstack.kubeconfig_files(str(kubeconfig))
+    assert files == (kubeconfig, tmp_path / "ca.crt")
+
+    def config() -> str:
+        return localstack.Component("shim", ["shim"], {}, lambda: True, files).config
+
+    before = config()
+    assert config() == before
+    (tmp_path / "ca.crt").write_text("renewed CA")
+    assert config() != before

@@ -140,6 +140,18 @@ def test_spawn_appends_to_the_log_and_a_readiness_check_reads_this_run_only(
     assert "earlier run" not in processes.tail(log)
 
 
+def test_this_run_is_read_back_from_the_end_to_the_latest_start_only(tmp_path: Path) -> None:
+    """Logs now grow over every run: a readiness check reads from where this start began."""
+    log = tmp_path / "c.log"
+    earlier = b"an earlier run: ready\n" * 50_000
+    log.write_bytes(earlier + f"\n{processes.START_MARKER} now: c ---\n".encode() + b"this run\n")
+    for block in (5, 64, 1 << 16):  # the marker straddling blocks too
+        assert processes.this_run(log, block) == " now: c ---\nthis run\n"
+    log.write_bytes(b"before any marker\n")
+    assert processes.this_run(log, 4) == "before any marker\n"
+    assert processes.this_run(tmp_path / "none.log") == ""
+
+
 def test_wait_until_returns_once_the_check_holds_and_counts_connection_errors_as_not_yet() -> None:
     calls = []
 
@@ -181,3 +193,14 @@ def test_a_free_port_can_be_bound_and_a_taken_one_is_not_free() -> None:
     assert processes.port_free(port)
     assert processes.pick_port(port) == port  # free again: the preferred one
     assert processes.pick_port(0) != 0  # no preference
+
+
+def test_a_restarted_component_gets_its_port_back_before_the_preferred_one() -> None:
+    """A crashed shim came back on 8080 instead of the port it had, and scanners still using the old
+    address aborted their scans. The stack's components and the local PostgreSQL choose this way."""
+    free = {18080, 8080}.__contains__
+    assert processes.choose_port(18080, 8080, keeps=False, free=free) == 18080
+    assert processes.choose_port(18080, 8080, keeps=True, free=lambda _: False) == 18080  # it runs there
+    assert processes.choose_port(18081, 8080, keeps=False, free=free) == 8080  # taken meanwhile
+    assert processes.choose_port(None, 8080, keeps=False, free=free) == 8080
+    assert processes.choose_port(None, 0, keeps=False, free=free) not in (0, 8080, 18080)
