@@ -25,7 +25,6 @@ from api_shim.freshness import Freshness, written_middleware
 from api_shim.handlers.events import STREAMS, EventStreams, close_streams
 from api_shim.metrics import METRICS, ShimMetrics, metrics_middleware
 from api_shim.plumbing import (
-    ARCHIVE_ERRORS,
     FOUND,
     IDENTITY,
     ROUTE_TABLE,
@@ -34,7 +33,6 @@ from api_shim.plumbing import (
     Handler,
     Route,
     Shim,
-    archive_unavailable,
     body_flag,
     query_bool,
     refuse_encoded_body,
@@ -64,12 +62,6 @@ def redirect_location(request: web.Request, old: str, new: str) -> str:
 
 def guard(route: Route) -> Handler:
     async def guarded(request: web.Request) -> web.StreamResponse:
-        try:
-            return await checked(request)
-        except ARCHIVE_ERRORS as e:  # a query that timed out, a lost or refused connection
-            raise archive_unavailable(e) from None
-
-    async def checked(request: web.Request) -> web.StreamResponse:
         refuse_encoded_body(request)
         if route.roles is not None and (stale := unvouched(request.app[SHIM])):
             raise ApiError(503, "kubernetes API unavailable", stale)
