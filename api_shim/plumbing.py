@@ -201,14 +201,26 @@ def query_bool(request: web.Request, name: str) -> bool:
 SERVER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
 
 
+def _codings(request: web.BaseRequest, header: str) -> list[str]:
+    """Every coding a header names, over all its lines, lowercased."""
+    return [c.strip().lower() for line in request.headers.getall(header, ()) for c in line.split(",")]
+
+
 def refuse_encoded_body(request: web.BaseRequest) -> None:
-    """A compressed request body is refused (415) before anything else is done with the request."""
-    if request.headers.get("Content-Encoding", "identity").strip().lower() != "identity":
+    """A compressed request body is refused (415 naming the coding) before anything else is done with
+    the request, and a transfer coding but chunked (400): the body would reach the handler undecoded."""
+    if refused := [c for c in _codings(request, "Content-Encoding") if c != "identity"]:
         raise ApiError(
             415,
             "unsupported content encoding",
-            "Request bodies are accepted uncompressed only: send no Content-Encoding (or identity).",
+            f"Content-Encoding {refused[0][:40]!r} is not accepted: request bodies are accepted uncompressed "
+            "only; send no Content-Encoding (or identity).",
             {"Accept-Encoding": "identity"},
+        )
+    if refused := [c for c in _codings(request, "Transfer-Encoding") if c != "chunked"]:
+        raise bad_request(
+            "unsupported transfer encoding",
+            f"Transfer-Encoding {refused[0][:40]!r} is not accepted: only chunked is.",
         )
 
 
