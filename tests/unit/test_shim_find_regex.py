@@ -96,7 +96,6 @@ def test_refused(pattern: str, options: str, text: str) -> None:
         ("\\pL{80}", "its program has far more than 1000 instructions, at most 1000"),  # 95,684 with 2 MB
         ("\\p{Greek}{1,999}", "its program has far more than 1000 instructions"),  # 62,940
         ("(?i)\\pL{999}", "its program has far more than 1000 instructions"),  # beyond any budget
-        ("\\pL{12}", "its program has 14356 instructions, at most 1000"),  # within the sizing budget
     ],
 )
 def test_a_pattern_far_beyond_the_program_limit_is_refused_in_a_few_milliseconds(
