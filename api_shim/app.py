@@ -19,6 +19,7 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 
 from api_shim import auth, oidc, openapi
+from api_shim.bodies import BODIES, BodyBudget, body_of
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, error_middleware
 from api_shim.freshness import Freshness, written_middleware
@@ -65,6 +66,7 @@ def guard(route: Route) -> Handler:
         refuse_encoded_body(request)
         if route.roles is not None and (stale := unvouched(request.app[SHIM])):
             raise ApiError(503, "kubernetes API unavailable", stale)
+        identity = None
         if route.roles is not None:
             identity = await auth.identify(request.app[AUTHENTICATORS], request.headers.get("Authorization"))
             if identity is None:
@@ -78,10 +80,12 @@ def guard(route: Route) -> Handler:
             if identity.scan_id is not None:
                 _confine(request, identity.scan_id, route)
             request[IDENTITY] = identity
-            await request.app[SHIM].freshness.reach(request)  # after auth: only callers may make it read
-            if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
-                await _maybe_redirect(request, route)
-        return await route.handler(request)
+        async with request.app[BODIES].room(request):  # after auth: only callers' bodies are ever read
+            if identity is not None:
+                await request.app[SHIM].freshness.reach(request)  # after auth: only callers may make it read
+                if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
+                    await _maybe_redirect(request, route)
+            return await route.handler(request)
 
     guarded.__name__ = route.handler.__name__
     return guarded
@@ -109,7 +113,7 @@ async def _maybe_redirect(request: web.Request, route: Route) -> None:
     if not new:
         return
     if query_bool(request, "no_redirect") or (
-        request.can_read_body and body_flag(await request.read(), "no_redirect")
+        request.can_read_body and body_flag(await body_of(request), "no_redirect")
     ):
         return
     location = redirect_location(request, old, new)
@@ -150,6 +154,7 @@ async def create_app(
         client_max_size=settings.max_body_bytes,
     )
     app[METRICS] = ShimMetrics()
+    app[BODIES] = BodyBudget(settings.body_bytes_at_once, settings.max_body_bytes, settings.body_wait_seconds)
     app[STREAMS] = EventStreams(settings)
     app.on_shutdown.append(close_streams)
     app[AUTHENTICATORS] = authenticators_ if authenticators_ is not None else authenticators(settings)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from api_shim import models, view
 from api_shim.auth import Identity
+from api_shim.bodies import body_of
 from api_shim.cache import ScanCache
 from api_shim.errors import ARCHIVE_ERRORS, ApiError, archive_unavailable, bad_request, not_found
 from api_shim.freshness import Freshness
@@ -225,7 +226,7 @@ def refuse_encoded_body(request: web.BaseRequest) -> None:
 
 
 async def parse_body(request: web.Request, model: type[M]) -> M:
-    raw = await request.read()
+    raw = await body_of(request)
     try:
         return model.model_validate_json(raw if raw.strip() else b"{}")
     except ValidationError as e:
