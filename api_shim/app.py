@@ -19,13 +19,13 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 
 from api_shim import auth, oidc, openapi
+from api_shim.bodies import BODIES, BodyBudget, body_of
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, error_middleware
 from api_shim.freshness import Freshness, written_middleware
 from api_shim.handlers.events import STREAMS, EventStreams, close_streams
 from api_shim.metrics import METRICS, ShimMetrics, metrics_middleware
 from api_shim.plumbing import (
-    ARCHIVE_ERRORS,
     FOUND,
     IDENTITY,
     ROUTE_TABLE,
@@ -34,7 +34,6 @@ from api_shim.plumbing import (
     Handler,
     Route,
     Shim,
-    archive_unavailable,
     body_flag,
     query_bool,
     refuse_encoded_body,
@@ -64,15 +63,10 @@ def redirect_location(request: web.Request, old: str, new: str) -> str:
 
 def guard(route: Route) -> Handler:
     async def guarded(request: web.Request) -> web.StreamResponse:
-        try:
-            return await checked(request)
-        except ARCHIVE_ERRORS as e:  # a query that timed out, a lost or refused connection
-            raise archive_unavailable(e) from None
-
-    async def checked(request: web.Request) -> web.StreamResponse:
         refuse_encoded_body(request)
         if route.roles is not None and (stale := unvouched(request.app[SHIM])):
             raise ApiError(503, "kubernetes API unavailable", stale)
+        identity = None
         if route.roles is not None:
             identity = await auth.identify(request.app[AUTHENTICATORS], request.headers.get("Authorization"))
             if identity is None:
@@ -86,10 +80,12 @@ def guard(route: Route) -> Handler:
             if identity.scan_id is not None:
                 _confine(request, identity.scan_id, route)
             request[IDENTITY] = identity
-            await request.app[SHIM].freshness.reach(request)  # after auth: only callers may make it read
-            if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
-                await _maybe_redirect(request, route)
-        return await route.handler(request)
+        async with request.app[BODIES].room(request):  # after auth: only callers' bodies are ever read
+            if identity is not None:
+                await request.app[SHIM].freshness.reach(request)  # after auth: only callers may make it read
+                if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
+                    await _maybe_redirect(request, route)
+            return await route.handler(request)
 
     guarded.__name__ = route.handler.__name__
     return guarded
@@ -117,7 +113,7 @@ async def _maybe_redirect(request: web.Request, route: Route) -> None:
     if not new:
         return
     if query_bool(request, "no_redirect") or (
-        request.can_read_body and body_flag(await request.read(), "no_redirect")
+        request.can_read_body and body_flag(await body_of(request), "no_redirect")
     ):
         return
     location = redirect_location(request, old, new)
@@ -158,6 +154,7 @@ async def create_app(
         client_max_size=settings.max_body_bytes,
     )
     app[METRICS] = ShimMetrics()
+    app[BODIES] = BodyBudget(settings.body_bytes_at_once, settings.max_body_bytes, settings.body_wait_seconds)
     app[STREAMS] = EventStreams(settings)
     app.on_shutdown.append(close_streams)
     app[AUTHENTICATORS] = authenticators_ if authenticators_ is not None else authenticators(settings)

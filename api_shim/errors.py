@@ -1,7 +1,8 @@
 """Error bodies: `{error: <HTTP reason phrase>, reason: <specific text>, message: <explanation>}`.
 
 Handlers raise `ApiError`; one middleware renders it, aiohttp's own HTTP errors (unknown path,
-wrong method) and anything unexpected, so no response ever leaves without that shape.
+wrong method), the outages of the archive and of the API server (503s that name which, never the
+driver's words) and anything unexpected, so no response ever leaves without that shape.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 
 import aiohttp
+import asyncpg
 from aiohttp import web
 
 from skyscan import kube, logs
+from skyscan.archive import ArchiveUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,20 @@ def unavailable(detail: str) -> ApiError:
     return ApiError(503, "kubernetes API unavailable", f"The write could not be stored: {detail}")
 
 
+# What the archive raises when PostgreSQL is away, slow (statement timeout) or cut the connection.
+ARCHIVE_ERRORS = (
+    ArchiveUnavailable,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+
+
+def archive_unavailable(e: BaseException) -> ApiError:
+    log.warning("the archive did not answer: %r", e)  # the driver's words are for the log, not a client
+    return ApiError(503, "archive unavailable", "The archive of finished scans did not answer; try again.")
+
+
 def error_body(status: int, reason: str, message: str) -> dict[str, str]:
     return {"error": HTTPStatus(status).phrase, "reason": reason, "message": message}
 
@@ -64,6 +81,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except ApiError as e:
         return json_error(e.status, e.reason, e.message, e.headers)
+    except ARCHIVE_ERRORS as e:  # before OSError: an archive outage is no API server's
+        error = archive_unavailable(e)
+        return json_error(error.status, error.reason, error.message)
     except web.HTTPRedirection:
         raise
     except web.HTTPException as e:
@@ -79,8 +99,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             "unexpected API server answer on %s %s", request.method, request.path, extra=_about(request)
         )
         return json_error(500, "internal error", f"The API server answered {e.status}: {e.reason}.")
-    except (TimeoutError, aiohttp.ClientError, OSError) as e:
-        return json_error(503, "kubernetes API unavailable", f"The API server could not be reached: {e!r}")
+    except (TimeoutError, aiohttp.ClientError, OSError) as e:  # the shim's only other peer
+        log.warning("the API server did not answer on %s %s: %r", request.method, request.path, e)
+        return json_error(503, "kubernetes API unavailable", "The API server did not answer; try again.")
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path, extra=_about(request))
         return json_error(500, "internal error", "An unexpected error occurred; see the shim's log.")

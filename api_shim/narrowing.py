@@ -35,20 +35,22 @@ def _condition(path: str, cond: Any) -> list[Lookup]:
     for op, arg in cond.items():
         if op == "$eq" and _plain(arg):
             found.append(Lookup(path, (arg,)))
-        elif op == "$in" and all(_plain(a) for a in arg):
+        elif op == "$in" and isinstance(arg, list) and all(_plain(a) for a in arg):
             found.append(Lookup(path, tuple(arg)))
-        elif op == "$all" and all(_plain(a) for a in arg):
+        elif op == "$all" and isinstance(arg, list) and all(_plain(a) for a in arg):
             found += [Lookup(path, (a,)) for a in arg]
     return found
 
 
 def lookups(query: Mapping[str, Any], indexed: Callable[[str], bool]) -> list[Lookup]:
-    """The conditions of a (checked, compiled) filter that bound its matches over `indexed` paths."""
+    """The conditions of a shape-checked filter that bound its matches over `indexed` paths. It may be
+    invalid still (it is compiled after, within a budget these bounds set): a malformed part, which the
+    compiler refuses, bounds nothing."""
     found: list[Lookup] = []
     for key, cond in query.items():
-        if key == "$and":
+        if key == "$and" and isinstance(cond, list):
             for part in cond:
-                found += lookups(part, indexed)
+                found += lookups(part, indexed) if isinstance(part, Mapping) else []
         elif not key.startswith("$") and indexed(key):
             found += _condition(key, cond)
     return found

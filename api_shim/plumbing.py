@@ -12,21 +12,21 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import asyncpg
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from api_shim import models, view
 from api_shim.auth import Identity
+from api_shim.bodies import body_of
 from api_shim.cache import ScanCache
-from api_shim.errors import ApiError, bad_request, not_found
+from api_shim.errors import ARCHIVE_ERRORS, ApiError, archive_unavailable, bad_request, not_found
 from api_shim.freshness import Freshness
 from api_shim.settings import ShimSettings
 from api_shim.store import ScanStore
 from api_shim.tags import TagCatalog
 from api_shim.writes import ScanWrites
 from skyscan import payloads
-from skyscan.archive import Archive, ArchiveUnavailable
+from skyscan.archive import Archive
 from skyscan.kube import Kube
 from skyscan.names import is_object_name
 from skyscan.status import ScanRecord
@@ -46,20 +46,6 @@ async def unpacked(data: bytes) -> Any:
         return json.loads(gzip.decompress(data))
 
     return unpack() if len(data) <= INLINE_DECODE_BYTES else await asyncio.to_thread(unpack)
-
-
-# What the archive raises when PostgreSQL is away, slow (statement timeout) or cut the connection.
-ARCHIVE_ERRORS = (
-    ArchiveUnavailable,
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-)
-
-
-def archive_unavailable(e: BaseException) -> ApiError:
-    log.warning("the archive did not answer: %r", e)  # the driver's words are for the log, not a client
-    return ApiError(503, "archive unavailable", "The archive of finished scans did not answer; try again.")
 
 
 def unvouched(shim: Shim) -> str | None:
@@ -106,7 +92,7 @@ class Shim:
         if scan is None and self.archive is not None:
             try:
                 scan = await self.archive.get(self.namespace, scan_id)
-            except ARCHIVE_ERRORS as e:
+            except ARCHIVE_ERRORS as e:  # an ApiError: a stream that follows the scan reads it too
                 raise archive_unavailable(e) from None
         return scan
 
@@ -216,19 +202,31 @@ def query_bool(request: web.Request, name: str) -> bool:
 SERVER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
 
 
+def _codings(request: web.BaseRequest, header: str) -> list[str]:
+    """Every coding a header names, over all its lines, lowercased."""
+    return [c.strip().lower() for line in request.headers.getall(header, ()) for c in line.split(",")]
+
+
 def refuse_encoded_body(request: web.BaseRequest) -> None:
-    """A compressed request body is refused (415) before anything else is done with the request."""
-    if request.headers.get("Content-Encoding", "identity").strip().lower() != "identity":
+    """A compressed request body is refused (415 naming the coding) before anything else is done with
+    the request, and a transfer coding but chunked (400): the body would reach the handler undecoded."""
+    if refused := [c for c in _codings(request, "Content-Encoding") if c != "identity"]:
         raise ApiError(
             415,
             "unsupported content encoding",
-            "Request bodies are accepted uncompressed only: send no Content-Encoding (or identity).",
+            f"Content-Encoding {refused[0][:40]!r} is not accepted: request bodies are accepted uncompressed "
+            "only; send no Content-Encoding (or identity).",
             {"Accept-Encoding": "identity"},
+        )
+    if refused := [c for c in _codings(request, "Transfer-Encoding") if c != "chunked"]:
+        raise bad_request(
+            "unsupported transfer encoding",
+            f"Transfer-Encoding {refused[0][:40]!r} is not accepted: only chunked is.",
         )
 
 
 async def parse_body(request: web.Request, model: type[M]) -> M:
-    raw = await request.read()
+    raw = await body_of(request)
     try:
         return model.model_validate_json(raw if raw.strip() else b"{}")
     except ValidationError as e:

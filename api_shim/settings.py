@@ -109,6 +109,15 @@ class ShimSettings(BaseSettings):
         "503 instead of serving what the shim can no longer vouch for.",
     )
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="Largest accepted request body.")
+    body_bytes_at_once: int = Field(
+        default=64 * 1024 * 1024,
+        gt=0,
+        description="Request bodies handled at once, in bytes (each its Content-Length, a chunked one "
+        "SKYSCAN_MAX_BODY_BYTES; one body always fits); others wait, unread.",
+    )
+    body_wait_seconds: float = Field(
+        default=15.0, gt=0, description="How long a request waits for room for its body before 503."
+    )
     max_event_streams: int = Field(
         default=5000, ge=0, description="Open `GET /scan/{id}/events` streams at most; beyond, 503."
     )

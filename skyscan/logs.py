@@ -104,9 +104,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
+def _continued(text: str) -> str:
+    """A traceback's lines, each indented and escaped: an exception's message can quote what a client
+    sent, and only a record's first line starts at the margin."""
+    return "\n".join(f"    {one_line(line)}" for line in text.split("\n"))
+
+
 class TextFormatter(logging.Formatter):
-    """One line a record (a traceback follows on lines of its own): the message and the scan id are
-    escaped by `one_line`, so what a client sent can never start a line."""
+    """One line a record, the only one at the margin (a traceback follows on indented lines): the message
+    and the scan id are escaped by `one_line`, so what a client sent can never start a line."""
 
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
@@ -115,6 +121,12 @@ class TextFormatter(logging.Formatter):
         line = TEXT_FORMAT % {**record.__dict__, "message": one_line(record.message)}
         scan_id = scan_id_of(record)
         return line if scan_id is None or scan_id in record.message else f"{line} [scan {one_line(scan_id)}]"
+
+    def formatException(self, ei: Any) -> str:
+        return _continued(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _continued(super().formatStack(stack_info))
 
     def format(self, record: logging.LogRecord) -> str:
         return redact(super().format(record))

@@ -2,7 +2,8 @@
 
 A find never holds the event loop for long, so other routes answer at their usual latency while
 finds run: the filter is checked against `FindLimits` (size, depth, patterns on a linear-time
-engine, documents x cost) and compiled, its patterns a slice at a time, before any document is read;
+engine, documents x cost) and compiled, its patterns a slice at a time (refused as soon as those
+compiled take it beyond the work budget), before any document is read;
 matching runs over the cache's per-version manifests in slices of `SLICE_SECONDS`, yielding to the
 loop between slices; the answer is encoded in chunks, yielding likewise, and written as the client drains
 it; and at most `CONCURRENT_FINDS` finds compile, match or encode at a time per shim (others wait
@@ -31,8 +32,9 @@ from aiohttp import web
 
 from api_shim import archive_find, find_index, models, narrowing, view
 from api_shim.cache import ScanCache
-from api_shim.errors import bad_request
+from api_shim.errors import ApiError, bad_request
 from api_shim.filters import (
+    UNCOMPILED,
     Filter,
     FilterError,
     FindLimits,
@@ -41,7 +43,8 @@ from api_shim.filters import (
     check_shape,
     compile_regex_for,
     parse_filter,
-    regex_operands,
+    plan_filter,
+    regex_cost,
 )
 from api_shim.plumbing import SHIM, ok, parse_body
 from api_shim.regex import Regex, RegexError
@@ -78,27 +81,54 @@ class _Slice:
             self._until = time.perf_counter() + SLICE_SECONDS
 
 
-async def compile_in_slices(query: dict[str, Any]) -> Filter:
-    """The compiled filter (400 when invalid). A filter of a thousand nodes names hundreds of patterns,
-    tens of ms to compile: they are compiled first, a slice at a time, then the filter with them."""
+def too_costly(cost: int, examined: int, *, at_least: bool = False) -> ApiError:
+    return bad_request(
+        f"filter too costly: {'at least ' if at_least else ''}{cost} per scan * {examined} scans exceeds the "
+        f"work budget of {LIMITS.max_work}",
+        "Simplify the filter (fewer conditions, $in over values, fewer or simpler $regex patterns).",
+    )
+
+
+def shape_checked(query: dict[str, Any]) -> dict[str, Any]:
+    """`query`, once its size, depth and strings are within `LIMITS` (400 when not)."""
     try:
         check_shape(query, LIMITS)
-        compiled: dict[RegexKey, Regex] = {}
-        turn = _Slice()
-        for key in regex_operands(query):
-            if key not in compiled:
-                try:
-                    compiled[key] = compile_regex_for(key, LIMITS)
-                except RegexError:
-                    break  # the filter's compiler reports it, in its place
-                await turn.end_if_due()
-        return parse_filter(query, LIMITS, compiled)
     except FilterError as e:
         raise bad_request(f"invalid filter: {e}") from None
+    return query
+
+
+async def compile_in_slices(query: dict[str, Any], examined: int) -> Filter:
+    """The compiled filter, within the work budget over `examined` scans (else 400, as for an invalid
+    one). A filter of a thousand nodes names hundreds of patterns, tens of ms to compile: the filter is
+    planned first (checked but for its patterns: its cost at least), then its patterns are compiled a
+    slice at a time, the find refused as soon as the cost they add goes beyond the budget; then the
+    filter with them."""
+    try:
+        plan = plan_filter(query, LIMITS)
+        cost, compiled, turn = plan.cost, dict[RegexKey, Regex](), _Slice()
+        if cost * examined > LIMITS.max_work:
+            raise too_costly(cost, examined, at_least=bool(plan.patterns))
+        for key in plan.patterns:
+            try:
+                compiled[key] = regex = compile_regex_for(key, LIMITS)
+            except RegexError:
+                break  # the filter's compiler reports it, in its place
+            cost += regex_cost(regex) - regex_cost(UNCOMPILED)
+            if cost * examined > LIMITS.max_work:
+                raise too_costly(cost, examined, at_least=True)
+            await turn.end_if_due()
+        found = parse_filter(query, LIMITS, compiled)
+    except FilterError as e:
+        raise bad_request(f"invalid filter: {e}") from None
+    if found.cost * examined > LIMITS.max_work:
+        raise too_costly(found.cost, examined)
+    return found
 
 
 def candidates(cache: ScanCache, query: dict[str, Any]) -> set[str] | None:
-    """The cached scans that can match `query` by its conditions on indexed paths; None: any can."""
+    """The cached scans that can match `query` by its conditions on indexed paths; None: any can (read
+    before the filter is compiled, to budget its compiling: a malformed part narrows nothing)."""
     found: set[str] | None = None
     for lookup in narrowing.lookups(query, find_index.indexed):
         names = cache.find_index.names(lookup.path, lookup.values)
@@ -238,15 +268,9 @@ async def find_scans(request: web.Request) -> web.StreamResponse:
     shim = request.app[SHIM]
     cache = shim.cache
     async with _turn(cache):  # the CPU work; a client reading slowly does not hold a turn
-        compiled = await compile_in_slices(query)
-        names = candidates(cache, query)
+        names = candidates(cache, shape_checked(query))
         examined = len(cache) if names is None else len(names)
-        if compiled.cost * examined > LIMITS.max_work:
-            raise bad_request(
-                f"filter too costly: {compiled.cost} per scan * {examined} scans exceeds the work budget of "
-                f"{LIMITS.max_work}",
-                "Simplify the filter (fewer conditions, $in over values, fewer or simpler $regex patterns).",
-            )
+        compiled = await compile_in_slices(query, examined)
         live = await select(cache, compiled.matches, names)
     archived: list[dict[str, Any]] = []
     if shim.archive is not None:  # after the live snapshot: a scan leaves it only once archived

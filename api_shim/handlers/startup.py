@@ -7,6 +7,7 @@ import time
 
 from aiohttp import web
 
+from api_shim.bodies import body_of
 from api_shim.errors import ApiError
 from api_shim.plumbing import SHIM, live_scan_for, ok
 from skyscan import payloads, presign
@@ -19,7 +20,7 @@ def forbidden(reason: str, message: str) -> ApiError:
 async def put_startup(request: web.Request) -> web.Response:
     shim = request.app[SHIM]
     scan = await live_scan_for(request)
-    raw = await request.read()
+    raw = await body_of(request)
     await shim.writes.store_startup(scan, raw)
     return ok({"scan_id": scan["metadata"]["name"], "size": len(raw)})
 

@@ -116,6 +116,24 @@ def test_a_text_line_never_holds_a_control_character_a_client_sent() -> None:
     assert logs.one_line("plain é text") == "plain é text"
 
 
+def test_an_exception_quoting_a_client_cannot_start_a_line_of_its_own() -> None:
+    """Only a record's first line starts at the margin: its traceback's lines are indented and escaped."""
+    forged = "2026-11-25 00:00:00,000 INFO api_shim.auth: alice logged in as admin"
+    try:
+        raise ValueError(f"no scan abc\n{forged}\r\x1b[2K")
+    except ValueError:
+        r = record("unhandled error on GET /scan/abc")
+        r.exc_info = sys.exc_info()
+        r.stack_info = f"Stack (most recent call last):\n{forged}"
+    text = logs.TextFormatter().format(r)
+    first, *rest = text.split("\n")
+    assert first.endswith("INFO skyscan.test: unhandled error on GET /scan/abc") and rest, text
+    assert all(line.startswith("    ") for line in rest), text
+    assert "\r" not in text and "\x1b" not in text
+    assert f"    {forged}" in rest and any(line.endswith("\\r\\x1b[2K") for line in rest), rest
+    assert any("ValueError: no scan abc" in line for line in rest), rest
+
+
 @pytest.mark.parametrize(("level", "access_logged"), [("INFO", True), ("WARNING", False)])
 def test_the_shims_log_level_decides_whether_requests_are_logged(
     monkeypatch: pytest.MonkeyPatch, level: str, access_logged: bool

@@ -6,7 +6,16 @@ from typing import Any
 
 import pytest
 
-from api_shim.filters import FilterError, FindLimits, compile_filter, parse_filter
+from api_shim.filters import (
+    UNCOMPILED,
+    FilterError,
+    FindLimits,
+    compile_filter,
+    compile_regex_for,
+    parse_filter,
+    plan_filter,
+    regex_cost,
+)
 
 DOC = {
     "scan_id": "abc",
@@ -152,3 +161,47 @@ def test_limits_are_the_callers() -> None:
 )
 def test_cost(query: dict[str, Any], cost: int) -> None:
     assert parse_filter(query).cost == cost
+
+
+@pytest.mark.parametrize(
+    ("query", "patterns"),
+    [
+        ({"scan_id": "abc"}, []),
+        ({"scan_id": {"$regex": "^a", "$options": "i"}, "x": {"$not": "b"}}, [("^a", "i"), ("b", "")]),
+        ({"$or": [{"a": {"$regex": "c"}}, {"b": {"$regex": "c"}}]}, [("c", "")]),  # each pattern once
+        (
+            {"a": {"$in": [1, {"$regex": "d"}]}, "b": {"$elemMatch": {"k": {"$regex": "e"}}}},
+            [("d", ""), ("e", "")],
+        ),
+        # A $regex inside a value is compared, not compiled: it costs its size, not a search.
+        ({"a": {"$eq": {"$regex": "f"}}, "b": [{"$regex": "g"}], "c": {"k": {"$regex": "h"}}}, []),
+    ],
+)
+def test_a_plan_lists_the_patterns_compiled_and_costs_at_most_the_compiled_filter(
+    query: dict[str, Any], patterns: list[tuple[str, str]]
+) -> None:
+    """The find compiles a plan's patterns a slice at a time, refusing it once the plan's cost plus theirs
+    is beyond the budget: that must never exceed the filter's own cost."""
+    plan = plan_filter(query, FindLimits())
+    assert plan.patterns == patterns
+    programs = sum(
+        regex_cost(compile_regex_for(key, FindLimits())) - regex_cost(UNCOMPILED) for key in patterns
+    )
+    assert plan.cost + programs <= parse_filter(query).cost
+
+
+@pytest.mark.parametrize(
+    ("query", "text"),
+    [
+        ({"a": {"$bogus": 1}, "b": {"$regex": "x"}}, "unsupported operator: $bogus"),
+        ({"a": {"$regex": 5}}, "$regex takes a string pattern"),
+        ({"$and": 5}, "$and needs a non-empty array of filters"),
+    ],
+)
+def test_a_plan_refuses_what_the_filter_refuses_but_its_patterns(query: dict[str, Any], text: str) -> None:
+    with pytest.raises(FilterError) as refused:
+        plan_filter(query, FindLimits())
+    assert text in str(refused.value)
+    assert plan_filter({"a": {"$regex": "(a)\\1"}}, FindLimits()).patterns == [
+        ("(a)\\1", "")
+    ]  # checked later

@@ -113,3 +113,20 @@ def test_indexed_paths() -> None:
 def test_the_conditions_that_bound_a_find(query: dict[str, Any], found: list[Lookup]) -> None:
     parse_filter(query)  # a checked filter
     assert lookups(query, indexed) == found
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"$and": 5},
+        {"$and": [5, "x", None]},
+        {"$and": {"a": 1}},
+        {RUN_ID: {"$in": "123"}},  # a string is no list of values (its characters are not ids)
+        {RUN_ID: {"$all": {"1": 2}}},
+        {RUN_ID: {"$in": 7}},
+    ],
+)
+def test_a_malformed_filter_bounds_nothing(query: dict[str, Any]) -> None:
+    """The find reads its bounds before compiling the filter (to budget the compiling), so before the
+    compiler refuses a malformed one: such a part bounds nothing and raises nothing."""
+    assert lookups(query, indexed) == []

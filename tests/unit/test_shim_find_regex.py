@@ -90,6 +90,39 @@ def test_refused(pattern: str, options: str, text: str) -> None:
     assert text in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    ("pattern", "text"),
+    [
+        ("\\pL{80}", "its program has far more than 1000 instructions, at most 1000"),  # 95,684 with 2 MB
+        ("\\p{Greek}{1,999}", "its program has far more than 1000 instructions"),  # 62,940
+        ("(?i)\\pL{999}", "its program has far more than 1000 instructions"),  # beyond any budget
+    ],
+)
+def test_a_pattern_far_beyond_the_program_limit_is_refused_in_a_few_milliseconds(
+    pattern: str, text: str
+) -> None:
+    """Each compile holds the event loop (RE2 keeps the GIL): sized under a small memory budget first,
+    RE2 gives up early on a huge program (these took 6-23 ms each under the 2 MB a search needs)."""
+    best = float("inf")
+    for _ in range(5):  # the least of five: the work, not the machine's other load
+        start = time.perf_counter()
+        with pytest.raises(RegexError) as refused:
+            compile_regex(pattern, "", **LIMITS)
+        best = min(best, time.perf_counter() - start)
+    assert text in str(refused.value)
+    assert best < 0.005, best
+
+
+@pytest.mark.parametrize(
+    "pattern", ["(?i)\\p{Lu}{3}", "\\PN{2}", "\\p{Han}{12}", "\\w{1,240}7", "(?i)[^k]{40}"]
+)
+def test_a_pattern_near_the_limit_compiles_to_the_same_program_either_budget(pattern: str) -> None:
+    """Sizing under the small budget never refuses what the full one compiles within the limit."""
+    full = re2.compile(translate(pattern), regex_module._RE2_OPTIONS).programsize
+    assert 600 < full <= 1000
+    assert compile_regex(pattern, "", **LIMITS).program_size == full
+
+
 @pytest.mark.parametrize("pattern", ["^\\w{8}(\\w+)+!", "^(\\w+)+!", "(a|aa)+$", "(.*a){20}", "(x+x+)+y"])
 def test_catastrophic_patterns_take_linear_time(pattern: str) -> None:
     regex = compile_regex(pattern, "", **LIMITS)

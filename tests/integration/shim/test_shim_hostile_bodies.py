@@ -11,9 +11,12 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from api_shim.filters import FindLimits
+from api_shim.handlers import find as find_handler
 from tests.integration.shim.conftest import Reply, ShimUnderTest, scan_body
 
 BURST = 30
@@ -82,9 +85,51 @@ async def test_a_compressed_body_is_refused_before_authentication_and_never_infl
         ("x-unknown", b"{}"),
     ],
 )
-async def test_every_encoded_body_is_a_clear_415(shim: ShimUnderTest, encoding: str, data: bytes) -> None:
+async def test_every_encoded_body_is_a_clear_415_naming_its_encoding(
+    shim: ShimUnderTest, encoding: str, data: bytes
+) -> None:
     reply = await shim.call("POST", "/scans/find", data=data, headers={"Content-Encoding": encoding})
     assert (reply.status, reply.body["reason"]) == (415, "unsupported content encoding")
+    assert reply.body["message"].startswith(f"Content-Encoding {encoding.split(',')[0]!r} is not accepted")
+
+
+async def raw_request(shim: ShimUnderTest, head: str, body: bytes) -> tuple[bytes, Any]:
+    """One request sent as written (repeated headers, transfer codings); its status line and JSON body."""
+    parts = urlsplit(shim.url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    try:
+        writer.write(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(1 << 16), timeout=10)
+    finally:
+        writer.close()
+    status, _, payload = answer.partition(b"\r\n\r\n")
+    return status.split(b"\r\n")[0], json.loads(payload)
+
+
+async def test_a_second_content_encoding_line_or_a_transfer_coding_is_refused_not_passed_on(
+    shim: ShimUnderTest,
+) -> None:
+    """The body reaches a handler only as sent: a coding on any line of either header is refused (the
+    first line alone was read: `identity` then `gzip` went on to the JSON parser, compressed)."""
+    body = gzip.compress(b'{"filter": {}}')
+    auth = f"Authorization: Bearer {shim.tokens['user']}\n"
+    status, answer = await raw_request(
+        shim,
+        f"POST /scans/find HTTP/1.1\nHost: x\n{auth}Content-Encoding: identity\nContent-Encoding: gzip\n"
+        f"Content-Length: {len(body)}\n",
+        body,
+    )
+    assert (status, answer["reason"]) == (
+        b"HTTP/1.1 415 Unsupported Media Type",
+        "unsupported content encoding",
+    )
+    assert answer["message"].startswith("Content-Encoding 'gzip' is not accepted")
+    chunked = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    status, answer = await raw_request(
+        shim, f"POST /scans/find HTTP/1.1\nHost: x\n{auth}Transfer-Encoding: gzip, chunked\n", chunked
+    )
+    assert (status, answer["reason"]) == (b"HTTP/1.1 400 Bad Request", "unsupported transfer encoding")
 
 
 async def test_an_identity_encoded_body_is_taken_as_sent(shim: ShimUnderTest) -> None:
@@ -118,4 +163,30 @@ async def test_a_burst_of_finds_compiling_hundreds_of_patterns_keeps_the_shim_re
     worst, replies = await worst_health_latency(shim, burst)
     for reply in replies:
         assert reply.status == 200 and len(reply.body["manifests"]) == 2, reply.body
+    assert worst < 0.5, worst
+
+
+async def test_a_burst_of_too_costly_finds_is_refused_within_the_budget_and_keeps_the_shim_responsive(
+    shim: ShimUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """330 patterns of about 1,000 instructions cost about 21,000 per scan; with a budget of 10,000 per
+    scan, compiling stops once the patterns compiled already cost more: about 150 of the 330."""
+    monkeypatch.setattr(find_handler, "LIMITS", FindLimits(max_work=20_000))
+    for _ in range(2):
+        await shim.launch()
+    patterns = [{"scanner_server_args": {"$regex": f"\\w{{1,240}}{i}"}} for i in range(330)]
+    body = {"filter": {"$or": patterns}, "include_deleted": True}
+
+    async def burst() -> list[Reply]:
+        return await asyncio.gather(*(shim.call("POST", "/scans/find", json_body=body) for _ in range(BURST)))
+
+    worst, replies = await worst_health_latency(shim, burst)
+    for reply in replies:
+        assert reply.status == 400, reply.body
+        reason = reply.body["reason"]
+        assert reason.startswith("filter too costly: at least ") and reason.endswith(
+            " per scan * 2 scans exceeds the work budget of 20000"
+        ), reason
+        least = int(reason.split()[5])
+        assert 10_000 < least < 10_100, reason  # refused at the first pattern beyond the budget
     assert worst < 0.5, worst
