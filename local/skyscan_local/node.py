@@ -712,7 +712,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1 if reason else 0
         if args.command == "down":
             undone = stop(args.dir)
-            print(f"node stopped and the host restored ({len(undone)} steps)" if undone else "no node recorded")
+            print(
+                f"node stopped and the host restored ({len(undone)} steps)" if undone else "no node recorded"
+            )
             return 0
         start(args.dir, args.cluster_dir)
         print(NODE_NAME)
