@@ -205,21 +205,27 @@ def remove_tree(path: Path) -> None:
         path.unlink()
 
 
-def entries(path: Path) -> list[str] | None:
-    """The names in a directory; None when it does not exist."""
-    try:
-        return sorted(os.listdir(path))
-    except FileNotFoundError:
+def tree(path: Path) -> list[str] | None:
+    """Every path below a directory, relative to it (not into mounts); None when it does not exist."""
+    if not path.is_dir():
         return None
+    found = []
+    for parent, dirs, files in os.walk(path):
+        rel = Path(parent).relative_to(path)
+        dirs[:] = [d for d in dirs if not os.path.ismount(Path(parent) / d)]
+        found += [str(rel / name) for name in (*dirs, *files)]
+    return sorted(found)
 
 
 def restore_dir(path: Path, before: list[str] | None) -> None:
-    """Back to what `entries` saw: deleted when it did not exist, else what was added inside removed."""
+    """Back to what `tree` saw: deleted when it did not exist, else whatever was added below removed."""
     if before is None:
         remove_tree(path)
         return
-    for name in set(entries(path) or []) - set(before):
-        remove_tree(path / name)
+    kept = set(before)
+    for rel in tree(path) or []:  # sorted: a new directory comes before what is inside it
+        if rel not in kept and (path / rel).parent.exists():
+            remove_tree(path / rel)
 
 
 def cgroup_hierarchies() -> list[Path]:

@@ -85,7 +85,7 @@ class NodeState:
     cluster_dir: str
     processes: list[Process] = field(default_factory=list)
     sysctls: dict[str, str] = field(default_factory=dict)  # as they were before the start
-    dirs: dict[str, list[str] | None] = field(default_factory=dict)  # FIXED_DIRS' entries before
+    dirs: dict[str, list[str] | None] = field(default_factory=dict)  # what was below FIXED_DIRS before
     kept_mounts: list[str] = field(default_factory=list)  # mounts under FIXED_DIRS before the start
     cgroups: list[str] = field(default_factory=list)  # each hierarchy's kubepods (none before the start)
     bridge: bool = False
@@ -349,11 +349,14 @@ def write_kubelet_client_pki(cluster_dir: Path, ca_file: Path) -> None:
         path.chmod(0o600)
 
 
-def prepare_control_plane(cluster_dir: Path, node_dir: Path) -> None:
+def prepare_control_plane(cluster_dir: Path, node_dir: Path) -> bool:
     """Before the control plane's first start (or to restart its API server with): the API server's
-    client certificate for this node's kubelet, which makes it reach the kubelet by InternalIP."""
-    if not (cluster_dir / KUBELET_CLIENT_CERT).exists() or not Paths(node_dir).kubelet_ca.exists():
-        write_kubelet_client_pki(cluster_dir, Paths(node_dir).kubelet_ca)
+    client certificate for this node's kubelet, which makes it reach the kubelet by InternalIP.
+    Returns whether it was (re)written."""
+    if (cluster_dir / KUBELET_CLIENT_CERT).exists() and Paths(node_dir).kubelet_ca.exists():
+        return False
+    write_kubelet_client_pki(cluster_dir, Paths(node_dir).kubelet_ca)
+    return True
 
 
 # --- preflight ------------------------------------------------------------------------------------
@@ -418,9 +421,10 @@ def _cluster(cluster_dir: Path) -> control_plane.ClusterState:
 
 def _ensure_apiserver_flags(cluster_dir: Path, node_dir: Path, tie_to_parent: bool) -> None:
     """The running API server must know the kubelet's client certificate; restart it in place if not."""
-    prepare_control_plane(cluster_dir, node_dir)
+    written = prepare_control_plane(cluster_dir, node_dir)
     apiserver = next(p for p in _cluster(cluster_dir).processes if p.name == "kube-apiserver")
-    if "--kubelet-preferred-address-types=InternalIP" not in (processes.command_line(apiserver.pid) or []):
+    flags = processes.command_line(apiserver.pid) or []
+    if written or "--kubelet-preferred-address-types=InternalIP" not in flags:
         print("restarting the API server with the kubelet's client certificate", file=sys.stderr)
         control_plane.stop_component(cluster_dir, "kube-apiserver")
         control_plane.start_component(cluster_dir, "kube-apiserver", tie_to_parent=tie_to_parent)
@@ -528,7 +532,7 @@ def start(
         dir=str(node_dir),
         cluster_dir=str(cluster_dir),
         sysctls=host.read_sysctls(),
-        dirs={d: host.entries(Path(d)) for d in FIXED_DIRS},
+        dirs={d: host.tree(Path(d)) for d in FIXED_DIRS},
         kept_mounts=[m for m in host.mount_points() if host.under(m, [Path(d) for d in FIXED_DIRS])],
         cgroups=[str(h / "kubepods") for h in host.cgroup_hierarchies()],
     )
