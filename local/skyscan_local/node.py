@@ -625,6 +625,15 @@ def _start(
               timeout, proxy, p.logs / "kube-proxy.log")  # fmt: skip
 
 
+def ensure(node_dir: Path, cluster_dir: Path, **options: Any) -> NodeState:
+    """The recorded node when all its processes run, else one started anew (`start`'s options)."""
+    state = load(node_dir.resolve())
+    names = {"containerd", "coredns", "kubelet", "kube-proxy"}
+    if state and {p.name for p in state.processes} == names and all(p.alive() for p in state.processes):
+        return state
+    return start(node_dir, cluster_dir, **options)
+
+
 # --- stop -----------------------------------------------------------------------------------------
 
 

@@ -17,7 +17,9 @@ export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-trimpath -mod=mod"
 
 stale() { # stale BINARY EXPECTED_VERSION_SUBSTRING
   [ -x "$bin/$1" ] || return 0
-  ! "$bin/$1" --version 2>/dev/null | grep -qF -- "$2"
+  local version  # read whole: `grep -q` closing the pipe early would SIGPIPE a second line (pipefail)
+  version=$("$bin/$1" --version 2>/dev/null) || true
+  [[ $version != *"$2"* ]]
 }
 
 # A real node (`make up NODE=real`, SKYSCAN_REAL_NODE=1) needs the kubelet and kube-proxy as well, and
