@@ -218,7 +218,9 @@ def _ca_bundle(d: Path, shim_ca: bytes) -> Path:
     return bundle
 
 
-def up(d: Path = REPO / ".skyscan") -> dict[str, str]:
+def up(d: Path = REPO / ".skyscan", *, tie_to_parent: bool = False) -> dict[str, str]:
+    """Bring the stack up (what runs already is left alone); returns what `.skyscan/env` exports.
+    `tie_to_parent` (tests): the control plane and the node die with the calling thread."""
     began = time.monotonic()
     subprocess.run(["bash", str(REPO / "tools" / "node" / "packages.sh")], check=True)
     if reason := node.unfit_reason():
@@ -230,8 +232,8 @@ def up(d: Path = REPO / ".skyscan") -> dict[str, str]:
     built = time.monotonic()
     cluster_dir, node_dir = d / "cluster", d / "node"
     node.prepare_control_plane(cluster_dir, node_dir)
-    cluster = control_plane.ensure(cluster_dir)
-    node.ensure(node_dir, cluster_dir, images_dir=images)
+    cluster = control_plane.ensure(cluster_dir, tie_to_parent=tie_to_parent)
+    node.ensure(node_dir, cluster_dir, images_dir=images, tie_to_parent=tie_to_parent)
     _tag_scanner_images(node_dir)
     api = Api(cluster_dir)
     api.http.patch(
@@ -250,12 +252,18 @@ def up(d: Path = REPO / ".skyscan") -> dict[str, str]:
         s,
     )
     api.apply(_path(s := secret("skyscan-presign-key", {"key": key.read_bytes().strip()})), s)
-    for obj in wms_simulator():
-        api.apply(_path(obj), obj)
     values = d / "real-node-values.yaml"
     values.write_text(yaml.safe_dump(chart_values()))
     _helm(bin_dir, cluster.kubeconfig, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE,
           "--values", str(values), "--wait", "--timeout", "5m")  # fmt: skip
+    for obj in wms_simulator():  # after the release: it mounts the shim's CA the chart makes
+        api.apply(_path(obj), obj)
+    processes.wait_until(
+        lambda: bool((api.get(_path(wms_simulator()[0])) or {}).get("status", {}).get("availableReplicas")),
+        "the WMS simulator",
+        120,
+        error=RealStackError,
+    )
     tls = api.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{RELEASE}-shim-tls")
     assert tls is not None
     bundle = _ca_bundle(d, base64.b64decode(tls["data"]["ca.crt"]))
@@ -272,8 +280,9 @@ def up(d: Path = REPO / ".skyscan") -> dict[str, str]:
         "SKYSCAN_OPERATOR_METRICS_URL": "",
         "SSL_CERT_FILE": str(bundle),
     }
+    trust = ssl.create_default_context(cafile=str(bundle))
     processes.wait_until(
-        lambda: httpx.get(f"{env['SKYSCAN_URL']}/healthz", verify=str(bundle), timeout=2).status_code == 200,
+        lambda: httpx.get(f"{env['SKYSCAN_URL']}/healthz", verify=trust, timeout=2).status_code == 200,
         "the shim's Service from the host",
         60,
         error=RealStackError,
@@ -286,11 +295,12 @@ def up(d: Path = REPO / ".skyscan") -> dict[str, str]:
 
 
 def down(d: Path = REPO / ".skyscan") -> list[str]:
-    """Stop the node (undoing what it changed on the host), then the control plane; data stays."""
-    stopped = []
-    if node.load(d / "node"):
-        node.stop(d / "node")
-        stopped.append("node")
+    """Stop the node (undoing what it changed on the host), then the control plane; data stays. Without
+    a real node recorded, nothing: the kwok stack's `down` stops its own control plane."""
+    if not node.load(d / "node"):
+        return []
+    node.stop(d / "node")
+    stopped = ["node"]
     if (cluster := control_plane.load(d / "cluster")) and any(p.alive() for p in cluster.processes):
         control_plane.stop(d / "cluster")
         stopped.append("control plane")

@@ -28,8 +28,10 @@ pytestmark = [
     pytest.mark.real_node,
     pytest.mark.skipif(UNFIT is not None, reason=f"REAL NODE NOT TESTED: {UNFIT}"),
 ]
-# One node per machine, so one place for the test's: a run killed mid-way is undone by the next.
-NODE_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "skyscan" / "test-node"
+# One node per machine, so one place for the tests' (this one's and test_real_stack's, sharing the
+# imported images): a run killed mid-way is undone by the next.
+TEST_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "skyscan" / "test-real-node"
+NODE_DIR = TEST_DIR / "node"
 NS = "default"
 
 
