@@ -65,7 +65,7 @@ down:                   ## stop exactly what `make up` started; its data stays (
 	@if [ -x $(PY) ]; then $(PY) -m skyscan_local.real_stack down && $(PY) -m skyscan_local.stack down; fi
 
 reset: venv             ## after `make down`: delete the local stack's data (every Scan, the archive, logs, tokens)
-	$(PY) -m skyscan_local.stack reset
+	$(PY) -m skyscan_local.real_stack reset && $(PY) -m skyscan_local.stack reset
 
 status: venv
 	@$(PY) -m skyscan_local.stack status

@@ -639,10 +639,26 @@ def ensure(node_dir: Path, cluster_dir: Path, **options: Any) -> NodeState:
 
 def stop(node_dir: Path, timeout: float = 15.0) -> list[str]:
     """Stop what the node started and undo what it changed, as its ledger says, each step whatever the
-    others did; returns what was undone. The containerd root (imported images) and the logs stay."""
+    others did; returns what was undone. A step that failed (a cgroup or mount still busy a moment
+    after its processes died) is tried again once with all the others, then reported; the ledger then
+    stays for another `stop`. The containerd root (imported images) and the logs stay."""
     state = load(node_dir.resolve())
     if state is None:
         return []
+    undone, errors = _undo(state, timeout)
+    if errors:
+        print("undoing the node again after: " + "; ".join(errors), file=sys.stderr)
+        time.sleep(1)
+        undone, errors = _undo(state, timeout)
+    if errors:
+        raise NodeError("the node was not entirely undone (its ledger stays for another `down`):\n  "
+                        + "\n  ".join(errors))  # fmt: skip
+    Paths(Path(state.dir)).state.unlink()
+    return undone
+
+
+def _undo(state: NodeState, timeout: float) -> tuple[list[str], list[str]]:
+    """Every undo step (each idempotent): what was undone, and the errors of the steps that failed."""
     p = Paths(Path(state.dir))
     undone: list[str] = []
     errors: list[str] = []
@@ -676,11 +692,7 @@ def stop(node_dir: Path, timeout: float = 15.0) -> list[str]:
     for group in kubepods:
         step(str(group), lambda group=group: host.remove_cgroup(group))
     step("sysctls", lambda: undone.extend(host.restore_sysctls(state.sysctls)))
-    if errors:
-        raise NodeError("the node was not entirely undone (its ledger stays for another `down`):\n  "
-                        + "\n  ".join(errors))  # fmt: skip
-    p.state.unlink()
-    return undone
+    return undone, errors
 
 
 def _forget_containers(p: Paths) -> None:

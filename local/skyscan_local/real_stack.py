@@ -14,8 +14,10 @@ is on the node's bridge; kube-proxy routes it), trusting the chart's CA through 
 system's CAs and that one (`SSL_CERT_FILE` in `.skyscan/env`). No PostgreSQL archive yet: finished
 scans stay as Scan resources (the chart's archive Secret is optional).
 
-`down` stops the node (undoing what it changed on the host) and the control plane; their data stays
-(etcd: the release, Secrets and Scans; containerd: the imported images), so the next `up` is warm.
+Its control plane and node live in `.skyscan/real/` (never the kwok stack's `.skyscan/cluster`). `down`
+stops the node (undoing what it changed on the host) and the control plane; their data stays (etcd:
+the release, Secrets and Scans; containerd: the imported images), so the next `up` is warm; `reset`
+deletes it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import base64
 import json
 import os
 import shlex
+import shutil
 import ssl
 import subprocess
 import sys
@@ -45,6 +48,12 @@ SHIM_IP = "10.0.0.80"  # in the control plane's service range (10.0.0.0/24), nam
 WMS = "skyscan-wms"
 TAGS = ["4.0.0", "4.1.2", "4.2.0", "dev-branch-abc1234"]  # the scanner image is tagged with each
 ENV_KEYS = (*localstack.ENV_KEYS, "SSL_CERT_FILE")
+
+
+def real_dir(d: Path) -> Path:
+    """Its own control plane and node, apart from the kwok stack's (.skyscan/cluster): the two never
+    share a cluster's data. The tokens, presign key and `.skyscan/env` are the stack directory's."""
+    return d / "real"
 
 
 class RealStackError(RuntimeError):
@@ -213,7 +222,7 @@ def _helm(bin_dir: Path, kubeconfig: str, *args: str) -> str:
 def _ca_bundle(d: Path, shim_ca: bytes) -> Path:
     """The system's CAs and the shim's, for the host's clients (.skyscan/env's SSL_CERT_FILE)."""
     system = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
-    bundle = d / "ca-bundle.crt"
+    bundle = real_dir(d) / "ca-bundle.crt"
     bundle.write_bytes((system.read_bytes() if system.exists() else b"") + b"\n" + shim_ca)
     return bundle
 
@@ -230,7 +239,7 @@ def up(d: Path = REPO / ".skyscan", *, tie_to_parent: bool = False) -> dict[str,
         raise RealStackError(f"the kwok stack runs ({', '.join(running)}): `make down` first")
     bin_dir, images = node.ensure_binaries(), node.ensure_images()
     built = time.monotonic()
-    cluster_dir, node_dir = d / "cluster", d / "node"
+    cluster_dir, node_dir = real_dir(d) / "cluster", real_dir(d) / "node"
     node.prepare_control_plane(cluster_dir, node_dir)
     cluster = control_plane.ensure(cluster_dir, tie_to_parent=tie_to_parent)
     node.ensure(node_dir, cluster_dir, images_dir=images, tie_to_parent=tie_to_parent)
@@ -252,7 +261,7 @@ def up(d: Path = REPO / ".skyscan", *, tie_to_parent: bool = False) -> dict[str,
         s,
     )
     api.apply(_path(s := secret("skyscan-presign-key", {"key": key.read_bytes().strip()})), s)
-    values = d / "real-node-values.yaml"
+    values = real_dir(d) / "values.yaml"
     values.write_text(yaml.safe_dump(chart_values()))
     _helm(bin_dir, cluster.kubeconfig, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE,
           "--values", str(values), "--wait", "--timeout", "5m")  # fmt: skip
@@ -295,21 +304,33 @@ def up(d: Path = REPO / ".skyscan", *, tie_to_parent: bool = False) -> dict[str,
 
 
 def down(d: Path = REPO / ".skyscan") -> list[str]:
-    """Stop the node (undoing what it changed on the host), then the control plane; data stays. Without
-    a real node recorded, nothing: the kwok stack's `down` stops its own control plane."""
-    if not node.load(d / "node"):
-        return []
-    node.stop(d / "node")
-    stopped = ["node"]
-    if (cluster := control_plane.load(d / "cluster")) and any(p.alive() for p in cluster.processes):
-        control_plane.stop(d / "cluster")
+    """Stop the node (undoing what it changed on the host), then the control plane; data stays."""
+    stopped = []
+    if node.load(real_dir(d) / "node"):
+        node.stop(real_dir(d) / "node")
+        stopped.append("node")
+    cluster_dir = real_dir(d) / "cluster"
+    if (cluster := control_plane.load(cluster_dir)) and any(p.alive() for p in cluster.processes):
+        control_plane.stop(cluster_dir)
         stopped.append("control plane")
     return stopped
 
 
+def reset(d: Path = REPO / ".skyscan") -> list[str]:
+    """Delete a stopped real-node stack's data: its cluster (the release, every Scan) and its node's
+    directory (imported images, logs); refused while it runs. Returns what it deleted."""
+    real = real_dir(d)
+    if node.load(real / "node"):
+        raise RealStackError("the real node still runs; run `make down` first")
+    control_plane.remove(real / "cluster")  # refuses while it runs
+    deleted = [str(real)] if real.exists() else []
+    shutil.rmtree(real, ignore_errors=True)
+    return deleted
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="skyscan-real-stack", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["up", "down"])
+    parser.add_argument("command", choices=["up", "down", "reset"])
     args = parser.parse_args(argv)
     d = Path(os.environ.get("SKYSCAN_LOCAL_DIR", REPO / ".skyscan"))
     try:
@@ -317,9 +338,13 @@ def main(argv: list[str] | None = None) -> int:
             stopped = down(d)
             print(f"stopped: {', '.join(stopped)}" if stopped else "no real node stack running")
             return 0
+        if args.command == "reset":
+            deleted = reset(d)
+            print(f"deleted {', '.join(deleted)}" if deleted else "no real node stack recorded")
+            return 0
         env = up(d)
     except (RealStackError, node.NodeError, control_plane.ClusterError) as e:
-        print(f"make up NODE=real failed: {e}", file=sys.stderr)
+        print(f"real node stack: {args.command} failed: {e}", file=sys.stderr)
         return 1
     print(f"""
 Skyscan is up on a real node (helm release {RELEASE} in namespace {NAMESPACE}).

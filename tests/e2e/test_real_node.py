@@ -21,7 +21,7 @@ import httpx
 import pytest
 import yaml
 
-from skyscan_local import control_plane, host, node
+from skyscan_local import control_plane, host, node, real_stack
 
 UNFIT = node.unfit_reason()
 pytestmark = [
@@ -31,7 +31,7 @@ pytestmark = [
 # One node per machine, so one place for the tests' (this one's and test_real_stack's, sharing the
 # imported images): a run killed mid-way is undone by the next.
 TEST_DIR = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "skyscan" / "test-real-node"
-NODE_DIR = TEST_DIR / "node"
+NODE_DIR = real_stack.real_dir(TEST_DIR) / "node"
 NS = "default"
 
 

@@ -47,7 +47,7 @@ def stack_dir() -> Iterator[Path]:
     real_stack.down(STACK_DIR)  # what a killed run left
     if reason := node.another_node():
         pytest.skip(f"REAL NODE NOT TESTED: {reason}")
-    control_plane.remove(STACK_DIR / "cluster")  # a fresh cluster; the node's images stay imported
+    control_plane.remove(real_stack.real_dir(STACK_DIR) / "cluster")  # fresh; the node's images stay
     try:
         yield STACK_DIR
     finally:
@@ -61,7 +61,7 @@ def test_a_scan_runs_in_pods_of_the_charts_release_on_a_real_node(stack_dir: Pat
     began = time.monotonic()
     real_stack.up(stack_dir, tie_to_parent=True)
     print(f"make up NODE=real (warm builds) took {time.monotonic() - began:.1f}s")
-    api = real_stack.Api(stack_dir / "cluster")
+    api = real_stack.Api(real_stack.real_dir(stack_dir) / "cluster")
     pods = api.get(f"/api/v1/namespaces/{real_stack.NAMESPACE}/pods")
     assert pods is not None
     placed = {p["metadata"]["name"].rsplit("-", 2)[0]: p["spec"]["nodeName"] for p in pods["items"]}
