@@ -101,11 +101,13 @@ make_pause() {
 }
 [ -s "$pause_tar" ] || timed "the pause image" make_pause
 
-# Older builds of ours leave buildah's store (its layer cache stays: warm rebuilds reuse it).
+# Older builds of ours leave buildah's store, and so do the build stages left dangling (a source edit
+# invalidates their layers anyway).
 keep=(); for name in skyscan skyscan-scanner pause; do
   t=$(readlink "$cache/$name.tar"); t=${t#"$name-"}; keep+=(-e "localhost/$name:${t%.tar}")
 done
 buildah images --format '{{.Name}}:{{.Tag}}' \
   | grep -E '^localhost/(skyscan|skyscan-scanner|pause|skyscan-base):' | grep -vxF "${keep[@]}" -e "$base" \
   | xargs -r buildah rmi >/dev/null 2>&1 || true
+buildah rmi --prune >/dev/null 2>&1 || true
 echo "$cache"
