@@ -49,17 +49,23 @@ cluster-down: venv
 	$(VENV)/bin/skyscan-cluster down --dir $(CLUSTER_DIR)
 
 SIMULATE_SCANNER ?= 1
+NODE ?=
 
 # The whole stack in the background (builds the control-plane binaries once if missing); writes
 # .skyscan/env. With SKYSCAN_KUBECONFIG set it uses that cluster instead of the local control plane.
+# NODE=real: Skyscan installed by its own Helm chart onto a real kubelet (skyscan_local.real_stack; root).
 up: venv
+ifeq ($(NODE),real)
+	$(PY) -m skyscan_local.real_stack up
+else
 	SIMULATE_SCANNER=$(SIMULATE_SCANNER) $(PY) -m skyscan_local.stack up
+endif
 
 down:                   ## stop exactly what `make up` started; its data stays (`make up` brings it back)
-	@if [ -x $(PY) ]; then $(PY) -m skyscan_local.stack down; fi
+	@if [ -x $(PY) ]; then $(PY) -m skyscan_local.real_stack down && $(PY) -m skyscan_local.stack down; fi
 
 reset: venv             ## after `make down`: delete the local stack's data (every Scan, the archive, logs, tokens)
-	$(PY) -m skyscan_local.stack reset
+	$(PY) -m skyscan_local.real_stack reset && $(PY) -m skyscan_local.stack reset
 
 status: venv
 	@$(PY) -m skyscan_local.stack status

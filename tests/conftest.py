@@ -113,3 +113,16 @@ async def archive(archive_dsn: str) -> AsyncIterator[Archive]:
         yield connected
     finally:
         await connected.close()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """A real-node test skipped is said loudly: the suite then proved nothing on a real kubelet."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "real_node" in r.keywords]
+    if skipped:
+        reasons = {
+            (r.longrepr[2] if isinstance(r.longrepr, tuple) else str(r.longrepr)).removeprefix("Skipped: ")
+            for r in skipped
+        }
+        terminalreporter.section("REAL NODE NOT TESTED", sep="!", red=True, bold=True)
+        for reason in sorted(reasons):
+            terminalreporter.line(f"{len(skipped)} real-node test(s) skipped: {reason}", red=True, bold=True)

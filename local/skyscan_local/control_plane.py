@@ -355,6 +355,22 @@ def _apiserver_argv(p: Plane) -> list[str]:
         "--endpoint-reconciler-type=none",
         f"--cert-dir={p.dir / 'certs'}",
         "--profiling=false",
+        *_kubelet_client_args(p.dir),
+    ]
+
+
+# A real node (skyscan_local.node) leaves in the cluster's directory the client certificate its kubelet
+# trusts: with it the API server reaches that kubelet (logs, exec) at the node's InternalIP.
+KUBELET_CLIENT_CERT, KUBELET_CLIENT_KEY = "kubelet-client.crt", "kubelet-client.key"
+
+
+def _kubelet_client_args(d: Path) -> list[str]:
+    if not (d / KUBELET_CLIENT_CERT).exists():
+        return []
+    return [
+        f"--kubelet-client-certificate={d / KUBELET_CLIENT_CERT}",
+        f"--kubelet-client-key={d / KUBELET_CLIENT_KEY}",
+        "--kubelet-preferred-address-types=InternalIP",
     ]
 
 

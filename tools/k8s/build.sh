@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the local control-plane binaries once per machine into a version-stamped cache outside the
 # repo: kube-apiserver, kube-controller-manager, kube-scheduler (from ./kube), kwok, and helm (the
-# chart's lint and render in the suite); with SKYSCAN_REAL_NODE=1 also kubelet, kube-proxy and CoreDNS.
+# chart's lint and render in the suite); with --real-node (or SKYSCAN_REAL_NODE=1) also kubelet,
+# kube-proxy and CoreDNS.
 # Prints the cache directory. A binary is rebuilt only when missing or reporting another version.
 set -euo pipefail
 
@@ -16,12 +17,15 @@ export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-trimpath -mod=mod"
 
 stale() { # stale BINARY EXPECTED_VERSION_SUBSTRING
   [ -x "$bin/$1" ] || return 0
-  ! "$bin/$1" --version 2>/dev/null | grep -qF -- "$2"
+  local version  # read whole: `grep -q` closing the pipe early would SIGPIPE a second line (pipefail)
+  version=$("$bin/$1" --version 2>/dev/null) || true
+  [[ $version != *"$2"* ]]
 }
 
 # A real node (`make up NODE=real`, SKYSCAN_REAL_NODE=1) needs the kubelet and kube-proxy as well, and
 # CoreDNS for cluster DNS; the kwok path never pays for them.
 real_node=${SKYSCAN_REAL_NODE:-}
+[ "${1:-}" = --real-node ] && real_node=1
 kube=()
 node_binaries=()
 [ -n "$real_node" ] && node_binaries=(kubelet kube-proxy)

@@ -1,0 +1,362 @@
+"""`make up NODE=real` / `make down`: Skyscan installed by its own Helm chart onto a real node.
+
+    python -m skyscan_local.real_stack up|down
+
+`up` (safe to repeat): the Debian packages, binaries and images (each built once, cached) -> the local
+control plane (.skyscan/cluster) -> the real node (skyscan_local.node, .skyscan/node), kwok's fake node
+cordoned -> namespace `skyscan`, the static tokens and the presign key as Secrets -> the WMS simulator
+in the cluster (a Deployment of the scanner image and its Service, as a real deployment reaches EWMS by
+address) -> `helm upgrade --install skyscan charts/skyscan` (the operator, 2 replicas and a Lease; the
+shim, 2 replicas behind its Service at a fixed ClusterIP its certificate names) -> `.skyscan/env`.
+
+Nothing of Skyscan runs on the host: the host reaches the shim's Service at its ClusterIP (the host
+is on the node's bridge; kube-proxy routes it), trusting the chart's CA through a bundle of the
+system's CAs and that one (`SSL_CERT_FILE` in `.skyscan/env`). No PostgreSQL archive yet: finished
+scans stay as Scan resources (the chart's archive Secret is optional).
+
+Its control plane and node live in `.skyscan/real/` (never the kwok stack's `.skyscan/cluster`). `down`
+stops the node (undoing what it changed on the host) and the control plane; their data stays (etcd:
+the release, Secrets and Scans; containerd: the imported images), so the next `up` is warm; `reset`
+deletes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import shlex
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from skyscan_local import control_plane, node, processes
+from skyscan_local import stack as localstack
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "skyscan"
+NAMESPACE = RELEASE = "skyscan"
+SHIM_IP = "10.0.0.80"  # in the control plane's service range (10.0.0.0/24), named by the certificate
+WMS = "skyscan-wms"
+TAGS = ["4.0.0", "4.1.2", "4.2.0", "dev-branch-abc1234"]  # the scanner image is tagged with each
+ENV_KEYS = (*localstack.ENV_KEYS, "SSL_CERT_FILE")
+
+
+def real_dir(d: Path) -> Path:
+    """Its own control plane and node, apart from the kwok stack's (.skyscan/cluster): the two never
+    share a cluster's data. The tokens, presign key and `.skyscan/env` are the stack directory's."""
+    return d / "real"
+
+
+class RealStackError(RuntimeError):
+    pass
+
+
+def chart_values(shim_ip: str = SHIM_IP) -> dict[str, Any]:
+    """The chart's values for the local real node: the local images, the in-cluster WMS simulator,
+    short timers (as the kwok stack's); 2 operators and 2 shims as in any deployment."""
+    operator = {
+        k: v
+        for k, v in localstack.LOCAL_DEFAULTS["operator"].items()
+        if k
+        not in ("SKYSCAN_LEASE_IDENTITY", "SKYSCAN_SCANNER_EPHEMERAL_STORAGE")  # the chart's / a real node's
+    }
+    shim = {k: v for k, v in localstack.LOCAL_DEFAULTS["shim"].items() if k != "SKYSCAN_HOST"}
+    return {
+        "image": {"repository": "localhost/skyscan", "tag": "dev", "pullPolicy": "Never"},
+        "operator": {"replicas": 2},
+        "shim": {
+            "replicas": 2,
+            "tls": {"enabled": True, "ipAddresses": [shim_ip]},
+            "service": {"clusterIP": shim_ip},
+        },
+        "settings": {
+            **operator,
+            **shim,
+            "SKYSCAN_TAGS": json.dumps(TAGS),
+            "SKYSCAN_SCANNER_IMAGE": "localhost/skyscan-scanner",
+        },
+        "wms": {"address": f"http://{WMS}.{NAMESPACE}.svc:8081", "oidcIssuer": ""},
+        "archive": {"dsnSecret": ""},
+        "presignKey": {"secretName": "skyscan-presign-key"},
+        "tokens": {"secretName": "skyscan-shim-tokens"},
+    }
+
+
+def wms_simulator(image: str = "localhost/skyscan-scanner:dev") -> list[dict[str, Any]]:
+    """The WMS simulator as a Deployment and its Service; its workers fetch startup.json from the shim
+    through their presigned URLs, trusting the chart's CA only."""
+    labels = {"app.kubernetes.io/name": WMS}
+    env = {**localstack.LOCAL_DEFAULTS["wms-simulator"], "SSL_CERT_FILE": "/etc/skyscan/rest-ca/ca.crt"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": WMS, "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [
+                        {
+                            "name": "wms",
+                            "image": image,
+                            "imagePullPolicy": "Never",
+                            "command": ["python", "-m", "skyscan_local.wms_simulator"],
+                            "args": ["--host", "0.0.0.0", "--port", "8081"],
+                            "env": [{"name": k, "value": v} for k, v in env.items()],
+                            "ports": [{"name": "http", "containerPort": 8081}],
+                            "readinessProbe": {
+                                "httpGet": {"path": "/.well-known/openid-configuration", "port": "http"},
+                                "periodSeconds": 2,
+                            },
+                            "resources": {
+                                "requests": {"cpu": "50m", "memory": "128Mi"},
+                                "limits": {"memory": "512Mi"},
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [{"name": "rest-ca", "mountPath": "/etc/skyscan/rest-ca"}],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "rest-ca", "configMap": {"name": f"{RELEASE}-shim-ca", "optional": True}}
+                    ],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": WMS, "namespace": NAMESPACE, "labels": labels},
+        "spec": {"selector": labels, "ports": [{"name": "http", "port": 8081, "targetPort": "http"}]},
+    }
+    return [deployment, service]
+
+
+# --- the cluster's API, as the admin -------------------------------------------------------------
+
+
+class Api:
+    def __init__(self, cluster_dir: Path) -> None:
+        config = yaml.safe_load((cluster_dir / "kubeconfig").read_text())
+        self.http = httpx.Client(
+            base_url=config["clusters"][0]["cluster"]["server"],
+            verify=ssl.create_default_context(cafile=str(cluster_dir / "ca.crt")),
+            headers={"Authorization": f"Bearer {config['users'][0]['user']['token']}"},
+            timeout=10,
+        )
+
+    def apply(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply of one object at its resource path."""
+        got = self.http.patch(
+            path,
+            content=json.dumps(obj),
+            params={"fieldManager": "skyscan-local", "force": "true"},
+            headers={"Content-Type": "application/apply-patch+yaml"},
+        )
+        got.raise_for_status()
+        return dict(got.json())
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        got = self.http.get(path)
+        if got.status_code == 404:
+            return None
+        got.raise_for_status()
+        return dict(got.json())
+
+
+def _path(obj: dict[str, Any]) -> str:
+    kind, name = obj["kind"], obj["metadata"]["name"]
+    group = "/api/v1" if obj["apiVersion"] == "v1" else f"/apis/{obj['apiVersion']}"
+    plural = {"Deployment": "deployments", "Service": "services", "Secret": "secrets"}[kind]
+    ns = obj["metadata"].get("namespace")
+    return f"{group}/namespaces/{ns}/{plural}/{name}" if ns else f"{group}/{plural}/{name}"
+
+
+def secret(name: str, data: dict[str, bytes]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+    }
+
+
+# --- up and down -----------------------------------------------------------------------------------
+
+
+def _tag_scanner_images(node_dir: Path) -> None:
+    """The operator's Jobs run `<scanner image>:<the scan's tag>`: every known tag names the local build."""
+    p = node.Paths(node_dir)
+    for tag in TAGS:
+        argv = ["ctr", "--address", str(p.containerd_socket), "--namespace", "k8s.io", "images", "tag",
+                "--force", "localhost/skyscan-scanner:dev", f"localhost/skyscan-scanner:{tag}"]  # fmt: skip
+        subprocess.run(argv, check=True, capture_output=True, timeout=60)
+
+
+def _helm(bin_dir: Path, kubeconfig: str, *args: str) -> str:
+    argv = [str(bin_dir / "helm"), "--kubeconfig", kubeconfig, *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RealStackError(f"helm {' '.join(args[:2])}: {done.stderr.strip()[-2000:]}")
+    return done.stdout
+
+
+def _ca_bundle(d: Path, shim_ca: bytes) -> Path:
+    """The system's CAs and the shim's, for the host's clients (.skyscan/env's SSL_CERT_FILE)."""
+    system = Path(ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt")
+    bundle = real_dir(d) / "ca-bundle.crt"
+    bundle.write_bytes((system.read_bytes() if system.exists() else b"") + b"\n" + shim_ca)
+    return bundle
+
+
+def up(d: Path = REPO / ".skyscan", *, tie_to_parent: bool = False) -> dict[str, str]:
+    """Bring the stack up (what runs already is left alone); returns what `.skyscan/env` exports.
+    `tie_to_parent` (tests): the control plane and the node die with the calling thread."""
+    began = time.monotonic()
+    subprocess.run(["bash", str(REPO / "tools" / "node" / "packages.sh")], check=True)
+    if reason := node.unfit_reason():
+        raise RealStackError(f"this machine cannot run a real node: {reason}")
+    kwok_stack = localstack.LocalStackSettings(SKYSCAN_LOCAL_DIR=d)  # type: ignore[call-arg]
+    if running := [name for name, alive in localstack.status(kwok_stack).items() if alive]:
+        raise RealStackError(f"the kwok stack runs ({', '.join(running)}): `make down` first")
+    bin_dir, images = node.ensure_binaries(), node.ensure_images()
+    built = time.monotonic()
+    cluster_dir, node_dir = real_dir(d) / "cluster", real_dir(d) / "node"
+    node.prepare_control_plane(cluster_dir, node_dir)
+    cluster = control_plane.ensure(cluster_dir, tie_to_parent=tie_to_parent)
+    node.ensure(node_dir, cluster_dir, images_dir=images, tie_to_parent=tie_to_parent)
+    _tag_scanner_images(node_dir)
+    api = Api(cluster_dir)
+    api.http.patch(
+        f"/api/v1/nodes/{control_plane.NODE_NAME}",
+        content=json.dumps({"spec": {"unschedulable": True}}),
+        headers={"Content-Type": "application/merge-patch+json"},
+    ).raise_for_status()  # Skyscan's Pods and its scanners' run on the real node
+    if api.get(f"/api/v1/namespaces/{NAMESPACE}") is None:
+        api.http.post("/api/v1/namespaces", json={"metadata": {"name": NAMESPACE}}).raise_for_status()
+    state = localstack.load_state(d)
+    settings = localstack.LocalStackSettings(SKYSCAN_LOCAL_DIR=d)  # type: ignore[call-arg]
+    state["tokens"] = localstack.ensure_tokens(settings, state)
+    key = localstack.ensure_presign_key(settings)
+    api.apply(
+        _path(s := secret("skyscan-shim-tokens", {"tokens.json": (d / localstack.TOKEN_FILE).read_bytes()})),
+        s,
+    )
+    api.apply(_path(s := secret("skyscan-presign-key", {"key": key.read_bytes().strip()})), s)
+    values = real_dir(d) / "values.yaml"
+    values.write_text(yaml.safe_dump(chart_values()))
+    _helm(bin_dir, cluster.kubeconfig, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+          "--values", str(values), "--wait", "--timeout", "5m")  # fmt: skip
+    for obj in wms_simulator():  # after the release: it mounts the shim's CA the chart makes
+        api.apply(_path(obj), obj)
+    processes.wait_until(
+        lambda: bool((api.get(_path(wms_simulator()[0])) or {}).get("status", {}).get("availableReplicas")),
+        "the WMS simulator",
+        120,
+        error=RealStackError,
+    )
+    tls = api.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{RELEASE}-shim-tls")
+    assert tls is not None
+    bundle = _ca_bundle(d, base64.b64decode(tls["data"]["ca.crt"]))
+    wms = api.get(f"/api/v1/namespaces/{NAMESPACE}/services/{WMS}")
+    assert wms is not None
+    env = {
+        "SKYSCAN_URL": f"https://{SHIM_IP}:8080",
+        "SKYSCAN_USER_TOKEN": state["tokens"]["user"],
+        "SKYSCAN_SYSTEM_TOKEN": state["tokens"]["system"],
+        "SKYSCAN_WMS_URL": f"http://{wms['spec']['clusterIP']}:8081",
+        "KUBECONFIG": cluster.kubeconfig,
+        "SKYSCAN_NAMESPACE": NAMESPACE,
+        "SKYSCAN_ARCHIVE_DSN": "",
+        "SKYSCAN_OPERATOR_METRICS_URL": "",
+        "SSL_CERT_FILE": str(bundle),
+    }
+    trust = ssl.create_default_context(cafile=str(bundle))
+    processes.wait_until(
+        lambda: httpx.get(f"{env['SKYSCAN_URL']}/healthz", verify=trust, timeout=2).status_code == 200,
+        "the shim's Service from the host",
+        60,
+        error=RealStackError,
+    )
+    (d / localstack.ENV_FILE).write_text("".join(f"export {k}={shlex.quote(env[k])}\n" for k in ENV_KEYS))
+    (d / localstack.ENV_FILE).chmod(0o600)
+    print(f"real node stack up in {time.monotonic() - began:.1f}s ({time.monotonic() - built:.1f}s after the "
+          "builds)", file=sys.stderr)  # fmt: skip
+    return env
+
+
+def down(d: Path = REPO / ".skyscan") -> list[str]:
+    """Stop the node (undoing what it changed on the host), then the control plane; data stays."""
+    stopped = []
+    if node.load(real_dir(d) / "node"):
+        node.stop(real_dir(d) / "node")
+        stopped.append("node")
+    cluster_dir = real_dir(d) / "cluster"
+    if (cluster := control_plane.load(cluster_dir)) and any(p.alive() for p in cluster.processes):
+        control_plane.stop(cluster_dir)
+        stopped.append("control plane")
+    return stopped
+
+
+def reset(d: Path = REPO / ".skyscan") -> list[str]:
+    """Delete a stopped real-node stack's data: its cluster (the release, every Scan) and its node's
+    directory (imported images, logs); refused while it runs. Returns what it deleted."""
+    real = real_dir(d)
+    if node.load(real / "node"):
+        raise RealStackError("the real node still runs; run `make down` first")
+    control_plane.remove(real / "cluster")  # refuses while it runs
+    deleted = [str(real)] if real.exists() else []
+    shutil.rmtree(real, ignore_errors=True)
+    return deleted
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="skyscan-real-stack", description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["up", "down", "reset"])
+    args = parser.parse_args(argv)
+    d = Path(os.environ.get("SKYSCAN_LOCAL_DIR", REPO / ".skyscan"))
+    try:
+        if args.command == "down":
+            stopped = down(d)
+            print(f"stopped: {', '.join(stopped)}" if stopped else "no real node stack running")
+            return 0
+        if args.command == "reset":
+            deleted = reset(d)
+            print(f"deleted {', '.join(deleted)}" if deleted else "no real node stack recorded")
+            return 0
+        env = up(d)
+    except (RealStackError, node.NodeError, control_plane.ClusterError) as e:
+        print(f"real node stack: {args.command} failed: {e}", file=sys.stderr)
+        return 1
+    print(f"""
+Skyscan is up on a real node (helm release {RELEASE} in namespace {NAMESPACE}).
+  REST API        {env["SKYSCAN_URL"]}   (the shim's Service, HTTPS with the chart's CA)
+  WMS simulator   {env["SKYSCAN_WMS_URL"]}
+
+  source {d / localstack.ENV_FILE}
+  kubectl get nodes -o wide; kubectl get pods -A -o wide; helm list -A
+  skyscan launch ... --follow
+  make down""")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The real node's configuration files: what this machine needs of them (reference: real-node.md)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from skyscan_local import node
+
+P = node.Paths(Path("/tmp/n"))
+
+
+def test_containerd_restricts_oom_score_adj_uses_cgroupfs_and_the_local_pause_image() -> None:
+    config = tomllib.loads(node.containerd_config(P))
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["restrict_oom_score_adj"] is True  # runc cannot lower oom_score_adj without CAP_SYS_RESOURCE
+    assert cri["sandbox_image"] == node.PAUSE_IMAGE
+    assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
+    assert (config["root"], config["grpc"]["address"]) == ("/tmp/n/containerd/root", str(P.containerd_socket))
+
+
+def test_kubelet_serves_on_the_bridge_to_client_certificates_only_and_never_collects_images() -> None:
+    config = node.kubelet_config(P)
+    assert config["address"] == node.GATEWAY and config["readOnlyPort"] == 0
+    assert config["authentication"]["anonymous"] == {"enabled": False}
+    assert config["authorization"] == {"mode": "Webhook"}
+    assert config["imageGCHighThresholdPercent"] == 100
+
+
+def test_kube_proxy_leaves_the_hosts_sysctls_and_other_addresses_alone() -> None:
+    config = node.kube_proxy_config("/k")
+    assert config["conntrack"]["maxPerCore"] == 0 and config["iptables"]["localhostNodePorts"] is False
+    assert config["nodePortAddresses"] == [f"{node.GATEWAY}/32"]
+
+
+def test_pods_reach_no_host_port_but_dns_the_api_server_and_the_allowed_ones() -> None:
+    rules = node.firewall_rules(api_port=6443, host_ports=(5432,))
+    assert rules["filter/FORWARD"][-2:] == [
+        ["-i", node.BRIDGE, "-j", "DROP"],
+        ["-o", node.BRIDGE, "-j", "DROP"],
+    ]
+    inbound = rules["filter/INPUT"]
+    assert inbound[-1] == ["-i", node.BRIDGE, "-j", "DROP"]
+    assert ["-i", node.BRIDGE, "-p", "tcp", "--dport", "5432", "-j", "RETURN"] in inbound
+    assert rules["nat/PREROUTING"][0][-1] == "127.0.0.1:6443"
