@@ -362,6 +362,7 @@ def _apiserver_argv(p: Plane) -> list[str]:
 # A real node (skyscan_local.node) leaves in the cluster's directory the client certificate its kubelet
 # trusts: with it the API server reaches that kubelet (logs, exec) at the node's InternalIP.
 KUBELET_CLIENT_CERT, KUBELET_CLIENT_KEY = "kubelet-client.crt", "kubelet-client.key"
+NODE_SEEDS = frozenset({KUBELET_CLIENT_CERT, KUBELET_CLIENT_KEY})
 
 
 def _kubelet_client_args(d: Path) -> list[str]:
@@ -548,7 +549,8 @@ def start(
     d = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="skyscan-cluster-"))
     if (d / STATE_FILE).exists():
         raise ClusterError(f"a cluster is already recorded in {d}; stop it first")
-    if d.is_dir() and any(d.iterdir()):  # a failed start below deletes the directory: only a new one
+    # A failed start below deletes the directory: only a new one, or one a real node seeded.
+    if d.is_dir() and any(f.name not in NODE_SEEDS for f in d.iterdir()):
         raise ClusterError(
             f"{d} holds files but records no cluster ({STATE_FILE} is missing); nothing was deleted: "
             "move it away, or `skyscan-cluster reset` deletes it"
