@@ -67,7 +67,13 @@ def chart_values(shim_ip: str = SHIM_IP) -> dict[str, Any]:
         k: v
         for k, v in localstack.LOCAL_DEFAULTS["operator"].items()
         if k
-        not in ("SKYSCAN_LEASE_IDENTITY", "SKYSCAN_SCANNER_EPHEMERAL_STORAGE")  # the chart's / a real node's
+        # The chart's (the Pod's name, the default 8 s Lease: a standby takes over within 15 s) / a
+        # real node's ephemeral storage.
+        not in (
+            "SKYSCAN_LEASE_IDENTITY",
+            "SKYSCAN_LEASE_DURATION_SECONDS",
+            "SKYSCAN_SCANNER_EPHEMERAL_STORAGE",
+        )
     }
     shim = {k: v for k, v in localstack.LOCAL_DEFAULTS["shim"].items() if k != "SKYSCAN_HOST"}
     return {
@@ -83,6 +89,7 @@ def chart_values(shim_ip: str = SHIM_IP) -> dict[str, Any]:
             **shim,
             "SKYSCAN_TAGS": json.dumps(TAGS),
             "SKYSCAN_SCANNER_IMAGE": "localhost/skyscan-scanner",
+            "SKYSCAN_IMAGE_PULL_GRACE_SECONDS": "20",  # no registry here: a missing image never comes
         },
         "wms": {"address": f"http://{WMS}.{NAMESPACE}.svc:8081", "oidcIssuer": ""},
         "archive": {"dsnSecret": ""},

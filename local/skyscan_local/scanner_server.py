@@ -6,7 +6,8 @@ here the same `ScannerServer` runs inside the Pod, as the real skymap-scanner se
 operator's args on its command line, the REST address, scan id and token in its env (the token from
 the per-scan Secret, put there by the kubelet), startup.json written to `--client-startup-json` for
 the Pod's own native sidecar to upload. It exits as the real server would: 0 after the final result,
-130 when the kill switch fires, 1 when the REST API keeps failing. Settings: `SKYSCAN_SCANNER_SIM_*`.
+130 when the kill switch fires, 143 on SIGTERM (its Pod deleted or evicted), 1 when the REST API
+keeps failing. Settings: `SKYSCAN_SCANNER_SIM_*`.
 """
 
 from __future__ import annotations
@@ -69,13 +70,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         pod = server_pod(os.environ, args)
         log.info("scan %s: scanner server starting with %s", pod.scan_id, args)
+        terminated = False
+
+        def on_sigterm(signum: int, frame: object) -> None:
+            nonlocal terminated
+            terminated = True
+            raise KeyboardInterrupt
+
         with contextlib.suppress(KeyboardInterrupt):
-            # SIGTERM (the Pod deleted) ends the server like the real one's SIGINT handling.
-            signal.signal(signal.SIGTERM, signal.default_int_handler)
+            # The Pod deleted or evicted: as PID 1 the server would ignore SIGTERM until SIGKILL; it
+            # ends at once with a process killed by SIGTERM's status (143), as the real one reports.
+            signal.signal(signal.SIGTERM, on_sigterm)
             asyncio.run(serve(pod, ScannerSimSettings()))
             log.info("scan %s: done in %.1fs", pod.scan_id, time.monotonic() - began)
             return 0
-        return 130
+        return 128 + signal.SIGTERM if terminated else 130
     except ScannerExit as e:
         log.warning("scanner server exits %d: %s", e.code, e)
         return e.code

@@ -122,6 +122,12 @@ class OperatorSettings(BaseSettings):
         ge=0,
         description="After a final result, wait this long before telling the WMS `finished`.",
     )
+    image_pull_grace_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="A scanner Pod whose image cannot be pulled this long after it was scheduled fails "
+        "its scan (ImageUnavailable); an invalid image name fails it at once.",
+    )
     replacement_max_scans: int = Field(
         default=3,
         ge=0,

@@ -22,7 +22,14 @@ from skyscan import names
 from skyscan.packing import Packer
 from skyscan.status import ScanRecord, compact, resource_version
 from skyscan_operator.backlog import Candidate, Hold, Line, holds
-from skyscan_operator.planner import ATTEMPT_FAILURES, Admission, JobView, PodView, WorkflowView
+from skyscan_operator.planner import (
+    ATTEMPT_FAILURES,
+    IMAGE_PULL_REASONS,
+    Admission,
+    JobView,
+    PodView,
+    WorkflowView,
+)
 from skyscan_operator.settings import OperatorSettings
 
 Key = tuple[str, str]  # (namespace, scan id)
@@ -36,7 +43,7 @@ def key_of(body: dict[str, Any]) -> Key:
 
 def pod_view(body: dict[str, Any]) -> PodView:
     status = body.get("status") or {}
-    reason, exit_code = status.get("reason"), None
+    reason, exit_code, message = status.get("reason"), None, None
     for cs in status.get("containerStatuses") or []:
         state = cs.get("state") or {}
         terminated = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
@@ -46,12 +53,19 @@ def pod_view(body: dict[str, Any]) -> PodView:
             exit_code = terminated.get("exitCode", exit_code)
         elif waiting.get("reason") == "CrashLoopBackOff":
             reason = reason or "CrashLoopBackOff"
+        elif waiting.get("reason") in IMAGE_PULL_REASONS:
+            reason, message = reason or waiting["reason"], waiting.get("message")
+    for cs in status.get("initContainerStatuses") or []:  # the startup.json sidecar's image
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in IMAGE_PULL_REASONS:
+            reason, message = reason or waiting["reason"], waiting.get("message")
     return PodView(
         name=body["metadata"]["name"],
         phase=status.get("phase"),
         reason=reason,
         exit_code=exit_code,
         started_at=cond.epoch(status.get("startTime")),
+        message=message,
     )
 
 

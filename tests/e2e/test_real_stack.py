@@ -1,20 +1,27 @@
-"""`make up NODE=real` as a user runs it: Skyscan installed by its own chart on a real node, a scan
-launched with the `skyscan` command through the shim's Service reaching its final result in a scanner
-Pod on that node, then `make down` leaving the host as it found it.
+"""`make up NODE=real` as a user runs it: Skyscan installed by its own chart on a real node; a scan
+launched with the `skyscan` command through the shim's Service reaches its final result in a scanner
+Pod on that node; real failures (the kernel's OOM killer, a Pod deleted or evicted, an image that does
+not exist, the active operator's or a shim's Pod deleted) are handled; then `make down` leaves the host
+as it found it. One stack for the module: the tests run in file order, the last one takes it down.
 
 Skipped, loudly (the summary's REAL NODE NOT TESTED section), when the machine cannot run a node."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import shlex
+import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from skyscan_local import control_plane, host, node, real_stack
@@ -26,8 +33,11 @@ pytestmark = [
     pytest.mark.skipif(UNFIT is not None, reason=f"REAL NODE NOT TESTED: {UNFIT}"),
 ]
 STACK_DIR = TEST_DIR  # its node is test_real_node's
+NS = real_stack.NAMESPACE
+SCANS = f"/apis/skyscan.io/v1alpha1/namespaces/{NS}/scans"
 SCAN_LABEL = "skyscan.io/scan-id"
-EVENT = '{"value": {"data": {"run_id": 138632, "event_id": 31747601, "mjd": 59723.32}}}'
+EVENT = {"value": {"data": {"run_id": 138632, "event_id": 31747601, "mjd": 59723.32}}}
+SKYSCAN = str(Path(sys.executable).parent / "skyscan")
 
 
 def env_file(d: Path) -> dict[str, str]:
@@ -42,35 +52,117 @@ def seconds(stamp: str) -> float:
     return dt.datetime.fromisoformat(stamp).timestamp()
 
 
-@pytest.fixture
-def stack_dir() -> Iterator[Path]:
+def poll(probe: Callable[[], Any], what: str, timeout: float) -> Any:
+    """probe()'s first truthy answer, polled until `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if got := probe():
+            return got
+        time.sleep(0.25)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+def condition(scan: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in (scan.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+
+
+def terminated(pod: dict[str, Any]) -> dict[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+    return dict((statuses[0].get("state") or {}).get("terminated") or {})
+
+
+@dataclass
+class Stack:
+    dir: Path
+    env: dict[str, str]
+    api: real_stack.Api
+    before: dict[str, Any]  # the host before `up`
+
+    def rest(self) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.env["SKYSCAN_URL"],
+            verify=ssl.create_default_context(cafile=self.env["SSL_CERT_FILE"]),
+            headers={"Authorization": f"Bearer {self.env['SKYSCAN_USER_TOKEN']}"},
+            timeout=10,
+        )
+
+    def launch(self, **changes: Any) -> str:
+        body = {"docker_tag": "latest", "reco_algo": "millipede_wilks", "nsides": {"8": 0, "64": 12},
+                "real_or_simulated_event": "real", "max_pixel_reco_time": 600, "request_clusters": {"osg": 4},
+                "priority": 100, "classifiers": {"test": "real-node"}, "event_live_json": EVENT,
+                **changes}  # fmt: skip
+        with self.rest() as rest:
+            got = rest.post("/scan", json=body)
+        assert got.status_code == 200, got.text
+        return str(got.json()["scan_id"])
+
+    def rest_status(self, scan_id: str) -> dict[str, Any]:
+        with self.rest() as rest:
+            got = rest.get(f"/scan/{scan_id}/status")
+        assert got.status_code == 200, got.text
+        return dict(got.json())
+
+    def scan(self, scan_id: str) -> dict[str, Any]:
+        return self.api.get(f"{SCANS}/{scan_id}") or {}
+
+    def wait_scan(
+        self, scan_id: str, check: Callable[[dict[str, Any]], bool], what: str, timeout: float = 90
+    ) -> dict[str, Any]:
+        return dict(
+            poll(lambda: (s := self.scan(scan_id)) and check(s) and s, f"scan {scan_id}: {what}", timeout)
+        )
+
+    def events(self, scan_id: str, reason: str) -> list[str]:
+        got = self.api.get(f"/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.name={scan_id}")
+        return [e["message"] for e in (got or {}).get("items", []) if e["reason"] == reason]
+
+    def pods(self, selector: str) -> list[dict[str, Any]]:
+        got = self.api.get(f"/api/v1/namespaces/{NS}/pods?labelSelector={selector}")
+        return list((got or {}).get("items", []))
+
+    def scanner_pod(self, scan_id: str, check: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            return next((p for p in self.pods(f"{SCAN_LABEL}={scan_id}") if check(p)), None)
+
+        return dict(poll(probe, f"scanner pod of {scan_id}: {what}", 90))
+
+    def delete_scans(self) -> None:
+        """Every Scan of the namespace, and wait until they are gone (their workflows aborted)."""
+        self.api.http.delete(SCANS).raise_for_status()
+        poll(lambda: not (self.api.get(SCANS) or {}).get("items"), "every Scan deleted", 60)
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
     real_stack.down(STACK_DIR)  # what a killed run left
     if reason := node.another_node():
         pytest.skip(f"REAL NODE NOT TESTED: {reason}")
     control_plane.remove(real_stack.real_dir(STACK_DIR) / "cluster")  # fresh; the node's images stay
+    node.ensure_binaries(), node.ensure_images()  # cold builds outside the timings below
+    before = host.snapshot()
     try:
-        yield STACK_DIR
+        began = time.monotonic()
+        env = real_stack.up(STACK_DIR, tie_to_parent=True)
+        print(f"make up NODE=real (warm builds) took {time.monotonic() - began:.1f}s")
+        yield Stack(STACK_DIR, env, real_stack.Api(real_stack.real_dir(STACK_DIR) / "cluster"), before)
     finally:
         real_stack.down(STACK_DIR)
 
 
+@pytest.fixture
+def clean(stack: Stack) -> Iterator[Stack]:
+    yield stack
+    stack.delete_scans()
+
+
 @pytest.mark.timeout(1500)  # a cold machine builds binaries and images first
-def test_a_scan_runs_in_pods_of_the_charts_release_on_a_real_node(stack_dir: Path, tmp_path: Path) -> None:
-    node.ensure_binaries(), node.ensure_images()  # cold builds outside the timings below
-    before = host.snapshot()
-    began = time.monotonic()
-    real_stack.up(stack_dir, tie_to_parent=True)
-    print(f"make up NODE=real (warm builds) took {time.monotonic() - began:.1f}s")
-    api = real_stack.Api(real_stack.real_dir(stack_dir) / "cluster")
-    pods = api.get(f"/api/v1/namespaces/{real_stack.NAMESPACE}/pods")
-    assert pods is not None
-    placed = {p["metadata"]["name"].rsplit("-", 2)[0]: p["spec"]["nodeName"] for p in pods["items"]}
+def test_a_scan_runs_in_pods_of_the_charts_release_on_a_real_node(stack: Stack, tmp_path: Path) -> None:
+    placed = {p["metadata"]["name"].rsplit("-", 2)[0]: p["spec"]["nodeName"] for p in stack.pods("")}
     assert placed == dict.fromkeys(["skyscan-operator", "skyscan-shim", "skyscan-wms"], node.NODE_NAME)
 
-    (tmp_path / "event.json").write_text(EVENT)
-    env = {**os.environ, **env_file(stack_dir), "SKYSCAN_LOCAL_DIR": str(stack_dir)}
-    skyscan = str(Path(sys.executable).parent / "skyscan")
-    launch = [skyscan, "launch", "--reco-algo", "millipede_wilks", "--nsides", "8:0", "64:12",
+    (tmp_path / "event.json").write_text(json.dumps(EVENT))
+    env = {**os.environ, **stack.env, "SKYSCAN_LOCAL_DIR": str(stack.dir)}
+    launch = [SKYSCAN, "launch", "--reco-algo", "millipede_wilks", "--nsides", "8:0", "64:12",
               "--max-pixel-reco-time", "600", "--cluster", "osg=4", "--event", "event.json",
               "--follow"]  # fmt: skip
     done = subprocess.run(launch, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
@@ -78,29 +170,129 @@ def test_a_scan_runs_in_pods_of_the_charts_release_on_a_real_node(stack_dir: Pat
     assert "SCAN_HAS_FINAL_RESULT" in done.stdout.splitlines()[-1]
     scan_id = done.stdout.splitlines()[0].strip()
 
-    pod, deadline = {}, time.monotonic() + 60
-    while time.monotonic() < deadline:  # the final result is sent before the scanner exits
-        scanners = api.get(
-            f"/api/v1/namespaces/{real_stack.NAMESPACE}/pods?labelSelector={SCAN_LABEL}={scan_id}"
-        )
-        assert scanners is not None and len(scanners["items"]) == 1
-        pod = scanners["items"][0]
-        scanner = pod["status"]["containerStatuses"][0]
-        if "terminated" in scanner["state"]:
-            break
-        time.sleep(0.5)
+    # The final result is sent before the scanner exits.
+    pod = stack.scanner_pod(scan_id, lambda p: bool(terminated(p)), "terminated")
     assert pod["spec"]["nodeName"] == node.NODE_NAME
     assert pod["spec"]["containers"][0]["image"] == "localhost/skyscan-scanner:4.2.0"  # the scan's tag
+    scanner = pod["status"]["containerStatuses"][0]
     assert scanner["image"].startswith("localhost/skyscan-scanner:")  # containerd names one of its tags
     assert scanner["state"]["terminated"]["exitCode"] == 0
-    scan = api.get(f"/apis/skyscan.io/v1alpha1/namespaces/{real_stack.NAMESPACE}/scans/{scan_id}")
-    assert scan is not None
     latency = seconds(scanner["state"]["terminated"]["startedAt"]) - seconds(
-        scan["metadata"]["creationTimestamp"]
+        stack.scan(scan_id)["metadata"]["creationTimestamp"]
     )
     print(f"Scan created -> scanner container running: {latency:.0f}s (second resolution)")
 
-    real_stack.down(stack_dir)
+
+@pytest.mark.timeout(240)
+def test_a_scanner_over_its_memory_limit_is_oom_killed_by_the_kernel_and_rescanned(clean: Stack) -> None:
+    scan_id = clean.launch(scanner_server_memory_bytes=48 * 2**20)  # Python and its imports need more
+    pod = clean.scanner_pod(scan_id, lambda p: bool(terminated(p)), "terminated")
+    assert (terminated(pod)["reason"], terminated(pod)["exitCode"]) == ("OOMKilled", 137)
+    scan = clean.wait_scan(scan_id, lambda s: condition(s, "Deleted").get("reason") == "Replaced", "replaced")
+    replacement = clean.scan(scan["spec"]["replacedBy"])
+    assert replacement["spec"]["rescanOf"] == scan_id
+    (replacing,) = clean.events(scan_id, "Replacing")
+    assert "OOMKilled (exit code 137)" in replacing
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("how", ["deleted", "evicted"])
+def test_a_scanner_pod_deleted_or_evicted_mid_scan_is_rescanned_and_the_rescan_finishes(
+    clean: Stack, how: str
+) -> None:
+    scan_id = clean.launch()
+    pod = clean.scanner_pod(scan_id, lambda p: p["status"].get("phase") == "Running", "running")
+    path = f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}"
+    if how == "deleted":
+        clean.api.http.delete(path).raise_for_status()
+    else:  # as `kubectl drain` does
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": pod["metadata"]}
+        clean.api.http.post(f"{path}/eviction", json=eviction).raise_for_status()
+    assert clean.rest_status(scan_id)["scan_state"] != "SCAN_HAS_FINAL_RESULT"  # it was mid-scan
+    scan = clean.wait_scan(scan_id, lambda s: condition(s, "Deleted").get("reason") == "Replaced", "replaced")
+    (replacing,) = clean.events(scan_id, "Replacing")
+    assert "(exit code 143)" in replacing  # SIGTERM, as a real server reports it
+    new = scan["spec"]["replacedBy"]
+    poll(lambda: clean.rest_status(new)["scan_state"] == "SCAN_HAS_FINAL_RESULT", "the rescan's result", 120)
+
+
+@pytest.mark.timeout(240)
+def test_a_scanner_image_that_does_not_exist_fails_the_scan_with_a_clear_condition(clean: Stack) -> None:
+    socket = node.Paths(real_stack.real_dir(clean.dir) / "node").containerd_socket
+    missing = "localhost/skyscan-scanner:4.0.0"  # a tag the shim offers, its image removed from the node
+    ctr = ["ctr", "--address", str(socket), "--namespace", "k8s.io", "images"]
+    subprocess.run([*ctr, "rm", missing], check=True, capture_output=True, timeout=60)
+    try:
+        scan_id = clean.launch(docker_tag="4.0.0")
+        scan = clean.wait_scan(scan_id, lambda s: condition(s, "Failed").get("status") == "True", "failed")
+        failed = condition(scan, "Failed")
+        assert failed["reason"] == "ImageUnavailable" and missing in failed["message"], failed
+        job = scan["status"]["job"]["name"]
+        poll(lambda: clean.api.get(f"/apis/batch/v1/namespaces/{NS}/jobs/{job}") is None, "Job deleted", 60)
+        assert (clean.scan(scan_id)["status"].get("workflow") or {}).get("deactivated") == "ABORTED"
+    finally:
+        subprocess.run([*ctr, "tag", "--force", "localhost/skyscan-scanner:dev", missing], check=True,
+                       capture_output=True, timeout=60)  # fmt: skip
+
+
+@pytest.mark.timeout(240)
+def test_the_standby_operator_acts_within_15s_of_the_active_ones_pod_being_deleted(clean: Stack) -> None:
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{real_stack.RELEASE}-operator"
+    holder = (clean.api.get(lease_path) or {})["spec"]["holderIdentity"]
+    operators = {p["metadata"]["name"] for p in clean.pods("app.kubernetes.io/component=operator")}
+    assert holder in operators and len(operators) == 2
+    began = time.monotonic()
+    clean.api.http.delete(f"/api/v1/namespaces/{NS}/pods/{holder}").raise_for_status()
+    scan_id = clean.launch()
+    clean.wait_scan(scan_id, lambda s: bool((s.get("status") or {}).get("job")), "a Job", timeout=15)
+    acted = time.monotonic() - began
+    successor = (clean.api.get(lease_path) or {})["spec"]["holderIdentity"]
+    assert successor in operators - {holder}
+    print(f"operator Pod deleted -> the standby created a new scan's Job: {acted:.1f}s")
+    assert acted < 15
+    poll(lambda: clean.rest_status(scan_id)["scan_state"] == "SCAN_HAS_FINAL_RESULT", "the final result", 120)
+
+
+def shim_streams(pod: dict[str, Any]) -> float:
+    """The Pod's open event streams, read from its /metrics (the host is on the Pod network)."""
+    try:
+        got = httpx.get(f"https://{pod['status']['podIP']}:8080/metrics", verify=False, timeout=2)
+    except httpx.HTTPError:
+        return 0.0
+    line = next((x for x in got.text.splitlines() if x.startswith("skyscan_shim_event_streams ")), "x 0")
+    return float(line.split()[1])
+
+
+@pytest.mark.timeout(240)
+def test_a_follower_whose_shim_pod_is_deleted_reconnects_through_the_service_to_the_final_state(
+    clean: Stack,
+) -> None:
+    scan_id = clean.launch()
+    env = {**os.environ, **clean.env}
+    follower = subprocess.Popen([SKYSCAN, "follow", scan_id], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        serving = poll(
+            lambda: next(
+                (p for p in clean.pods("app.kubernetes.io/component=shim") if shim_streams(p)), None
+            ),
+            "the shim Pod serving the follower",
+            30,
+        )
+        clean.api.http.delete(
+            f"/api/v1/namespaces/{NS}/pods/{serving['metadata']['name']}"
+        ).raise_for_status()
+        assert clean.rest_status(scan_id)["scan_state"] != "SCAN_HAS_FINAL_RESULT"  # deleted mid-scan
+        out, err = follower.communicate(timeout=150)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0, out + err
+    assert "SCAN_HAS_FINAL_RESULT" in out.splitlines()[-1]
+
+
+@pytest.mark.timeout(300)
+def test_make_down_leaves_the_host_as_it_found_it(stack: Stack) -> None:
+    real_stack.down(stack.dir)
     after = host.snapshot()
     for part in ("mounts", "interfaces", "iptables", "sysctls"):
-        assert after[part] == before[part], part
+        assert after[part] == stack.before[part], part

@@ -337,6 +337,26 @@ def test_a_non_transient_failure_fails_the_scan() -> None:
     assert p.actions == [Deactivate("WF-1", "abort")]
 
 
+def test_a_scanner_image_that_cannot_be_pulled_fails_the_scan_after_the_grace_not_never() -> None:
+    def pulling(reason_: str, since: float) -> Observed:
+        waiting = PodView("skyscan-s1-x", "Pending", reason_, None, since, "pull access denied for x")
+        return Observed(job=JobView("skyscan-s1", None), pods=(waiting,))
+
+    grace = S.image_pull_grace_seconds
+    p = plan(scan(started(), finalizers=[FINALIZER]), pulling("ImagePullBackOff", NOW - 10), NOW, S)
+    assert reason(p.status, cond.FAILED) is None and p.requeue_after == grace - 10  # a registry blip may pass
+    assert reason(p.status, cond.SCANNER_RUNNING) == "ImagePullBackOff"
+    p = plan(scan(started(), finalizers=[FINALIZER]), pulling("ImagePullBackOff", NOW - grace), NOW, S)
+    assert reason(p.status, cond.FAILED) == "ImageUnavailable"
+    assert "pull access denied for x" in next(
+        c["message"] for c in p.status["conditions"] if c["type"] == "Failed"
+    )
+    assert DeleteJob("skyscan-s1") in p.actions and Deactivate("WF-1", "abort") in p.actions
+    # A name the runtime can never pull fails at once.
+    p = plan(scan(started(), finalizers=[FINALIZER]), pulling("InvalidImageName", NOW), NOW, S)
+    assert reason(p.status, cond.FAILED) == "ImageUnavailable"
+
+
 def test_worker_requests() -> None:
     requests = [{"id": "r1", "location": "osg", "nWorkers": 5}]
     p = plan(scan(started(), finalizers=[FINALIZER], workerRequests=requests), Observed(), NOW, S)

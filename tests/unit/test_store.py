@@ -32,6 +32,14 @@ def test_pod_failures_that_call_for_a_replacement() -> None:
     waiting = {"containerStatuses": [{"state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}
     assert pod_view(pod({"phase": "Running", **waiting})).reason == "CrashLoopBackOff"
     assert not pod_view(pod({"phase": "Failed", **terminated("Error", 1)})).transient_failure
+
+
+def test_a_container_waiting_on_its_image_shows_why_sidecar_included() -> None:
+    waiting = {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image x"}}}
+    for statuses in ("containerStatuses", "initContainerStatuses"):
+        view = pod_view(pod({"phase": "Pending", statuses: [waiting]}))
+        assert (view.reason, view.message) == ("ImagePullBackOff", "Back-off pulling image x")
+        assert not view.transient_failure  # a new scanner would wait for the same image
     done = pod_view(
         pod({"phase": "Succeeded", "startTime": "2026-01-01T00:00:00Z", **terminated("Completed", 0)})
     )
