@@ -90,6 +90,7 @@ class NodeState:
     cgroups: list[str] = field(default_factory=list)  # each hierarchy's kubepods (none before the start)
     bridge: bool = False
     chains: bool = False
+    host_ports: list[int] = field(default_factory=list)  # as started with
 
 
 @dataclass(frozen=True)
@@ -274,12 +275,31 @@ def corefile(kubeconfig: str, ready_port: int, health_port: int) -> str:
 def firewall_rules(api_port: int, host_ports: tuple[int, ...]) -> dict[str, list[list[str]]]:
     """Our chains (by `table/chain`), each jumped to first from the built-in chain of its suffix."""
     svc_ip, svc_port = KUBERNETES_SERVICE
-    allow_ports = [["-i", BRIDGE, "-p", "tcp", "--dport", str(port), "-j", "RETURN"] for port in host_ports]
+    # Host services (PostgreSQL, as a real deployment keeps its database outside the cluster) listen
+    # on loopback; Pods reach them at the bridge's address.
+    services = [
+        [
+            "-i",
+            BRIDGE,
+            "-d",
+            f"{GATEWAY}/32",
+            "-p",
+            "tcp",
+            "--dport",
+            str(port),
+            "-j",
+            "DNAT",
+            "--to-destination",
+            f"127.0.0.1:{port}",
+        ]
+        for port in host_ports
+    ]
     return {
         # Pods reach the API server at the `kubernetes` Service's address (it listens on loopback).
         "nat/PREROUTING": [
             ["-i", BRIDGE, "-d", f"{svc_ip}/32", "-p", "tcp", "--dport", str(svc_port),
              "-j", "DNAT", "--to-destination", f"127.0.0.1:{api_port}"],
+            *services,
         ],
         # Nothing is forwarded between the bridge and another interface: Pods stay on this machine.
         "filter/FORWARD": [
@@ -292,7 +312,6 @@ def firewall_rules(api_port: int, host_ports: tuple[int, ...]) -> dict[str, list
             ["-i", BRIDGE, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED,DNAT", "-j", "RETURN"],
             ["-i", BRIDGE, "-d", f"{GATEWAY}/32", "-p", "udp", "--dport", "53", "-j", "RETURN"],
             ["-i", BRIDGE, "-d", f"{GATEWAY}/32", "-p", "tcp", "--dport", "53", "-j", "RETURN"],
-            *allow_ports,
             ["-i", BRIDGE, "-j", "DROP"],
         ],
     }  # fmt: skip
@@ -516,8 +535,9 @@ def start(
     timeout: float = 120.0,
 ) -> NodeState:
     """Start the node on the running control plane in `cluster_dir` (any previous run of it stopped
-    and undone first); on failure everything made so far is undone. `host_ports`: TCP ports of the
-    host Pods may reach (at the bridge's address) besides DNS and the API server."""
+    and undone first); on failure everything made so far is undone. `host_ports`: TCP ports of
+    services on the host's loopback that Pods may reach, at the bridge's address, besides DNS and the
+    API server."""
     if reason := unfit_reason():
         raise NodeError(f"this machine cannot run a real node: {reason}")
     node_dir, cluster_dir = node_dir.resolve(), cluster_dir.resolve()
@@ -535,6 +555,7 @@ def start(
         dirs={d: host.tree(Path(d)) for d in FIXED_DIRS},
         kept_mounts=[m for m in host.mount_points() if host.under(m, [Path(d) for d in FIXED_DIRS])],
         cgroups=[str(h / "kubepods") for h in host.cgroup_hierarchies()],
+        host_ports=list(host_ports),
     )
     for d in (p.logs, p.pod_logs, p.cni_conf, p.ipam, p.kubelet_root, p.containerd_root):
         d.mkdir(parents=True, exist_ok=True)
@@ -629,7 +650,13 @@ def ensure(node_dir: Path, cluster_dir: Path, **options: Any) -> NodeState:
     """The recorded node when all its processes run, else one started anew (`start`'s options)."""
     state = load(node_dir.resolve())
     names = {"containerd", "coredns", "kubelet", "kube-proxy"}
-    if state and {p.name for p in state.processes} == names and all(p.alive() for p in state.processes):
+    same_ports = state is not None and state.host_ports == list(options.get("host_ports", ()))
+    if (
+        state
+        and same_ports
+        and {p.name for p in state.processes} == names
+        and all(p.alive() for p in state.processes)
+    ):
         return state
     return start(node_dir, cluster_dir, **options)
 

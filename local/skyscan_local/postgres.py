@@ -182,6 +182,18 @@ def _argv(bindir: Path, data: Path, port: int, durable: bool) -> list[str]:
     ]  # fmt: skip
 
 
+def _write_hba(data: Path, clients: tuple[str, ...]) -> None:
+    """Who may log in: the socket's owner, password logins from loopback and from `clients` (CIDRs,
+    e.g. a local node's Pod network). Rewritten at each start; initdb's file is ours to replace."""
+    lines = [
+        "local all all trust",
+        "host all all 127.0.0.1/32 scram-sha-256",
+        "host all all ::1/128 scram-sha-256",
+    ]
+    lines += [f"host all all {cidr} scram-sha-256" for cidr in clients]
+    (data / "pg_hba.conf").write_text("\n".join(lines) + "\n")  # keeps the file's owner
+
+
 def load(root: Path) -> Server | None:
     f = root / STATE_FILE
     if not f.exists():
@@ -200,11 +212,13 @@ def start(
     *,
     port: int = 0,
     durable: bool = True,
+    clients: tuple[str, ...] = (),
     tie_to_parent: bool = False,
     timeout: float = 60.0,
 ) -> Server:
     """Start the server of `root` (initialized on first use) on `port` if free (0: any free port);
-    returns once it accepts connections. Stopped again if it does not get there."""
+    returns once it accepts connections. Stopped again if it does not get there. `clients`: CIDRs
+    besides loopback allowed to log in with the password."""
     current = load(root)
     if current and current.running():
         raise PostgresError(f"a PostgreSQL server already runs from {root} (pid {current.pid})")
@@ -214,6 +228,7 @@ def start(
     if user is not None and (closed := _closed_ancestor(root, user)):
         raise PostgresError(f"user {user.pw_name} cannot reach {root}: {closed} is closed to it")
     _init(root, bindir, user, durable)
+    _write_hba(root / "data", clients)
     port = processes.pick_port(port)
     argv = _argv(bindir, root / "data", port, durable)
     log = root / LOG_FILE
@@ -241,14 +256,16 @@ def stop(root: Path, timeout: float = 30.0) -> bool:
     return was_running
 
 
-def ensure(root: Path, *, port: int = 0, tie_to_parent: bool = False) -> Server:
+def ensure(
+    root: Path, *, port: int = 0, clients: tuple[str, ...] = (), tie_to_parent: bool = False
+) -> Server:
     """The server recorded in `root` if it runs, else a new start on the same data: on the port it had
     if free (so the DSN in `.skyscan/env` and in running components stays), else on `port`, else any."""
     current = load(root)
     if current and current.running():
         return current
     chosen = processes.choose_port(current.port if current else None, port, keeps=False)
-    return start(root, port=chosen, tie_to_parent=tie_to_parent)
+    return start(root, port=chosen, clients=clients, tie_to_parent=tie_to_parent)
 
 
 def _checked(name: str) -> str:

@@ -23,6 +23,7 @@ deletes it.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
 import os
@@ -38,7 +39,7 @@ from typing import Any
 import httpx
 import yaml
 
-from skyscan_local import control_plane, node, processes
+from skyscan_local import control_plane, node, postgres, processes
 from skyscan_local import stack as localstack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,6 +47,7 @@ CHART = REPO / "charts" / "skyscan"
 NAMESPACE = RELEASE = "skyscan"
 SHIM_IP = "10.0.0.80"  # in the control plane's service range (10.0.0.0/24), named by the certificate
 WMS = "skyscan-wms"
+ARCHIVE_SECRET = "skyscan-archive"  # SKYSCAN_ARCHIVE_DSN, as the chart reads it
 TAGS = ["4.0.0", "4.1.2", "4.2.0", "dev-branch-abc1234"]  # the scanner image is tagged with each
 ENV_KEYS = (*localstack.ENV_KEYS, "SSL_CERT_FILE")
 
@@ -92,7 +94,7 @@ def chart_values(shim_ip: str = SHIM_IP) -> dict[str, Any]:
             "SKYSCAN_IMAGE_PULL_GRACE_SECONDS": "20",  # no registry here: a missing image never comes
         },
         "wms": {"address": f"http://{WMS}.{NAMESPACE}.svc:8081", "oidcIssuer": ""},
-        "archive": {"dsnSecret": ""},
+        "archive": {"dsnSecret": ARCHIVE_SECRET},
         "presignKey": {"secretName": "skyscan-presign-key"},
         "tokens": {"secretName": "skyscan-shim-tokens"},
     }
@@ -218,6 +220,24 @@ def _tag_scanner_images(node_dir: Path) -> None:
         subprocess.run(argv, check=True, capture_output=True, timeout=60)
 
 
+def _archive(d: Path, tie_to_parent: bool) -> postgres.Server:
+    """The archive's PostgreSQL, on the host as a real deployment keeps its database outside the
+    cluster; its data stays across `down` and `up` (in `.skyscan/real/postgres`)."""
+    try:
+        server = postgres.ensure(
+            real_dir(d) / "postgres", clients=(node.POD_CIDR,), tie_to_parent=tie_to_parent
+        )
+        asyncio.run(postgres.create_database(server.dsn(), localstack.ARCHIVE_DATABASE, exist_ok=True))
+    except postgres.PostgresError as e:
+        raise RealStackError(str(e)) from e
+    return server  # its database: server.dsn(localstack.ARCHIVE_DATABASE)
+
+
+def archive_dsn(host_dsn: str) -> str:
+    """The DSN the Pods use: the server's loopback address as they reach it, the node's bridge."""
+    return host_dsn.replace("@127.0.0.1:", f"@{node.GATEWAY}:", 1)
+
+
 def _helm(bin_dir: Path, kubeconfig: str, *args: str) -> str:
     argv = [str(bin_dir / "helm"), "--kubeconfig", kubeconfig, *args]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
@@ -234,7 +254,9 @@ def _ca_bundle(d: Path, shim_ca: bytes) -> Path:
     return bundle
 
 
-def up(d: Path = REPO / ".skyscan", *, tie_to_parent: bool = False) -> dict[str, str]:
+def up(
+    d: Path = REPO / ".skyscan", *, node_dir: Path | None = None, tie_to_parent: bool = False
+) -> dict[str, str]:
     """Bring the stack up (what runs already is left alone); returns what `.skyscan/env` exports.
     `tie_to_parent` (tests): the control plane and the node die with the calling thread."""
     began = time.monotonic()
@@ -246,10 +268,13 @@ def up(d: Path = REPO / ".skyscan", *, tie_to_parent: bool = False) -> dict[str,
         raise RealStackError(f"the kwok stack runs ({', '.join(running)}): `make down` first")
     bin_dir, images = node.ensure_binaries(), node.ensure_images()
     built = time.monotonic()
-    cluster_dir, node_dir = real_dir(d) / "cluster", real_dir(d) / "node"
+    cluster_dir, node_dir = real_dir(d) / "cluster", node_dir or real_dir(d) / "node"
+    archive = _archive(d, tie_to_parent)
     node.prepare_control_plane(cluster_dir, node_dir)
     cluster = control_plane.ensure(cluster_dir, tie_to_parent=tie_to_parent)
-    node.ensure(node_dir, cluster_dir, images_dir=images, tie_to_parent=tie_to_parent)
+    node.ensure(
+        node_dir, cluster_dir, images_dir=images, host_ports=(archive.port,), tie_to_parent=tie_to_parent
+    )
     _tag_scanner_images(node_dir)
     api = Api(cluster_dir)
     api.http.patch(
@@ -268,6 +293,8 @@ def up(d: Path = REPO / ".skyscan", *, tie_to_parent: bool = False) -> dict[str,
         s,
     )
     api.apply(_path(s := secret("skyscan-presign-key", {"key": key.read_bytes().strip()})), s)
+    dsn = archive_dsn(archive.dsn(localstack.ARCHIVE_DATABASE))
+    api.apply(_path(s := secret(ARCHIVE_SECRET, {"SKYSCAN_ARCHIVE_DSN": dsn.encode()})), s)
     values = real_dir(d) / "values.yaml"
     values.write_text(yaml.safe_dump(chart_values()))
     _helm(bin_dir, cluster.kubeconfig, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE,
@@ -292,7 +319,7 @@ def up(d: Path = REPO / ".skyscan", *, tie_to_parent: bool = False) -> dict[str,
         "SKYSCAN_WMS_URL": f"http://{wms['spec']['clusterIP']}:8081",
         "KUBECONFIG": cluster.kubeconfig,
         "SKYSCAN_NAMESPACE": NAMESPACE,
-        "SKYSCAN_ARCHIVE_DSN": "",
+        "SKYSCAN_ARCHIVE_DSN": archive.dsn(localstack.ARCHIVE_DATABASE),  # from the host
         "SKYSCAN_OPERATOR_METRICS_URL": "",
         "SSL_CERT_FILE": str(bundle),
     }
@@ -310,16 +337,19 @@ def up(d: Path = REPO / ".skyscan", *, tie_to_parent: bool = False) -> dict[str,
     return env
 
 
-def down(d: Path = REPO / ".skyscan") -> list[str]:
-    """Stop the node (undoing what it changed on the host), then the control plane; data stays."""
-    stopped = []
-    if node.load(real_dir(d) / "node"):
-        node.stop(real_dir(d) / "node")
+def down(d: Path = REPO / ".skyscan", *, node_dir: Path | None = None) -> list[str]:
+    """Stop the node (undoing what it changed on the host), then the control plane and PostgreSQL;
+    data stays. `node_dir`: as given to `up`."""
+    stopped, node_dir = [], node_dir or real_dir(d) / "node"
+    if node.load(node_dir):
+        node.stop(node_dir)
         stopped.append("node")
     cluster_dir = real_dir(d) / "cluster"
     if (cluster := control_plane.load(cluster_dir)) and any(p.alive() for p in cluster.processes):
         control_plane.stop(cluster_dir)
         stopped.append("control plane")
+    if postgres.stop(real_dir(d) / "postgres"):
+        stopped.append("postgres")
     return stopped
 
 
@@ -327,8 +357,9 @@ def reset(d: Path = REPO / ".skyscan") -> list[str]:
     """Delete a stopped real-node stack's data: its cluster (the release, every Scan) and its node's
     directory (imported images, logs); refused while it runs. Returns what it deleted."""
     real = real_dir(d)
-    if node.load(real / "node"):
-        raise RealStackError("the real node still runs; run `make down` first")
+    archive = postgres.load(real / "postgres")
+    if node.load(real / "node") or (archive and archive.running()):
+        raise RealStackError("the real node stack still runs; run `make down` first")
     control_plane.remove(real / "cluster")  # refuses while it runs
     deleted = [str(real)] if real.exists() else []
     shutil.rmtree(real, ignore_errors=True)

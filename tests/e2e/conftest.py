@@ -171,12 +171,12 @@ async def rest(stack: Stack) -> AsyncIterator[Rest]:
         yield Rest(stack, http)
 
 
-
 @pytest.fixture
 async def own_rest(own: OwnCluster) -> AsyncIterator[Rest]:
     """REST calls to the stack of the requesting module's `own` fixture (an `own_cluster`)."""
     async with httpx.AsyncClient(base_url=own.stack.url, timeout=30) as http:
         yield Rest(own.stack, http)
+
 
 def scan_request(**changes: Any) -> dict[str, Any]:
     body: dict[str, Any] = {

@@ -52,4 +52,3 @@ def own_cluster(
             print(f"--- {log.name} (shown when a test fails) ---\n{localstack.tail(log, 4000)}")
         control_plane.stop(cluster_dir)
         control_plane.remove(cluster_dir)
-

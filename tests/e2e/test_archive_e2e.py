@@ -26,7 +26,6 @@ def own(tmp_path: Path, archive_dsn: str) -> Iterator[OwnCluster]:
         yield cluster
 
 
-
 async def listed(own: OwnCluster, scan_id: str) -> bool:
     return scan_id in await kubectl(own.stack, "get", "scans", "-o", "name")
 

@@ -36,7 +36,6 @@ def own(tmp_path: Path, archive_dsn: str) -> Iterator[OwnCluster]:
         yield cluster
 
 
-
 async def scanner_token(stack: Stack, scan_id: str) -> str:
     """The scanner's per-scan token, from its Secret (there while the scan runs)."""
     async with await kube.connect(stack.kubeconfig) as api:

@@ -8,31 +8,35 @@ Skipped, loudly (the summary's REAL NODE NOT TESTED section), when the machine c
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import os
 import shlex
+import shutil
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
-from skyscan_local import control_plane, host, node, real_stack
-from tests.e2e.test_real_node import TEST_DIR
+from skyscan.archive import MIGRATIONS
+from skyscan_local import host, node, real_stack
+from tests.e2e.test_real_node import NODE_DIR
 
 UNFIT = node.unfit_reason()
 pytestmark = [
     pytest.mark.real_node,
     pytest.mark.skipif(UNFIT is not None, reason=f"REAL NODE NOT TESTED: {UNFIT}"),
 ]
-STACK_DIR = TEST_DIR  # its node is test_real_node's
 NS = real_stack.NAMESPACE
 SCANS = f"/apis/skyscan.io/v1alpha1/namespaces/{NS}/scans"
 SCAN_LABEL = "skyscan.io/scan-id"
@@ -134,19 +138,24 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    real_stack.down(STACK_DIR)  # what a killed run left
+    node.stop(NODE_DIR)  # what a killed run left (the rest died with it)
     if reason := node.another_node():
         pytest.skip(f"REAL NODE NOT TESTED: {reason}")
-    control_plane.remove(real_stack.real_dir(STACK_DIR) / "cluster")  # fresh; the node's images stay
     node.ensure_binaries(), node.ensure_images()  # cold builds outside the timings below
+    # A stack directory of its own, where PostgreSQL's user may enter (not under /root); the node's
+    # directory is test_real_node's, its imported images kept between runs.
+    d = Path(tempfile.mkdtemp(prefix="skyscan-test-real-stack-"))
+    d.chmod(0o711)  # PostgreSQL's user passes through to real/postgres, and reads nothing else here
     before = host.snapshot()
     try:
         began = time.monotonic()
-        env = real_stack.up(STACK_DIR, tie_to_parent=True)
+        env = real_stack.up(d, node_dir=NODE_DIR, tie_to_parent=True)
         print(f"make up NODE=real (warm builds) took {time.monotonic() - began:.1f}s")
-        yield Stack(STACK_DIR, env, real_stack.Api(real_stack.real_dir(STACK_DIR) / "cluster"), before)
+        yield Stack(d, env, real_stack.Api(real_stack.real_dir(d) / "cluster"), before)
     finally:
-        real_stack.down(STACK_DIR)
+        real_stack.down(d, node_dir=NODE_DIR)
+        real_stack.reset(d)
+        shutil.rmtree(d)
 
 
 @pytest.fixture
@@ -181,6 +190,21 @@ def test_a_scan_runs_in_pods_of_the_charts_release_on_a_real_node(stack: Stack, 
         stack.scan(scan_id)["metadata"]["creationTimestamp"]
     )
     print(f"Scan created -> scanner container running: {latency:.0f}s (second resolution)")
+    # The archive is PostgreSQL on the host, as a real deployment's outside the cluster: the Pods
+    # migrated its schema and hold connections to it from the Pod network.
+    assert asyncio.run(archive_clients(stack.env["SKYSCAN_ARCHIVE_DSN"])) == (len(MIGRATIONS), True)
+
+
+async def archive_clients(dsn: str) -> tuple[int, bool]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        version = await conn.fetchval("SELECT max(version) FROM skyscan_schema")
+        from_pods = await conn.fetchval(
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE client_addr <<= $1::cidr", node.POD_CIDR
+        )
+        return int(version), bool(from_pods)
+    finally:
+        await conn.close()
 
 
 @pytest.mark.timeout(240)
@@ -218,7 +242,7 @@ def test_a_scanner_pod_deleted_or_evicted_mid_scan_is_rescanned_and_the_rescan_f
 
 @pytest.mark.timeout(240)
 def test_a_scanner_image_that_does_not_exist_fails_the_scan_with_a_clear_condition(clean: Stack) -> None:
-    socket = node.Paths(real_stack.real_dir(clean.dir) / "node").containerd_socket
+    socket = node.Paths(NODE_DIR).containerd_socket
     missing = "localhost/skyscan-scanner:4.0.0"  # a tag the shim offers, its image removed from the node
     ctr = ["ctr", "--address", str(socket), "--namespace", "k8s.io", "images"]
     subprocess.run([*ctr, "rm", missing], check=True, capture_output=True, timeout=60)
@@ -292,7 +316,7 @@ def test_a_follower_whose_shim_pod_is_deleted_reconnects_through_the_service_to_
 
 @pytest.mark.timeout(300)
 def test_make_down_leaves_the_host_as_it_found_it(stack: Stack) -> None:
-    real_stack.down(stack.dir)
+    real_stack.down(stack.dir, node_dir=NODE_DIR)
     after = host.snapshot()
     for part in ("mounts", "interfaces", "iptables", "sysctls"):
         assert after[part] == stack.before[part], part

@@ -41,5 +41,16 @@ def test_pods_reach_no_host_port_but_dns_the_api_server_and_the_allowed_ones() -
     ]
     inbound = rules["filter/INPUT"]
     assert inbound[-1] == ["-i", node.BRIDGE, "-j", "DROP"]
-    assert ["-i", node.BRIDGE, "-p", "tcp", "--dport", "5432", "-j", "RETURN"] in inbound
-    assert rules["nat/PREROUTING"][0][-1] == "127.0.0.1:6443"
+    assert [
+        "-i",
+        node.BRIDGE,
+        "-m",
+        "conntrack",
+        "--ctstate",
+        "ESTABLISHED,RELATED,DNAT",
+        "-j",
+        "RETURN",
+    ] in inbound
+    api, allowed = rules["nat/PREROUTING"]
+    assert api[-1] == "127.0.0.1:6443"
+    assert allowed[allowed.index("-d") + 1] == f"{node.GATEWAY}/32" and allowed[-1] == "127.0.0.1:5432"
