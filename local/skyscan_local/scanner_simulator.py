@@ -293,9 +293,18 @@ class Rest:
             log.warning("%s %s failed, ignored: HTTP %d %s", method, path, r.status_code, r.text[:300])
 
     async def get(self, path: str) -> Any:
-        r = await self.http.get(path)
-        r.raise_for_status()
-        return r.json()
+        """The workforce and kill-switch polls: the non-urgent client's one retry (after 0.6 s), then
+        the error is the server's, as the real one's."""
+        for retry in (True, False):
+            try:
+                r = await self.http.get(path)
+                if r.status_code not in RETRY_STATUSES or not retry:
+                    r.raise_for_status()
+                    return r.json()
+            except httpx.TransportError:
+                if not retry:
+                    raise
+            await asyncio.sleep(0.6)
 
 
 async def run_sidecar(pod: ServerPod, settings: ScannerSimSettings) -> None:

@@ -83,9 +83,12 @@ class Stack:
     before: dict[str, Any]  # the host before `up`
 
     def rest(self) -> httpx.Client:
+        trust = ssl.create_default_context(cafile=self.env["SSL_CERT_FILE"])
         return httpx.Client(
             base_url=self.env["SKYSCAN_URL"],
-            verify=ssl.create_default_context(cafile=self.env["SSL_CERT_FILE"]),
+            # A client retries connecting as the skyscan client does: a rollout from a chart without
+            # the shim's preStop pause leaves the Service pointing at a vanished Pod for a moment.
+            transport=httpx.HTTPTransport(verify=trust, retries=3),
             headers={"Authorization": f"Bearer {self.env['SKYSCAN_USER_TOKEN']}"},
             timeout=10,
         )
@@ -312,6 +315,57 @@ def test_a_follower_whose_shim_pod_is_deleted_reconnects_through_the_service_to_
         follower.kill()
     assert follower.returncode == 0, out + err
     assert "SCAN_HAS_FINAL_RESULT" in out.splitlines()[-1]
+
+
+# The chart's previous version (0.1.0), as this repository had it: the release goes back to it, then
+# is upgraded to the working tree's chart while scans run.
+PREVIOUS_CHART = "b0b3f547c619ca638959828ea2ad249665b9ba95"
+
+
+def helm(stack: Stack, *args: str) -> str:
+    kubeconfig = str(real_stack.real_dir(stack.dir) / "cluster" / "kubeconfig")
+    return real_stack._helm(node.ensure_binaries(), kubeconfig, *args, "--namespace", NS)
+
+
+def serving_pods(stack: Stack) -> set[str]:
+    """The operator's and the shim's Pods once no other is being deleted (a rollout done), else none."""
+    pods = [p for p in stack.pods("app.kubernetes.io/component in (operator,shim)")]
+    return (
+        set()
+        if any(p["metadata"].get("deletionTimestamp") for p in pods)
+        else {p["metadata"]["name"] for p in pods}
+    )
+
+
+@pytest.mark.timeout(600)
+def test_helm_upgrade_from_the_previous_chart_version_with_scans_in_flight_loses_none(
+    clean: Stack, tmp_path: Path
+) -> None:
+    repo = real_stack.REPO
+    archive = subprocess.run(["git", "-C", str(repo), "archive", PREVIOUS_CHART, "charts/skyscan"],
+                             capture_output=True, check=True, timeout=60).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive, check=True, timeout=60)
+    values = str(real_stack.real_dir(clean.dir) / "values.yaml")
+    upgrade = ["upgrade", real_stack.RELEASE, "--values", values, "--wait", "--timeout", "5m"]
+    helm(clean, *upgrade[:2], str(tmp_path / "charts" / "skyscan"), *upgrade[2:])
+    components = poll(lambda: serving_pods(clean), "the previous version's Pods alone", 120)
+    scan_ids = [clean.launch() for _ in range(3)]
+    clean.scanner_pod(scan_ids[0], lambda p: p["status"].get("phase") == "Running", "running")
+    # As a release upgrades: a new chart and a new image of the product (here the same build, tagged anew).
+    ctr = ["ctr", "--address", str(node.Paths(NODE_DIR).containerd_socket), "--namespace", "k8s.io", "images"]
+    subprocess.run([*ctr, "tag", "--force", "localhost/skyscan:dev", "localhost/skyscan:next"], check=True,
+                   capture_output=True, timeout=60)  # fmt: skip
+    began = time.monotonic()
+    helm(clean, *upgrade[:2], str(real_stack.CHART), *upgrade[2:], "--set", "image.tag=next")
+    print(f"helm upgrade with {len(scan_ids)} scans in flight: {time.monotonic() - began:.1f}s")
+    assert any(clean.rest_status(i)["scan_state"] != "SCAN_HAS_FINAL_RESULT" for i in scan_ids)
+    for scan_id in scan_ids:
+        poll(lambda i=scan_id: clean.rest_status(i)["scan_state"] == "SCAN_HAS_FINAL_RESULT", scan_id, 180)
+    assert not serving_pods(clean) & components, "the upgrade replaced every operator and shim Pod"
+    history = json.loads(helm(clean, "history", real_stack.RELEASE, "--output", "json"))
+    charts = [h["chart"] for h in history[-2:]]
+    assert charts[0] == "skyscan-0.1.0" and charts[1] != charts[0], charts
+    assert {s["metadata"]["name"] for s in (clean.api.get(SCANS) or {})["items"]} == set(scan_ids)
 
 
 @pytest.mark.timeout(300)
