@@ -96,6 +96,14 @@ def chart_values(shim_ip: str = SHIM_IP) -> dict[str, Any]:
         "wms": {"address": f"http://{WMS}.{NAMESPACE}.svc:8081", "oidcIssuer": ""},
         "archive": {"dsnSecret": ARCHIVE_SECRET},
         "presignKey": {"secretName": "skyscan-presign-key"},
+        # Scanners reach the in-cluster WMS simulator's Pods (DNS is the node's CoreDNS, port 53).
+        "networkPolicy": {
+            "enabled": True,
+            "wms": {
+                "to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": WMS}}}],
+                "ports": [{"port": 8081, "protocol": "TCP"}],
+            },
+        },
         "tokens": {"secretName": "skyscan-shim-tokens"},
     }
 

@@ -27,10 +27,18 @@ from skyscan_operator.settings import OperatorSettings
 
 TRANSIENT_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "StartError", "CrashLoopBackOff"})
 TRANSIENT_EXIT_CODES = frozenset({137, 143})
-# The kubelet's reasons for a container waiting on its image: the first two may pass (a registry
-# blip), so they fail a scan only after `image_pull_grace_seconds`; the others never pass.
-IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
-IMAGE_NEVER_PULLED = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+# The kubelet's reasons for a container that cannot start, and the scan's Failed reason for each.
+# A registry blip or a Secret not yet there may pass: those fail a scan after
+# `image_pull_grace_seconds`; a name the runtime can never pull fails it at once.
+STUCK_REASONS = {
+    "ErrImagePull": "ImageUnavailable",
+    "ImagePullBackOff": "ImageUnavailable",
+    "InvalidImageName": "ImageUnavailable",
+    "ErrImageNeverPull": "ImageUnavailable",
+    "CreateContainerConfigError": "ContainerConfigInvalid",  # e.g. a root image under runAsNonRoot
+    "CreateContainerError": "ContainerConfigInvalid",
+}
+NEVER_STARTS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 EVENT_RECHECK_SECONDS = 1.0  # a scan whose sensor event is missing looks again this often
 # Why a start attempt ended. Only failures of the scan itself count against `max_start_attempts`:
 # a definite WMS refusal of its request, its Job or Secret refused by the API server (invalid, or a
@@ -51,7 +59,7 @@ class PodView:
     reason: str | None = None  # pod-level reason, else a container's terminated/waiting reason
     exit_code: int | None = None
     started_at: float | None = None
-    message: str | None = None  # the kubelet's, of a container waiting on its image
+    message: str | None = None  # the kubelet's, of a container that cannot start
 
     @property
     def transient_failure(self) -> bool:
@@ -342,7 +350,7 @@ def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) 
     else:
         _restart_if_workflow_lost(d, p, scan, obs, now)
         _replace_if_transient(d, p, scan, obs, now, settings)
-        _fail_if_image_unavailable(d, p, scan, obs, now, settings)
+        _fail_if_stuck(d, p, scan, obs, now, settings)
         if not (scan.spec.deleted or d.true(cond.FAILED)):
             _final_result(d, p, scan, now, settings)
             _start(d, p, scan, obs, now, settings)
@@ -472,21 +480,22 @@ def _replace_if_transient(
     p.event("Replacing", f"{why}; replacing with scan {new_id}", warning=True)
 
 
-def _fail_if_image_unavailable(
+def _fail_if_stuck(
     d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, settings: OperatorSettings
 ) -> None:
-    """A scanner whose image cannot be pulled would wait forever: past the grace (at once for an
-    invalid name) the scan fails, saying which image and why; `_stop_if_ended` then stops its Job."""
+    """A scanner whose container cannot start (its image cannot be pulled, its configuration is
+    refused) would wait forever: past the grace (at once for an invalid name) the scan fails, saying
+    why in the kubelet's words; `_stop_if_ended` then stops its Job."""
     pod = _latest_pod(obs.pods)
-    if pod is None or pod.reason not in IMAGE_PULL_REASONS or scan.spec.deleted or d.true(cond.FAILED):
+    if pod is None or pod.reason not in STUCK_REASONS or scan.spec.deleted or d.true(cond.FAILED):
         return
     waited = now - (pod.started_at or now)
-    if pod.reason not in IMAGE_NEVER_PULLED and waited < settings.image_pull_grace_seconds:
+    if pod.reason not in NEVER_STARTS and waited < settings.image_pull_grace_seconds:
         p.wake(settings.image_pull_grace_seconds - waited)
         return
     message = f"pod {pod.name}: {pod.reason} for {waited:.0f}s: {pod.message or 'no message'}"
-    d.set(cond.FAILED, True, "ImageUnavailable", message)
-    p.event("ImageUnavailable", message, warning=True)
+    d.set(cond.FAILED, True, STUCK_REASONS[pod.reason], message)
+    p.event(STUCK_REASONS[pod.reason], message, warning=True)
 
 
 # Labels by which GitOps tools claim an object: a replacement carrying them would be pruned as drift.

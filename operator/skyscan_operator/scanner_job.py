@@ -197,6 +197,17 @@ def rest_trust(settings: OperatorSettings) -> tuple[list[dict[str, Any]], list[d
     return env, [{"name": "rest-ca", "mountPath": REST_CA_MOUNT, "readOnly": True}]
 
 
+# A container as the restricted Pod Security profile asks (the sidecar's always, the scanner's unless
+# SKYSCAN_SCANNER_RESTRICTED is false).
+def restricted() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
 def sidecar_container(scan_id: str, settings: OperatorSettings, auth_env: dict[str, Any]) -> dict[str, Any]:
     """The native sidecar (Kubernetes >= 1.29: an init container that keeps running) uploading the
     scanner's startup.json with the scanner's own credential (`auth_env`), for the workers to fetch."""
@@ -220,12 +231,7 @@ def sidecar_container(scan_id: str, settings: OperatorSettings, auth_env: dict[s
             {"name": "common-space-volume", "mountPath": COMMON_SPACE, "readOnly": True},
             *rest_trust(settings)[1],
         ],
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": restricted(),
     }
 
 
@@ -300,12 +306,16 @@ def build_job(
             {"name": "common-space-volume", "mountPath": COMMON_SPACE},
             {"name": "ewms", "mountPath": EWMS_MOUNT, "readOnly": True},
             *rest_trust(settings)[1],
+            *([{"name": "tmp", "mountPath": "/tmp"}] if settings.scanner_restricted else []),
         ],
+        **({"securityContext": restricted()} if settings.scanner_restricted else {}),
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "volumes": [
             {"name": "common-space-volume", "emptyDir": {}},
+            *([{"name": "tmp", "emptyDir": {}}] if settings.scanner_restricted else []),
             {"name": "ewms", "secret": {"secretName": names.wms_secret_name(scan_id)}},
             *([{"name": "rest-ca", "configMap": {"name": ca}}] if (ca := settings.rest_ca_configmap) else []),
         ],

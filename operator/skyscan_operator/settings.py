@@ -125,8 +125,9 @@ class OperatorSettings(BaseSettings):
     image_pull_grace_seconds: float = Field(
         default=300.0,
         ge=0,
-        description="A scanner Pod whose image cannot be pulled this long after it was scheduled fails "
-        "its scan (ImageUnavailable); an invalid image name fails it at once.",
+        description="A scanner Pod whose image cannot be pulled, or whose container the kubelet cannot "
+        "create, this long after it was scheduled fails its scan (ImageUnavailable, ContainerConfigInvalid); "
+        "an invalid image name fails it at once.",
     )
     replacement_max_scans: int = Field(
         default=3,
@@ -236,6 +237,12 @@ class OperatorSettings(BaseSettings):
         description="Names users may set in scanner_server_env_from_user besides the scanner's tuning "
         "variables (JSON list; an entry ending in * allows a prefix; the shim reads it too); reserved "
         "names stay refused.",
+    )
+    scanner_restricted: bool = Field(
+        default=True,
+        description="The scanner container runs as the restricted Pod Security profile asks: not as root, "
+        "a read-only root filesystem (writable /tmp and /common-space), no privilege escalation, no "
+        "capabilities. false: as its image says (an image that needs root or writes elsewhere).",
     )
     scanner_ephemeral_storage: str | None = Field(
         default="8G", description="Ephemeral-storage request of the scanner (reference: 8G); empty: none."

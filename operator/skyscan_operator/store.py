@@ -24,7 +24,7 @@ from skyscan.status import ScanRecord, compact, resource_version
 from skyscan_operator.backlog import Candidate, Hold, Line, holds
 from skyscan_operator.planner import (
     ATTEMPT_FAILURES,
-    IMAGE_PULL_REASONS,
+    STUCK_REASONS,
     Admission,
     JobView,
     PodView,
@@ -53,11 +53,11 @@ def pod_view(body: dict[str, Any]) -> PodView:
             exit_code = terminated.get("exitCode", exit_code)
         elif waiting.get("reason") == "CrashLoopBackOff":
             reason = reason or "CrashLoopBackOff"
-        elif waiting.get("reason") in IMAGE_PULL_REASONS:
+        elif waiting.get("reason") in STUCK_REASONS:
             reason, message = reason or waiting["reason"], waiting.get("message")
-    for cs in status.get("initContainerStatuses") or []:  # the startup.json sidecar's image
+    for cs in status.get("initContainerStatuses") or []:  # the startup.json sidecar's
         waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in IMAGE_PULL_REASONS:
+        if waiting.get("reason") in STUCK_REASONS:
             reason, message = reason or waiting["reason"], waiting.get("message")
     return PodView(
         name=body["metadata"]["name"],

@@ -20,9 +20,12 @@ import pytest
 import yaml
 from cryptography import x509
 
-from skyscan import crd
+from skyscan import crd, model
 from skyscan_local import control_plane as localcluster
+from skyscan_operator import scanner_job
+from skyscan_operator.settings import OperatorSettings
 from tests.conftest import Cluster
+from tests.unit.test_crd import minimal_spec
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "skyscan"
@@ -46,6 +49,14 @@ EVERYTHING: Doc = {
     "archive": {"dsnSecret": "archive-dsn"},
     "presignKey": {"secretName": "presign"},
     "tokens": {"secretName": ""},
+    "networkPolicy": {
+        "enabled": True,
+        "wms": {
+            "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ewms"}}}],
+            "ports": [{"port": 8081, "protocol": "TCP"}],
+        },
+        "dns": {"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]},
+    },
 }
 
 
@@ -132,6 +143,10 @@ def test_the_chart_lints(tmp_path: Path) -> None:
         ({"archive": {"dsnSecret": "Not A Name"}}, "/archive/dsnSecret"),
         ({"oidc": {"issuers": [{"issuer": "https://kc.example.org"}]}}, "audience"),
         ({"replicas": 2}, "replicas"),
+        ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
+        ({"networkPolicy": {"wms": {"to": [], "ports": [{"port": 443}]}}}, "/networkPolicy/wms/to"),
+        ({"networkPolicy": {"wms": {"to": [{"ipBlock": {"cidr": "everywhere"}}]}}}, "cidr"),
+        ({"networkPolicy": {"wms": {"ports": [{"port": 70000}]}}}, "port"),
         ({"tokens": {"secretName": ""}}, "the shim needs people's credentials"),
         (
             {"tokens": {"secretName": ""}, "settings": {"SKYSCAN_AUTH_DISABLED": "false"}},
@@ -224,11 +239,37 @@ def test_the_shim_serves_tls_with_a_certificate_for_its_service_that_scanners_tr
     )
     # Readiness follows the Scan watch; liveness only the process (an API-server outage restarts no shim).
     assert (shim["readinessProbe"]["httpGet"]["path"], shim["livenessProbe"]["httpGet"]["path"]) == (
-        "/healthz", "/livez"
+        "/healthz",
+        "/livez",
     )
     plain = template("--set", "shim.tls.enabled=false")
     assert settings_data(plain)["SKYSCAN_REST_ADDRESS"] == "http://skyscan-shim.skyscan.svc:8080"
     assert not [d for d in plain if d["kind"] == "Secret"]
+
+
+def test_the_scanner_network_policy_selects_the_operators_scanner_pods_and_lets_them_reach_the_shim(
+    tmp_path: Path,
+) -> None:
+    docs = template("--values", values_file(tmp_path, EVERYTHING), release="prod", namespace="ops")
+    policy = find(docs, "NetworkPolicy", "prod-skyscan-scanner")["spec"]
+    scanner = scanner_job.build_job(
+        "s1", "uid", "ops", model.ScanSpec.model_validate(minimal_spec()), OperatorSettings()
+    )
+    pod_labels = scanner["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["policyTypes"] == ["Ingress", "Egress"] and policy["ingress"] == []  # nothing reaches them
+    shim, wms, dns = policy["egress"]
+    shim_pod = find(docs, "Deployment", "prod-skyscan-shim")["spec"]["template"]
+    assert shim["to"][0]["podSelector"]["matchLabels"].items() <= shim_pod["metadata"]["labels"].items()
+    assert shim["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert {"name": "http", "containerPort": 8080} in shim_pod["spec"]["containers"][0]["ports"]
+    assert (wms["to"], wms["ports"]) == (
+        EVERYTHING["networkPolicy"]["wms"]["to"],
+        [{"port": 8081, "protocol": "TCP"}],
+    )
+    assert {p["port"] for p in dns["ports"]} == {53} and dns["to"] == EVERYTHING["networkPolicy"]["dns"]["to"]
+    off = template("--set", "networkPolicy.enabled=false")
+    assert not [d for d in off if d["kind"] == "NetworkPolicy"]
 
 
 def test_the_chart_renders_what_the_kustomize_manifests_hold() -> None:
@@ -253,6 +294,8 @@ def test_the_chart_renders_what_the_kustomize_manifests_hold() -> None:
             assert ours["spec"].get("sessionAffinity") == theirs["spec"].get("sessionAffinity"), name
             pods = find(chart, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
             assert ours["spec"]["selector"].items() <= pods.items()
+        elif kind == "NetworkPolicy":
+            assert ours["spec"] == theirs["spec"], name
         elif kind == "CustomResourceDefinition":
             assert ours["spec"] == theirs["spec"] == yaml.safe_load(crd.render())["spec"]
     # The chart states two settings the manifests leave at their defaults (the same values).

@@ -83,7 +83,6 @@ def test_a_recorded_pid_counts_only_while_it_runs_the_recorded_command() -> None
             proc.wait()
 
 
-
 def test_a_component_restarts_when_the_ca_its_kubeconfig_names_changes(tmp_path: Path) -> None:
     """A renewed control-plane CA: components that read the old one at start could no longer talk to
     the API server, so their configuration counts the kubeconfig and the CA file it names."""

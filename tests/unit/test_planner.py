@@ -355,6 +355,11 @@ def test_a_scanner_image_that_cannot_be_pulled_fails_the_scan_after_the_grace_no
     # A name the runtime can never pull fails at once.
     p = plan(scan(started(), finalizers=[FINALIZER]), pulling("InvalidImageName", NOW), NOW, S)
     assert reason(p.status, cond.FAILED) == "ImageUnavailable"
+    # A container the kubelet refuses to create (a root image under runAsNonRoot) fails after the grace.
+    p = plan(
+        scan(started(), finalizers=[FINALIZER]), pulling("CreateContainerConfigError", NOW - grace), NOW, S
+    )
+    assert reason(p.status, cond.FAILED) == "ContainerConfigInvalid"
 
 
 def test_worker_requests() -> None:

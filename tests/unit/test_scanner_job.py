@@ -78,6 +78,26 @@ def test_job_has_the_reference_shape() -> None:
     assert {"name": "ewms", "secret": {"secretName": "skyscan-abc-ewms"}} in pod["volumes"]
 
 
+def test_every_container_of_the_scanner_pod_is_restricted_unless_the_deployment_says_otherwise() -> None:
+    pod = scanner_job.build_job("abc", "uid-1", "ns", spec(), S)["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    for container in (*pod["containers"], *pod["initContainers"]):
+        context = container["securityContext"]
+        assert context["runAsNonRoot"] and context["readOnlyRootFilesystem"], container["name"]
+        assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}
+        assert {"limits", "requests"} <= container["resources"].keys(), container["name"]
+    (scanner,) = pod["containers"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in scanner["volumeMounts"]  # its only writable places
+    assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
+    # An image that needs root or a writable root: as it says, the sidecar still restricted.
+    loose = scanner_job.build_job(
+        "abc", "uid-1", "ns", spec(), S.model_copy(update={"scanner_restricted": False})
+    )
+    pod = loose["spec"]["template"]["spec"]
+    assert "securityContext" not in pod["containers"][0] and pod["initContainers"][0]["securityContext"]
+    assert all(v["name"] != "tmp" for v in pod["volumes"])
+
+
 def test_user_env_comes_first_as_strings() -> None:
     env_from_user = {"SKYSCAN_LOG": True, "SKYSCAN_LOG_THIRD_PARTY": None, "SKYSCAN_RESULT_INTERVAL_SEC": 3}
     job = scanner_job.build_job("abc", "u", "ns", spec(scannerServerEnvFromUser=env_from_user), S)
