@@ -13,7 +13,6 @@ keeps failing. Settings: `SKYSCAN_SCANNER_SIM_*`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -66,24 +65,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     args = list(sys.argv[1:] if argv is None else argv)
-    began = time.monotonic()
+    began, terminated = time.monotonic(), False
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        nonlocal terminated
+        terminated = True
+        raise KeyboardInterrupt
+
+    # The Pod deleted or evicted: as PID 1 the server would ignore SIGTERM until SIGKILL; it ends at
+    # once with the status of a process killed by SIGTERM (143), as the real one reports.
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         pod = server_pod(os.environ, args)
         log.info("scan %s: scanner server starting with %s", pod.scan_id, args)
-        terminated = False
-
-        def on_sigterm(signum: int, frame: object) -> None:
-            nonlocal terminated
-            terminated = True
-            raise KeyboardInterrupt
-
-        with contextlib.suppress(KeyboardInterrupt):
-            # The Pod deleted or evicted: as PID 1 the server would ignore SIGTERM until SIGKILL; it
-            # ends at once with a process killed by SIGTERM's status (143), as the real one reports.
-            signal.signal(signal.SIGTERM, on_sigterm)
-            asyncio.run(serve(pod, ScannerSimSettings()))
-            log.info("scan %s: done in %.1fs", pod.scan_id, time.monotonic() - began)
-            return 0
+        asyncio.run(serve(pod, ScannerSimSettings()))
+        log.info("scan %s: done in %.1fs", pod.scan_id, time.monotonic() - began)
+        return 0
+    except KeyboardInterrupt:
         return 128 + signal.SIGTERM if terminated else 130
     except ScannerExit as e:
         log.warning("scanner server exits %d: %s", e.code, e)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +14,7 @@ import pytest
 from skyscan_local.scanner_server import server_pod
 from skyscan_local.scanner_simulator import ScannerExit
 from skyscan_operator import scanner_job
+from skyscan_operator.planner import PodView
 from tests.unit.test_scanner_job import S, spec
 
 
@@ -29,3 +35,25 @@ def test_server_pod_without_its_address_exits_2() -> None:
     with pytest.raises(ScannerExit, match="SKYSCAN_SKYDRIVER_ADDRESS") as raised:
         server_pod({"SKYSCAN_SKYDRIVER_SCAN_ID": "abc"}, ["--nsides", "8:0"])
     assert raised.value.code == 2
+
+
+def test_a_server_terminated_by_its_pods_deletion_exits_143_which_calls_for_a_rescan() -> None:
+    """SIGTERM (the Pod deleted or evicted) while the server waits on the REST API: it ends at once
+    with a killed process's status, which the operator reads as a transient failure."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        env = {**os.environ, "SKYSCAN_SKYDRIVER_ADDRESS": f"http://127.0.0.1:{silent.getsockname()[1]}",
+               "SKYSCAN_SKYDRIVER_SCAN_ID": "abc"}  # fmt: skip
+        server = subprocess.Popen(
+            [sys.executable, "-m", "skyscan_local.scanner_server", "--nsides", "8:0"],
+            env=env, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert server.stderr is not None
+            for line in server.stderr:  # up once it logs its start
+                if "scanner server starting" in line:
+                    break
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=30) == 143
+        finally:
+            server.kill()
+    assert PodView("p", "Failed", "Error", 143).transient_failure
