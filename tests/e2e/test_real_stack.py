@@ -27,6 +27,7 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+import yaml
 
 from skyscan.archive import MIGRATIONS
 from skyscan_local import host, node, real_stack
@@ -274,7 +275,10 @@ def test_the_standby_operator_acts_within_15s_of_the_active_ones_pod_being_delet
     clean.wait_scan(scan_id, lambda s: bool((s.get("status") or {}).get("job")), "a Job", timeout=15)
     acted = time.monotonic() - began
     successor = (clean.api.get(lease_path) or {})["spec"]["holderIdentity"]
-    assert successor in operators - {holder}
+    # The standby, or the Deployment's new Pod when it is quicker (both wait on the same Lease).
+    assert successor != holder and successor in {
+        p["metadata"]["name"] for p in clean.pods("app.kubernetes.io/component=operator")
+    }
     print(f"operator Pod deleted -> the standby created a new scan's Job: {acted:.1f}s")
     assert acted < 15
     poll(lambda: clean.rest_status(scan_id)["scan_state"] == "SCAN_HAS_FINAL_RESULT", "the final result", 120)
@@ -345,9 +349,13 @@ def test_helm_upgrade_from_the_previous_chart_version_with_scans_in_flight_loses
     archive = subprocess.run(["git", "-C", str(repo), "archive", PREVIOUS_CHART, "charts/skyscan"],
                              capture_output=True, check=True, timeout=60).stdout  # fmt: skip
     subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive, check=True, timeout=60)
-    values = str(real_stack.real_dir(clean.dir) / "values.yaml")
-    upgrade = ["upgrade", real_stack.RELEASE, "--values", values, "--wait", "--timeout", "5m"]
-    helm(clean, *upgrade[:2], str(tmp_path / "charts" / "skyscan"), *upgrade[2:])
+    values = real_stack.real_dir(clean.dir) / "values.yaml"
+    previous = yaml.safe_load(values.read_text())
+    del previous["networkPolicy"]  # new in 0.2.0
+    (tmp_path / "previous.yaml").write_text(yaml.safe_dump(previous))
+    upgrade = ["upgrade", real_stack.RELEASE, "--wait", "--timeout", "5m"]
+    helm(clean, *upgrade[:2], str(tmp_path / "charts" / "skyscan"),
+         "--values", str(tmp_path / "previous.yaml"), *upgrade[2:])  # fmt: skip
     components = poll(lambda: serving_pods(clean), "the previous version's Pods alone", 120)
     scan_ids = [clean.launch() for _ in range(3)]
     clean.scanner_pod(scan_ids[0], lambda p: p["status"].get("phase") == "Running", "running")
@@ -356,7 +364,16 @@ def test_helm_upgrade_from_the_previous_chart_version_with_scans_in_flight_loses
     subprocess.run([*ctr, "tag", "--force", "localhost/skyscan:dev", "localhost/skyscan:next"], check=True,
                    capture_output=True, timeout=60)  # fmt: skip
     began = time.monotonic()
-    helm(clean, *upgrade[:2], str(real_stack.CHART), *upgrade[2:], "--set", "image.tag=next")
+    helm(
+        clean,
+        *upgrade[:2],
+        str(real_stack.CHART),
+        "--values",
+        str(values),
+        *upgrade[2:],
+        "--set",
+        "image.tag=next",
+    )
     print(f"helm upgrade with {len(scan_ids)} scans in flight: {time.monotonic() - began:.1f}s")
     assert any(clean.rest_status(i)["scan_state"] != "SCAN_HAS_FINAL_RESULT" for i in scan_ids)
     for scan_id in scan_ids:
@@ -365,7 +382,9 @@ def test_helm_upgrade_from_the_previous_chart_version_with_scans_in_flight_loses
     history = json.loads(helm(clean, "history", real_stack.RELEASE, "--output", "json"))
     charts = [h["chart"] for h in history[-2:]]
     assert charts[0] == "skyscan-0.1.0" and charts[1] != charts[0], charts
-    assert {s["metadata"]["name"] for s in (clean.api.get(SCANS) or {})["items"]} == set(scan_ids)
+    assert set(scan_ids) <= {
+        s["metadata"]["name"] for s in (clean.api.get(SCANS) or {})["items"]
+    }  # none lost
 
 
 @pytest.mark.timeout(300)
