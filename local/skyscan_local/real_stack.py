@@ -206,6 +206,25 @@ def _path(obj: dict[str, Any]) -> str:
     return f"{group}/namespaces/{ns}/{plural}/{name}" if ns else f"{group}/{plural}/{name}"
 
 
+def unready(api: Api) -> str:
+    """Why the namespace's Pods are not running, as `kubectl describe` would show it: each unready
+    Pod's phase and reasons, and the node's pressure conditions (a full disk evicts everything)."""
+    lines = []
+    for pod in (api.get(f"/api/v1/namespaces/{NAMESPACE}/pods") or {}).get("items", []):
+        status = pod.get("status") or {}
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or []):
+            continue
+        waiting = [
+            (cs.get("state") or {}).get("waiting") or {} for cs in status.get("containerStatuses") or []
+        ]
+        why = [status.get("reason"), status.get("message"), *(w.get("reason") for w in waiting)]
+        lines.append(f"  pod {pod['metadata']['name']}: {status.get('phase')} {' '.join(filter(None, why))}")
+    for c in ((api.get(f"/api/v1/nodes/{node.NODE_NAME}") or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] != "Ready" and c["status"] == "True":
+            lines.append(f"  node {node.NODE_NAME}: {c['type']}: {c.get('message', '')}")
+    return "\n".join(lines) or "  (every Pod ready)"
+
+
 def secret(name: str, data: dict[str, bytes]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -305,16 +324,21 @@ def up(
     api.apply(_path(s := secret(ARCHIVE_SECRET, {"SKYSCAN_ARCHIVE_DSN": dsn.encode()})), s)
     values = real_dir(d) / "values.yaml"
     values.write_text(yaml.safe_dump(chart_values()))
-    _helm(bin_dir, cluster.kubeconfig, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE,
-          "--values", str(values), "--wait", "--timeout", "5m")  # fmt: skip
-    for obj in wms_simulator():  # after the release: it mounts the shim's CA the chart makes
-        api.apply(_path(obj), obj)
-    processes.wait_until(
-        lambda: bool((api.get(_path(wms_simulator()[0])) or {}).get("status", {}).get("availableReplicas")),
-        "the WMS simulator",
-        120,
-        error=RealStackError,
-    )
+    try:
+        _helm(bin_dir, cluster.kubeconfig, "upgrade", "--install", RELEASE, str(CHART),
+              "--namespace", NAMESPACE, "--values", str(values), "--wait", "--timeout", "5m")  # fmt: skip
+        for obj in wms_simulator():  # after the release: it mounts the shim's CA the chart makes
+            api.apply(_path(obj), obj)
+        processes.wait_until(
+            lambda: bool(
+                (api.get(_path(wms_simulator()[0])) or {}).get("status", {}).get("availableReplicas")
+            ),
+            "the WMS simulator",
+            120,
+            error=RealStackError,
+        )
+    except RealStackError as e:
+        raise RealStackError(f"{e}\n{unready(api)}") from e
     tls = api.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{RELEASE}-shim-tls")
     assert tls is not None
     bundle = _ca_bundle(d, base64.b64decode(tls["data"]["ca.crt"]))

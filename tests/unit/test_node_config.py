@@ -25,6 +25,8 @@ def test_kubelet_serves_on_the_bridge_to_client_certificates_only_and_never_coll
     assert config["authentication"]["anonymous"] == {"enabled": False}
     assert config["authorization"] == {"mode": "Webhook"}
     assert config["imageGCHighThresholdPercent"] == 100
+    # Pods are evicted only when the disk is really full, not below the defaults' 10-15 % free.
+    assert config["evictionHard"]["nodefs.available"] == config["evictionHard"]["imagefs.available"] == "1Gi"
 
 
 def test_kube_proxy_leaves_the_hosts_sysctls_and_other_addresses_alone() -> None:

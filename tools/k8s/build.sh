@@ -18,7 +18,7 @@ export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-trimpath -mod=mod"
 stale() { # stale BINARY EXPECTED_VERSION_SUBSTRING
   [ -x "$bin/$1" ] || return 0
   local version  # read whole: `grep -q` closing the pipe early would SIGPIPE a second line (pipefail)
-  version=$("$bin/$1" --version 2>/dev/null) || true
+  version=$("$bin/$1" --version 2>&1) || true  # kube-router prints it on stderr
   [[ $version != *"$2"* ]]
 }
 
