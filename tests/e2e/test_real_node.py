@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import os
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import yaml
 
 from skyscan_local import control_plane, host, node, real_stack
 
@@ -35,16 +32,7 @@ NODE_DIR = real_stack.real_dir(TEST_DIR) / "node"
 NS = "default"
 
 
-class Api:
-    def __init__(self, cluster_dir: Path) -> None:
-        config = yaml.safe_load((cluster_dir / "kubeconfig").read_text())
-        self.http = httpx.Client(
-            base_url=config["clusters"][0]["cluster"]["server"],
-            verify=ssl.create_default_context(cafile=str(cluster_dir / "ca.crt")),
-            headers={"Authorization": f"Bearer {config['users'][0]['user']['token']}"},
-            timeout=10,
-        )
-
+class Api(real_stack.Api):
     def create(self, path: str, body: dict[str, Any]) -> None:
         self.http.post(path, json=body).raise_for_status()
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -28,6 +29,7 @@ from api_shim.settings import ShimSettings
 from skyscan.kube import Kube, scan_path
 from skyscan_local.processes import free_port
 from tests.conftest import Cluster
+from tests.helpers import eventually
 
 TAGS = ["4.1.0", "4.2.3", "4.2.10", "3.1.5", "gcd-handling-fe8ecee"]
 LOGS = "https://grafana.test/d?var-namespace={namespace}&var-container=skyscan-server-{scan_id}"
@@ -180,3 +182,17 @@ def start_shim_process(
     with log.open("ab") as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=out)
     return process, f"http://127.0.0.1:{port}"
+
+
+async def shim_serving(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    """Until the shim process answers /healthz 200 (its log shown if it dies first)."""
+    async with httpx.AsyncClient(base_url=url) as http:
+
+        async def serving() -> bool:
+            assert process.poll() is None, log.read_text()  # noqa: ASYNC240 (on failure only)
+            try:
+                return (await http.get("/healthz")).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        await eventually(serving, timeout=60)

@@ -36,7 +36,9 @@ async def test_openapi_matches_the_served_routes(shim: ShimUnderTest) -> None:
         if route.roles:
             assert {"401", "403"} <= set(op["responses"]) and op["x-roles"] == sorted(route.roles)
         if "{scan_id}" in route.path:
-            assert {"404"} & set(op["responses"]) or (route.path.endswith("/result") and route.method == "PUT")
+            assert {"404"} & set(op["responses"]) or (
+                route.path.endswith("/result") and route.method == "PUT"
+            )
         if route.body:
             ref = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
             assert ref.rsplit("/", 1)[1] in schemas
@@ -44,7 +46,13 @@ async def test_openapi_matches_the_served_routes(shim: ShimUnderTest) -> None:
             assert "302" in op["responses"]
     post_scan = schemas["ScanRequestBody"]
     assert post_scan["additionalProperties"] is False
-    assert set(post_scan["required"]) == {"docker_tag", "reco_algo", "nsides", "real_or_simulated_event", "max_pixel_reco_time"}
+    assert set(post_scan["required"]) == {
+        "docker_tag",
+        "reco_algo",
+        "nsides",
+        "real_or_simulated_event",
+        "max_pixel_reco_time",
+    }
     assert schemas["Error"]["required"] == ["error", "reason", "message"]
 
 
@@ -67,7 +75,9 @@ async def test_responses_conform_to_their_models(shim: ShimUnderTest) -> None:
     check(models.SensorEventResponse, (await shim.call("GET", f"/scan/{scan_id}/sensor-event")).body)
     check(models.BacklogResponse, (await shim.call("GET", "/scans/backlog")).body)
     check(models.FindResponse, (await shim.call("POST", "/scans/find", json_body={"filter": {}})).body)
-    result = await shim.call("PUT", f"/scan/{scan_id}/result", as_="system", json_body={"scan_result": {"a": 1}, "is_final": False})
+    result = await shim.call(
+        "PUT", f"/scan/{scan_id}/result", as_="system", json_body={"scan_result": {"a": 1}, "is_final": False}
+    )
     check(models.Result, result.body)
     check(models.Error, (await shim.call("GET", "/scan/nope")).body)
 
@@ -84,7 +94,9 @@ async def test_unknown_ids(shim: ShimUnderTest, method: str, path: str) -> None:
         body = bodies.get(path, {})
     route = next(r for r in ROUTES if (r.method, r.path) == (method, path))
     role = "user" if "user" in route.roles else "system"  # type: ignore[operator]
-    reply = await shim.call(method, path.replace("{scan_id}", "0000000000ax4000000000000000000"), as_=role, json_body=body)
+    reply = await shim.call(
+        method, path.replace("{scan_id}", "0000000000ax4000000000000000000"), as_=role, json_body=body
+    )
     expected = (400, "unknown scan") if (method, path) == ("PUT", "/scan/{scan_id}/result") else (404, None)
     assert reply.status == expected[0], reply.body
     assert set(reply.body) == {"error", "reason", "message"}
@@ -98,13 +110,22 @@ async def test_unknown_paths_and_methods_answer_json(shim: ShimUnderTest) -> Non
     reply = await shim.call("GET", "/nowhere")
     assert reply.status == 404 and reply.body["error"] == "Not Found"
     reply = await shim.call("PUT", "/scans/backlog")
-    assert reply.status == 405 and reply.body["error"] == "Method Not Allowed" and "GET" in reply.headers["Allow"]
+    assert (
+        reply.status == 405
+        and reply.body["error"] == "Method Not Allowed"
+        and "GET" in reply.headers["Allow"]
+    )
 
 
 async def test_authentication_and_roles(shim: ShimUnderTest) -> None:
     scan_id = (await shim.launch())["scan_id"]
     for token in (None, "wrong"):
-        for method, path in [("GET", "/"), ("GET", f"/scan/{scan_id}"), ("POST", "/scan"), ("PATCH", f"/scan/{scan_id}/manifest")]:
+        for method, path in [
+            ("GET", "/"),
+            ("GET", f"/scan/{scan_id}"),
+            ("POST", "/scan"),
+            ("PATCH", f"/scan/{scan_id}/manifest"),
+        ]:
             reply = await shim.call(method, path, as_=token, json_body={})
             assert reply.status == 401 and reply.body["reason"] == "authentication failed", (token, path)
             assert reply.body["error"] == "Unauthorized" and reply.headers["WWW-Authenticate"] == "Bearer"
@@ -123,15 +144,34 @@ async def test_authentication_and_roles(shim: ShimUnderTest) -> None:
         for method, path, body in routes:
             reply = await shim.call(method, path, as_=role, json_body=body)
             assert reply.status == 403 and reply.body["reason"] == "authorization failed", (role, path)
-    assert (await shim.call("GET", f"/scan/{scan_id}")).body["manifest"]["is_deleted"] is False  # nothing happened
-    for path in ("", "/manifest", "/status", "/sensor-event", "/wms/workflow-id", "/wms/workforce", "/wms/taskforces"):
+    assert (await shim.call("GET", f"/scan/{scan_id}")).body["manifest"][
+        "is_deleted"
+    ] is False  # nothing happened
+    for path in (
+        "",
+        "/manifest",
+        "/status",
+        "/sensor-event",
+        "/wms/workflow-id",
+        "/wms/workforce",
+        "/wms/taskforces",
+    ):
         for role in ("user", "system"):
             assert (await shim.call("GET", f"/scan/{scan_id}{path}", as_=role)).status == 200, (role, path)
 
 
 async def test_the_cache_follows_kubectl(shim: ShimUnderTest) -> None:
     name = "0194d2a3b4cx4a1b2c3d4e5f6a7b8c9d0"
-    await shim.api.request("POST", scan_path(shim.namespace), body={"apiVersion": "skyscan.io/v1alpha1", "kind": "Scan", "metadata": {"name": name}, "spec": minimal_spec()})
+    await shim.api.request(
+        "POST",
+        scan_path(shim.namespace),
+        body={
+            "apiVersion": "skyscan.io/v1alpha1",
+            "kind": "Scan",
+            "metadata": {"name": name},
+            "spec": minimal_spec(),
+        },
+    )
 
     async def visible() -> Any:
         reply = await shim.call("GET", f"/scan/{name}/manifest")
@@ -155,7 +195,9 @@ async def test_reads_survive_an_unreachable_api_server_and_writes_answer_503_wit
     shim.state.api.server = "https://127.0.0.1:9"  # nothing listens there
     shim.state.store._timeout = 2.0
     assert (await shim.call("GET", f"/scan/{scan_id}/manifest")).status == 200
-    assert (await shim.call("POST", "/scans/find", json_body={"filter": {}})).body["manifests"][0]["scan_id"] == scan_id
+    assert (await shim.call("POST", "/scans/find", json_body={"filter": {}})).body["manifests"][0][
+        "scan_id"
+    ] == scan_id
     for method, path, body in [
         ("POST", "/scan", None),
         ("DELETE", f"/scan/{scan_id}", {}),
@@ -163,8 +205,16 @@ async def test_reads_survive_an_unreachable_api_server_and_writes_answer_503_wit
     ]:
         from tests.integration.shim.conftest import scan_body
 
-        reply = await shim.call(method, path, json_body=body if body is not None else scan_body(), as_="system" if method == "PATCH" else "user")
-        assert reply.status == 503 and reply.body["reason"] == "kubernetes API unavailable", (path, reply.body)
+        reply = await shim.call(
+            method,
+            path,
+            json_body=body if body is not None else scan_body(),
+            as_="system" if method == "PATCH" else "user",
+        )
+        assert reply.status == 503 and reply.body["reason"] == "kubernetes API unavailable", (
+            path,
+            reply.body,
+        )
         assert reply.body["message"] == "The API server did not answer; try again.", reply.body  # no repr
     assert (await shim.call("GET", f"/scan/{scan_id}")).body["manifest"]["is_deleted"] is False
 

@@ -17,7 +17,7 @@ from api_shim.auth import make_token
 from api_shim.bodies import BODIES
 from tests.conftest import Cluster
 from tests.helpers import eventually
-from tests.integration.shim.conftest import MakeShim, scan_body, start_shim_process
+from tests.integration.shim.conftest import MakeShim, scan_body, shim_serving, start_shim_process
 
 pytestmark = pytest.mark.timeout(180)
 MIB = 1 << 20
@@ -37,16 +37,7 @@ async def served(cluster: Cluster, namespace: str, tmp_path: Path) -> AsyncItera
     log = tmp_path / "shim.log"
     process, url = start_shim_process(cluster, namespace, tokens, log, SKYSCAN_LOG_LEVEL="WARNING")
     try:
-        async with httpx.AsyncClient(base_url=url) as http:
-
-            async def serving() -> bool:
-                assert process.poll() is None, log.read_text()
-                try:
-                    return (await http.get("/healthz")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            await eventually(serving, timeout=60)
+        await shim_serving(process, url, log)
         yield process.pid, url, token
     finally:
         process.terminate()

@@ -38,7 +38,9 @@ async def test_find_filters_and_include_deleted(shim: ShimUnderTest) -> None:
     assert await find(shim, filter={"event_metadata.run_id": 7, "event_metadata.is_real_event": True}) == [b]
     assert await find(shim, filter={"priority": {"$gte": 5}}) == [b, c]
     assert await find(shim, filter={"priority": {"$in": [1, 9]}, "classifiers.n": {"$ne": 3}}) == [a]
-    assert await find(shim, filter={"$or": [{"priority": 1}, {"classifiers.origin": {"$regex": "^man"}}]}) == [a, b]
+    assert await find(
+        shim, filter={"$or": [{"priority": 1}, {"classifiers.origin": {"$regex": "^man"}}]}
+    ) == [a, b]
     assert await find(shim, filter={"$nor": [{"priority": 1}]}) == [b, c]
     assert await find(shim, filter={"event_metadata": {"$exists": True, "$ne": None}}) == [b]
     assert await find(shim, filter={"priority": {"$not": {"$lt": 5}}}) == [b, c]
@@ -62,10 +64,18 @@ async def test_find_projection(shim: ShimUnderTest) -> None:
         (manifest,) = (await shim.call("POST", "/scans/find", json_body=body)).body["manifests"]
         assert "scan_id" in manifest and "progress" in manifest
         assert not {"wms_task", "event_live_json_dict", "event_live_json_dict__hash"} & set(manifest)
-    reply = await shim.call("POST", "/scans/find", json_body={"filter": {}, "manifest_projection": ["scan_id"]})
+    reply = await shim.call(
+        "POST", "/scans/find", json_body={"filter": {}, "manifest_projection": ["scan_id"]}
+    )
     assert list(reply.body["manifests"][0]) == ["scan_id"]
-    for disallowed in (["scan_id", "wms_task"], ["*", "event_live_json_dict"], ["event_live_json_dict__hash"]):
-        reply = await shim.call("POST", "/scans/find", json_body={"filter": {}, "manifest_projection": disallowed})
+    for disallowed in (
+        ["scan_id", "wms_task"],
+        ["*", "event_live_json_dict"],
+        ["event_live_json_dict__hash"],
+    ):
+        reply = await shim.call(
+            "POST", "/scans/find", json_body={"filter": {}, "manifest_projection": disallowed}
+        )
         assert reply.status == 400 and reply.body["reason"].startswith("manifest_projection cannot include: ")
 
 
@@ -123,12 +133,36 @@ async def test_find_regex_never_stalls_the_shim(shim: ShimUnderTest) -> None:
 @pytest.mark.parametrize(
     ("pattern", "options", "reason"),
     [
-        ("(a)\\1", "", "invalid filter: invalid $regex: invalid escape sequence: \\1 (the linear-time engine refuses backreferences, lookahead/lookbehind, atomic groups, possessive quantifiers, recursion and conditionals)"),
-        ("^(?=\\w)", "", "invalid filter: invalid $regex: invalid perl operator: (?= (the linear-time engine refuses"),
-        ("(?<!a)b", "", "invalid filter: invalid $regex: invalid perl operator: (?<! (the linear-time engine refuses"),
-        ("(?>a+)b", "", "invalid filter: invalid $regex: invalid perl operator: (?> (the linear-time engine refuses"),
-        ("a++", "", "invalid filter: invalid $regex: bad repetition operator: ++ (the linear-time engine refuses"),
-        ("(.*a){200}", "", "invalid filter: invalid $regex: pattern too complex: its program has 1804 instructions, at most 1000 are allowed"),
+        (
+            "(a)\\1",
+            "",
+            "invalid filter: invalid $regex: invalid escape sequence: \\1 (the linear-time engine refuses backreferences, lookahead/lookbehind, atomic groups, possessive quantifiers, recursion and conditionals)",
+        ),
+        (
+            "^(?=\\w)",
+            "",
+            "invalid filter: invalid $regex: invalid perl operator: (?= (the linear-time engine refuses",
+        ),
+        (
+            "(?<!a)b",
+            "",
+            "invalid filter: invalid $regex: invalid perl operator: (?<! (the linear-time engine refuses",
+        ),
+        (
+            "(?>a+)b",
+            "",
+            "invalid filter: invalid $regex: invalid perl operator: (?> (the linear-time engine refuses",
+        ),
+        (
+            "a++",
+            "",
+            "invalid filter: invalid $regex: bad repetition operator: ++ (the linear-time engine refuses",
+        ),
+        (
+            "(.*a){200}",
+            "",
+            "invalid filter: invalid $regex: pattern too complex: its program has 1804 instructions, at most 1000 are allowed",
+        ),
         ("a" * 1001, "", "invalid filter: invalid $regex: pattern longer than 1000 characters"),
         ("a", "u", "invalid filter: unsupported $options flag: 'u' (supported: i, m, s, x)"),
     ],
@@ -164,7 +198,9 @@ async def test_find_limits(shim: ShimUnderTest, monkeypatch: pytest.MonkeyPatch)
     assert reply.body["reason"] == "filter too costly: 5 per scan * 2 scans exceeds the work budget of 9"
 
 
-async def test_find_answers_many_scans_in_id_order(shim: ShimUnderTest, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_find_answers_many_scans_in_id_order(
+    shim: ShimUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """More manifests than one write chunk and one sort run, created out of id order."""
     monkeypatch.setattr(find_handler, "SORT_RUN", 16)
     now = time.time()
@@ -177,7 +213,12 @@ async def test_find_answers_many_scans_in_id_order(shim: ShimUnderTest, monkeypa
 
     async def create(i: int, name: str) -> None:
         async with sem:
-            body = {"apiVersion": model.API_VERSION, "kind": model.KIND, "metadata": {"name": name}, "spec": {**spec, "priority": i % 3}}
+            body = {
+                "apiVersion": model.API_VERSION,
+                "kind": model.KIND,
+                "metadata": {"name": name},
+                "spec": {**spec, "priority": i % 3},
+            }
             await shim.api.request("POST", scan_path(shim.namespace), body=body)
 
     await asyncio.gather(*(create(i, name) for i, name in random.sample(list(enumerate(ids)), len(ids))))
@@ -188,9 +229,17 @@ async def test_find_answers_many_scans_in_id_order(shim: ShimUnderTest, monkeypa
 
     assert await eventually(all_there, timeout=30) == sorted(ids)
     assert await find(shim, filter={"priority": 2}) == [n for i, n in enumerate(ids) if i % 3 == 2]
-    manifests = (await shim.call("POST", "/scans/find", json_body={"filter": {"scan_id": ids[77]}})).body["manifests"]
+    manifests = (await shim.call("POST", "/scans/find", json_body={"filter": {"scan_id": ids[77]}})).body[
+        "manifests"
+    ]
     direct = (await shim.call("GET", f"/scan/{ids[77]}/manifest")).body
-    assert manifests == [{k: v for k, v in direct.items() if k not in ("wms_task", "event_live_json_dict", "event_live_json_dict__hash")}]
+    assert manifests == [
+        {
+            k: v
+            for k, v in direct.items()
+            if k not in ("wms_task", "event_live_json_dict", "event_live_json_dict__hash")
+        }
+    ]
 
 
 async def test_backlog_lists_what_the_operator_holds(shim: ShimUnderTest) -> None:
@@ -207,8 +256,22 @@ async def test_backlog_lists_what_the_operator_holds(shim: ShimUnderTest) -> Non
 
     entries = await eventually(two, timeout=10)
     assert entries == [
-        {"scan_id": first, "timestamp": 10.0, "pickled_k8s_job": None, "priority": 0, "pending_timestamp": 11.5, "next_attempt": 2},
-        {"scan_id": second, "timestamp": 20.0, "pickled_k8s_job": None, "priority": 100, "pending_timestamp": 0.0, "next_attempt": 0},
+        {
+            "scan_id": first,
+            "timestamp": 10.0,
+            "pickled_k8s_job": None,
+            "priority": 0,
+            "pending_timestamp": 11.5,
+            "next_attempt": 2,
+        },
+        {
+            "scan_id": second,
+            "timestamp": 20.0,
+            "pickled_k8s_job": None,
+            "priority": 100,
+            "pending_timestamp": 0.0,
+            "next_attempt": 0,
+        },
     ]
     assert third not in [e["scan_id"] for e in entries]
 
@@ -219,8 +282,14 @@ async def test_workflow_id_is_set_once(shim: ShimUnderTest) -> None:
     assert (await shim.call("GET", path)).body == {
         "workflow_id": "not-yet-requested", "requested_wms_workflow": False, "eligible_for_wms": True, "wms_address": None,
     }  # fmt: skip
-    reply = await shim.call("POST", path, as_="system", json_body={"workflow_id": "wf-1", "wms_address": "https://wms.test"})
-    assert reply.status == 200 and reply.body["wms_workflow_id"] == "wf-1" and reply.body["wms_address"] == "https://wms.test"
+    reply = await shim.call(
+        "POST", path, as_="system", json_body={"workflow_id": "wf-1", "wms_address": "https://wms.test"}
+    )
+    assert (
+        reply.status == 200
+        and reply.body["wms_workflow_id"] == "wf-1"
+        and reply.body["wms_address"] == "https://wms.test"
+    )
     assert (await shim.call("GET", path)).body == {
         "workflow_id": "wf-1", "requested_wms_workflow": True, "eligible_for_wms": True, "wms_address": "https://wms.test",
     }  # fmt: skip
@@ -231,7 +300,12 @@ async def test_workflow_id_is_set_once(shim: ShimUnderTest) -> None:
 
     deleted = (await shim.launch())["scan_id"]
     await shim.call("DELETE", f"/scan/{deleted}")
-    reply = await shim.call("POST", f"/scan/{deleted}/wms/workflow-id", as_="system", json_body={"workflow_id": "w", "wms_address": "a"})
+    reply = await shim.call(
+        "POST",
+        f"/scan/{deleted}/wms/workflow-id",
+        as_="system",
+        json_body={"workflow_id": "w", "wms_address": "a"},
+    )
     assert reply.status == 404
     bad = await shim.call("POST", path, as_="system", json_body={"workflow_id": ""})
     assert bad.status == 400 and "'wms_address' is a required property" in bad.body["reason"]
@@ -256,19 +330,28 @@ async def test_workforce_taskforces_and_deactivation(shim: ShimUnderTest) -> Non
 
     status = await eventually(aborted, timeout=10)
     assert status["scan_state"] == "ABORTED__WAITING_ON_SCANNER_SERVER_STARTUP"
-    workforce = {"workflow_id": "wf-9", "statuses": {"IDLE": {"x": 2}}, "n_running": 4, "top_errors": {"boom": 1}}
+    workforce = {
+        "workflow_id": "wf-9",
+        "statuses": {"IDLE": {"x": 2}},
+        "n_running": 4,
+        "top_errors": {"boom": 1},
+    }
     assert status["wms_workforce"] == workforce
     assert (await shim.call("GET", f"/scan/{scan_id}/wms/workforce")).body == workforce
     assert (await shim.call("GET", f"/scan/{scan_id}/wms/taskforces")).body == {"taskforces": taskforces}
 
 
-async def play_operator_for_workers(shim: ShimUnderTest, scan_id: str, state: str, reason: str | None = None) -> None:
+async def play_operator_for_workers(
+    shim: ShimUnderTest, scan_id: str, state: str, reason: str | None = None
+) -> None:
     """Wait for the add-workers request in spec and answer it in status, as the operator does."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         scan = await shim.kube_scan(scan_id)
         answered = list((scan.get("status") or {}).get("workerRequests") or [])
-        pending = [r for r in scan["spec"].get("workerRequests") or [] if r["id"] not in {a["id"] for a in answered}]
+        pending = [
+            r for r in scan["spec"].get("workerRequests") or [] if r["id"] not in {a["id"] for a in answered}
+        ]
         if pending:
             ask = pending[0]
             outcome = {"id": ask["id"], "state": state, "reason": reason}
@@ -285,8 +368,16 @@ async def test_add_workers(shim: ShimUnderTest) -> None:
     path = f"/scan/{scan_id}/actions/add-workers"
     body = {"n_workers": 7, "cluster_location": "osg"}
     reply = await shim.call("POST", path, json_body=body)
-    assert (reply.status, reply.body["reason"]) == (422, "a WMS workflow has not been assigned--cannot add workers")
-    await shim.call("POST", f"/scan/{scan_id}/wms/workflow-id", as_="system", json_body={"workflow_id": "wf", "wms_address": "a"})
+    assert (reply.status, reply.body["reason"]) == (
+        422,
+        "a WMS workflow has not been assigned--cannot add workers",
+    )
+    await shim.call(
+        "POST",
+        f"/scan/{scan_id}/wms/workflow-id",
+        as_="system",
+        json_body={"workflow_id": "wf", "wms_address": "a"},
+    )
 
     operator = asyncio.create_task(play_operator_for_workers(shim, scan_id, "Succeeded"))
     reply = await shim.call("POST", path, json_body=body)
@@ -301,7 +392,9 @@ async def test_add_workers(shim: ShimUnderTest) -> None:
 
     bad = await shim.call("POST", path, json_body={"n_workers": 0, "cluster_location": "osg"})
     assert (bad.status, bad.body["reason"]) == (400, "'n_workers': must be at least 1")
-    await shim.call("PUT", f"/scan/{scan_id}/result", as_="system", json_body={"scan_result": {"a": 1}, "is_final": True})
+    await shim.call(
+        "PUT", f"/scan/{scan_id}/result", as_="system", json_body={"scan_result": {"a": 1}, "is_final": True}
+    )
     reply = await shim.call("POST", path, json_body=body)
     assert (reply.status, reply.body["reason"]) == (422, "this scan has a final result--cannot add workers")
     await shim.call("DELETE", f"/scan/{scan_id}", json_body={"delete_completed_scan": True})
@@ -312,8 +405,15 @@ async def test_add_workers(shim: ShimUnderTest) -> None:
 async def test_add_workers_times_out_clearly(make_shim: Any) -> None:
     shim = await make_shim(add_workers_timeout=0.5)
     scan_id = (await shim.launch())["scan_id"]
-    await shim.call("POST", f"/scan/{scan_id}/wms/workflow-id", as_="system", json_body={"workflow_id": "wf", "wms_address": "a"})
-    reply = await shim.call("POST", f"/scan/{scan_id}/actions/add-workers", json_body={"n_workers": 1, "cluster_location": "osg"})
+    await shim.call(
+        "POST",
+        f"/scan/{scan_id}/wms/workflow-id",
+        as_="system",
+        json_body={"workflow_id": "wf", "wms_address": "a"},
+    )
+    reply = await shim.call(
+        "POST", f"/scan/{scan_id}/actions/add-workers", json_body={"n_workers": 1, "cluster_location": "osg"}
+    )
     assert reply.status == 504 and "did not answer" in reply.body["reason"]
     assert len((await shim.kube_scan(scan_id))["spec"]["workerRequests"]) == 1  # recorded for the operator
 
@@ -323,7 +423,9 @@ async def test_the_scanner_reads_its_event_through_the_manifest(shim: ShimUnderT
     scan_id = (await shim.launch(event_live_json=event))["scan_id"]
     as_scanner = await shim.call("GET", f"/scan/{scan_id}/manifest", as_="system")
     assert as_scanner.body["event_live_json_dict"] == event
-    projected = await shim.call("GET", f"/scan/{scan_id}/manifest", as_="system", params={"projection": "scan_id"})
+    projected = await shim.call(
+        "GET", f"/scan/{scan_id}/manifest", as_="system", params={"projection": "scan_id"}
+    )
     assert projected.body == {"scan_id": scan_id}
     as_user = await shim.call("GET", f"/scan/{scan_id}/manifest")
     assert as_user.body["event_live_json_dict"] == "use 'sensor_event_id'"

@@ -222,7 +222,9 @@ async def test_invalid_requests_are_refused_and_nothing_is_written(
     assert isinstance(reply.body["message"], str) and reply.body["message"]
     listed = await shim.api.request("GET", scan_path(shim.namespace))
     assert listed["items"] == []
-    configmaps = await shim.api.request("GET", core_path("configmaps", shim.namespace), params={"labelSelector": names.PAYLOAD_LABEL})
+    configmaps = await shim.api.request(
+        "GET", core_path("configmaps", shim.namespace), params={"labelSelector": names.PAYLOAD_LABEL}
+    )
     assert configmaps["items"] == []
 
 
@@ -234,9 +236,17 @@ async def test_integral_numbers_are_integers(shim: ShimUnderTest) -> None:
     )  # fmt: skip
     request = (await shim.call("GET", f"/scan-request/{manifest['scan_id']}")).body
     got = {k: request[k] for k in ("max_pixel_reco_time", "priority", "nsides", "request_clusters")}
-    assert got == {"max_pixel_reco_time": 600, "priority": 7, "nsides": {"1": 2}, "request_clusters": [["osg", 3]]}
+    assert got == {
+        "max_pixel_reco_time": 600,
+        "priority": 7,
+        "nsides": {"1": 2},
+        "request_clusters": [["osg", 3]],
+    }
     assert (request["worker_memory_bytes"], request["worker_disk_bytes"]) == (1_500_000_000, 2**63 - 1024)
-    assert all(type(v) is int for v in (request["priority"], request["max_pixel_reco_time"], request["worker_memory_bytes"]))
+    assert all(
+        type(v) is int
+        for v in (request["priority"], request["max_pixel_reco_time"], request["worker_memory_bytes"])
+    )
     spec = (await shim.kube_scan(manifest["scan_id"]))["spec"]
     assert (spec["priority"], spec["maxPixelRecoTime"], spec["workerDiskBytes"]) == (7, 600, 2**63 - 1024)
 
@@ -315,7 +325,9 @@ async def test_a_request_too_large_for_its_scan_is_413(shim: ShimUnderTest) -> N
     assert listed["items"] == []
     # The largest valid request fits: 25 environment variables of 4096 characters.
     env = {f"SKYSCAN_PROGRESS_VAR_{i}": "v" * 4096 for i in range(25)}
-    assert (await shim.call("POST", "/scan", json_body=scan_body(scanner_server_env_from_user=env))).status == 200
+    assert (
+        await shim.call("POST", "/scan", json_body=scan_body(scanner_server_env_from_user=env))
+    ).status == 200
 
 
 async def test_a_deployment_widens_the_scanner_env_and_the_worker_bound(make_shim: MakeShim) -> None:
@@ -324,13 +336,21 @@ async def test_a_deployment_widens_the_scanner_env_and_the_worker_bound(make_shi
     default = await make_shim()
     env = {"OMP_NUM_THREADS": 4, "MKL_NUM_THREADS": 2, "SKYSCAN_LOG": "DEBUG"}
     reply = await default.call("POST", "/scan", json_body=scan_body(scanner_server_env_from_user=env))
-    assert (reply.status, reply.body["reason"]) == (400, "cannot set 'OMP_NUM_THREADS' in the scanner's environment")
+    assert (reply.status, reply.body["reason"]) == (
+        400,
+        "cannot set 'OMP_NUM_THREADS' in the scanner's environment",
+    )
     widened = await make_shim(scanner_env_allowed=["OMP_*", "MKL_NUM_THREADS", "LD_*"], max_n_workers=50_000)
     manifest = await widened.launch(scanner_server_env_from_user=env, request_clusters={"osg": 50_000})
     spec = (await widened.kube_scan(manifest["scan_id"]))["spec"]
-    assert spec["scannerServerEnvFromUser"] == env and spec["requestClusters"] == [{"location": "osg", "nWorkers": 50_000}]
+    assert spec["scannerServerEnvFromUser"] == env and spec["requestClusters"] == [
+        {"location": "osg", "nWorkers": 50_000}
+    ]
     for changes, reason in [
-        ({"scanner_server_env_from_user": {"LD_PRELOAD": "/tmp/x.so"}}, "'scanner_server_env_from_user': cannot set 'LD_PRELOAD'"),
+        (
+            {"scanner_server_env_from_user": {"LD_PRELOAD": "/tmp/x.so"}},
+            "'scanner_server_env_from_user': cannot set 'LD_PRELOAD'",
+        ),
         ({"scanner_server_env_from_user": {"OMPX": 1}}, "cannot set 'OMPX' in the scanner's environment"),
         ({"request_clusters": {"osg": 50_001}}, "'request_clusters.osg': must be no more than 50000"),
     ]:

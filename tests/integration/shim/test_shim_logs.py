@@ -9,13 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
 from api_shim.auth import make_token
 from tests.conftest import Cluster
 from tests.helpers import eventually
-from tests.integration.shim.conftest import start_shim_process
+from tests.integration.shim.conftest import shim_serving, start_shim_process
 
 pytestmark = pytest.mark.timeout(120)
 FORGED = "2026-11-25 00:00:00,000 INFO api_shim.auth: alice logged in as admin"
@@ -48,16 +47,7 @@ async def served(cluster: Cluster, namespace: str, tmp_path: Path) -> AsyncItera
     log = tmp_path / "shim.log"
     process, url = start_shim_process(cluster, namespace, tokens, log, SKYSCAN_LOG_FORMAT="text")
     try:
-        async with httpx.AsyncClient(base_url=url) as http:
-
-            async def serving() -> bool:
-                assert process.poll() is None, log.read_text()
-                try:
-                    return (await http.get("/healthz")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            await eventually(serving, timeout=60)
+        await shim_serving(process, url, log)
         yield ShimProcess(url, log, token)
     finally:
         process.terminate()

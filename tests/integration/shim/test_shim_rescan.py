@@ -1,5 +1,4 @@
 """Rescans (full scans of their own) and redirects of replaced scans."""
-# ruff: noqa: E501  - request tables read best unwrapped
 
 from __future__ import annotations
 
@@ -23,14 +22,18 @@ async def test_rescan_copies_the_request_and_lists_rescan_ids(shim: ShimUnderTes
         assert rescan[key] != root[key]
     # A rescan of the rescan; the root request lists both, in order.
     second = await shim.call(
-        "POST", f"/scan/{rescan['scan_id']}/actions/rescan", json_body={"manifest_projection": ["scan_id", "classifiers"]}
+        "POST",
+        f"/scan/{rescan['scan_id']}/actions/rescan",
+        json_body={"manifest_projection": ["scan_id", "classifiers"]},
     )
     assert set(second.body) == {"scan_id", "classifiers"}
     assert second.body["classifiers"]["origin_scan_id"] == rescan["scan_id"]
     request = (await shim.call("GET", f"/scan-request/{root['scan_id']}")).body
     assert request["rescan_ids"] == [rescan["scan_id"], second.body["scan_id"]]
     own = await shim.call("GET", f"/scan-request/{rescan['scan_id']}")
-    assert own.status == 200 and own.body["docker_tag"] == request["docker_tag"] == "4.1.0"  # reused, not re-resolved
+    assert (
+        own.status == 200 and own.body["docker_tag"] == request["docker_tag"] == "4.1.0"
+    )  # reused, not re-resolved
     assert own.body["classifiers"] == {"origin": "test"}
     # The event is shared, not copied.
     event = (await shim.call("GET", f"/scan/{second.body['scan_id']}/sensor-event")).body
@@ -44,7 +47,11 @@ async def test_rescan_abort_first_and_replace(shim: ShimUnderTest) -> None:
         "POST", f"/scan/{alpha}/actions/rescan", json_body={"abort_first": True, "replace_scan": True}
     )
     beta = reply.body["scan_id"]
-    original = (await shim.call("GET", f"/scan/{alpha}/manifest", params={"no_redirect": "true", "include_deleted": "true"})).body
+    original = (
+        await shim.call(
+            "GET", f"/scan/{alpha}/manifest", params={"no_redirect": "true", "include_deleted": "true"}
+        )
+    ).body
     assert original["is_deleted"] is True and original["replaced_by_scan_id"] == beta
 
     only_replaced = (await shim.launch())["scan_id"]
@@ -55,7 +62,9 @@ async def test_rescan_abort_first_and_replace(shim: ShimUnderTest) -> None:
 
 async def test_replaced_scans_redirect_users_only(shim: ShimUnderTest) -> None:
     alpha = (await shim.launch())["scan_id"]
-    beta = (await shim.call("POST", f"/scan/{alpha}/actions/rescan", json_body={"replace_scan": True})).body["scan_id"]
+    beta = (await shim.call("POST", f"/scan/{alpha}/actions/rescan", json_body={"replace_scan": True})).body[
+        "scan_id"
+    ]
     for suffix in REDIRECTING_GETS:
         reply = await shim.call("GET", f"/scan/{alpha}{suffix}", params={"projection": "scan_id|priority"})
         assert reply.status == 302, suffix
@@ -74,6 +83,8 @@ async def test_replaced_scans_redirect_users_only(shim: ShimUnderTest) -> None:
     reply = await shim.call("GET", f"/scan/{alpha}/status", headers=forged)
     assert reply.status == 302 and reply.headers["Location"] == f"/scan/{beta}/status"
     # System callers are never redirected; routes without redirects answer for the id asked.
-    manifest = await shim.call("GET", f"/scan/{alpha}/manifest", as_="system", params={"include_deleted": "true"})
+    manifest = await shim.call(
+        "GET", f"/scan/{alpha}/manifest", as_="system", params={"include_deleted": "true"}
+    )
     assert manifest.body["scan_id"] == alpha
     assert (await shim.call("GET", f"/scan-request/{alpha}")).body["scan_id"] == alpha

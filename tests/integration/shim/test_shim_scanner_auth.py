@@ -84,6 +84,7 @@ async def test_a_scanner_token_stops_with_its_job_or_a_revoked_credential(shim: 
     token = await mint(shim, a)
     assert (await shim.call("GET", f"/scan/{a}/status", as_=token)).status == 200
     await shim.operator_writes(a, {"job": {"name": "j", "state": "Succeeded"}})
+
     def ended(scan: dict[str, Any] | None) -> bool:
         return bool(scan) and scan["status"]["job"]["state"] == "Succeeded"  # type: ignore[index]
 

@@ -45,7 +45,9 @@ async def test_patch_manifest_progress_and_set_once_metadata(shim: ShimUnderTest
     # progress is replaced whole: keys and nested keys not sent are gone.
     newer = {**PROGRESS, "tallies": {"other": 1}, "start": 5}
     newer["processing_stats"] = {"start": {}, "runtime": {}, "rate": {"r": 1.5}}
-    reply = await shim.call("PATCH", path, as_="system", json_body={"progress": newer, "event_metadata": EVENT_METADATA})
+    reply = await shim.call(
+        "PATCH", path, as_="system", json_body={"progress": newer, "event_metadata": EVENT_METADATA}
+    )
     assert reply.body["progress"]["tallies"] == {"other": 1} and reply.body["progress"]["start"] == 5
     assert reply.body["progress"]["processing_stats"]["start"] == {}
     status = (await shim.call("GET", f"/scan/{scan_id}/status")).body
@@ -85,7 +87,9 @@ async def test_results(shim: ShimUnderTest) -> None:
     assert status["scan_state"] == "SCAN_HAS_FINAL_RESULT" and status["scan_complete"] is True
     scan = await shim.kube_scan(scan_id)
     assert scan["status"]["result"]["isFinal"] is True  # for the operator to finish the workflow
-    cm = await shim.api.request("GET", core_path("configmaps", shim.namespace, names.result_object_name(scan_id)))
+    cm = await shim.api.request(
+        "GET", core_path("configmaps", shim.namespace, names.result_object_name(scan_id))
+    )
     assert [o["uid"] for o in cm["metadata"]["ownerReferences"]] == [scan["metadata"]["uid"]]
 
     for body, reason in [
@@ -94,24 +98,33 @@ async def test_results(shim: ShimUnderTest) -> None:
     ]:
         reply = await shim.call("PUT", path, as_="system", json_body=body)
         assert (reply.status, reply.body["reason"]) == (400, reason)
-    reply = await shim.call("PUT", "/scan/unknown1/result", as_="system", json_body={"scan_result": final, "is_final": True})
+    reply = await shim.call(
+        "PUT", "/scan/unknown1/result", as_="system", json_body={"scan_result": final, "is_final": True}
+    )
     assert (reply.status, reply.body["reason"]) == (400, "unknown scan")
 
 
 async def test_delete_and_deleted_reads(shim: ShimUnderTest) -> None:
     scan_id = (await shim.launch())["scan_id"]
     done_id = (await shim.launch())["scan_id"]
-    await shim.call("PUT", f"/scan/{done_id}/result", as_="system", json_body={"scan_result": {"a": 1}, "is_final": True})
+    await shim.call(
+        "PUT", f"/scan/{done_id}/result", as_="system", json_body={"scan_result": {"a": 1}, "is_final": True}
+    )
 
     refused = await shim.call("DELETE", f"/scan/{done_id}")
     assert refused.status == 400
-    assert refused.body["reason"] == "Attempted to delete a completed scan (must use `delete_completed_scan=True`)"
+    assert (
+        refused.body["reason"]
+        == "Attempted to delete a completed scan (must use `delete_completed_scan=True`)"
+    )
     refused = await shim.call("DELETE", f"/scan/{done_id}", json_body={"delete_completed_scan": False})
     assert refused.status == 400
     done = await shim.call("DELETE", f"/scan/{done_id}", json_body={"delete_completed_scan": True})
     assert done.status == 200 and done.body["result"]["is_final"] is True
 
-    deleted = await shim.call("DELETE", f"/scan/{scan_id}", json_body={"manifest_projection": ["scan_id", "is_deleted"]})
+    deleted = await shim.call(
+        "DELETE", f"/scan/{scan_id}", json_body={"manifest_projection": ["scan_id", "is_deleted"]}
+    )
     assert deleted.body == {"manifest": {"scan_id": scan_id, "is_deleted": True}, "result": {}}
     again = await shim.call("DELETE", f"/scan/{scan_id}")
     assert again.status == 200 and again.body["manifest"]["is_deleted"] is True
@@ -130,7 +143,9 @@ async def test_delete_and_deleted_reads(shim: ShimUnderTest) -> None:
     status = (await shim.call("GET", f"/scan/{scan_id}/status")).body
     assert status["is_deleted"] is True and status["scan_state"] == "PENDING__PRESTARTUP"
     # Deleted scans can still be patched (the scanner may report after an abort).
-    reply = await shim.call("PATCH", f"/scan/{scan_id}/manifest", as_="system", json_body={"scan_metadata": {"x": 1}})
+    reply = await shim.call(
+        "PATCH", f"/scan/{scan_id}/manifest", as_="system", json_body={"scan_metadata": {"x": 1}}
+    )
     assert reply.status == 200 and reply.body["scan_metadata"] == {"x": 1}
     bad = await shim.call("GET", f"/scan/{scan_id}", params={"include_deleted": "maybe"})
     assert bad.status == 400
@@ -146,7 +161,12 @@ async def test_status_and_logs(shim: ShimUnderTest) -> None:
         "wms_deactivated": None,
         "scan_complete": False,
         "scanner_server_logs": {"url": url},
-        "wms_workforce": {"workflow_id": "not-yet-requested", "statuses": {}, "n_running": 0, "top_errors": {}},
+        "wms_workforce": {
+            "workflow_id": "not-yet-requested",
+            "statuses": {},
+            "n_running": 0,
+            "top_errors": {},
+        },
     }
     assert (await shim.call("GET", f"/scan/{scan_id}/logs")).body == {"scanner_server": {"url": url}}
 
@@ -164,17 +184,30 @@ async def test_payload_limits(make_shim: Any) -> None:
     shim = await make_shim(max_body_bytes=3_000_000)
     scan_id = (await shim.launch())["scan_id"]
     noise = base64.b64encode(os.urandom(1_100_000)).decode()
-    reply = await shim.call("PUT", f"/scan/{scan_id}/result", as_="system", json_body={"scan_result": {"d": noise}, "is_final": True})
+    reply = await shim.call(
+        "PUT",
+        f"/scan/{scan_id}/result",
+        as_="system",
+        json_body={"scan_result": {"d": noise}, "is_final": True},
+    )
     assert reply.status == 413 and reply.body["reason"] == "scan result too large"
     assert (await shim.call("GET", f"/scan/{scan_id}/result")).body == {}  # nothing stored
     assert (await shim.call("GET", f"/scan/{scan_id}/status")).body["scan_complete"] is False
-    huge = await shim.call("PUT", f"/scan/{scan_id}/result", as_="system", json_body={"scan_result": {"d": noise * 3}, "is_final": True})
+    huge = await shim.call(
+        "PUT",
+        f"/scan/{scan_id}/result",
+        as_="system",
+        json_body={"scan_result": {"d": noise * 3}, "is_final": True},
+    )
     assert huge.status == 413 and huge.body["error"] == "Request Entity Too Large"
 
 
 async def test_a_missing_event_object_is_404(shim: ShimUnderTest) -> None:
     manifest = await shim.launch()
-    await shim.api.request("DELETE", core_path("configmaps", shim.namespace, names.event_object_name(manifest["sensor_event_id"])))
+    await shim.api.request(
+        "DELETE",
+        core_path("configmaps", shim.namespace, names.event_object_name(manifest["sensor_event_id"])),
+    )
     reply = await shim.call("GET", f"/scan/{manifest['scan_id']}/sensor-event")
     assert reply.status == 404 and reply.body["reason"] == "sensor event not found"
 
@@ -204,10 +237,14 @@ INVALID_PATCHES: list[tuple[dict[str, Any], str]] = [
 
 
 @pytest.mark.parametrize(("body", "reason"), INVALID_PATCHES)
-async def test_invalid_manifest_patches_are_refused(shim: ShimUnderTest, body: dict[str, Any], reason: str) -> None:
+async def test_invalid_manifest_patches_are_refused(
+    shim: ShimUnderTest, body: dict[str, Any], reason: str
+) -> None:
     scan_id = (await shim.launch())["scan_id"]
     reply = await shim.call("PATCH", f"/scan/{scan_id}/manifest", as_="system", json_body=body)
-    assert (reply.status, reply.body["error"], reply.body["reason"]) == (400, "Bad Request", reason), reply.body
+    assert (reply.status, reply.body["error"], reply.body["reason"]) == (400, "Bad Request", reason), (
+        reply.body
+    )
     assert "status" not in await shim.kube_scan(scan_id)  # nothing written
 
 
