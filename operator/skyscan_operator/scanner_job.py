@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from skyscan import model, names, presign
 from skyscan.scanner_args import COMMON_SPACE, scanner_server_argv
@@ -187,14 +187,19 @@ def scanner_auth_env(scan_id: str) -> dict[str, Any]:
 REST_CA_MOUNT = "/etc/skyscan/rest-ca"
 
 
-def rest_trust(settings: OperatorSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+class Trust(NamedTuple):
+    env: list[dict[str, Any]]
+    mounts: list[dict[str, Any]]
+
+
+def rest_trust(settings: OperatorSettings) -> Trust:
     """The env and volume mounts with which a scanner Pod's containers trust only the shim's CA (none
     without `rest_ca_configmap`): Python's ssl, httpx and requests read these two variables."""
     if settings.rest_ca_configmap is None:
-        return [], []
+        return Trust([], [])
     ca = f"{REST_CA_MOUNT}/ca.crt"
     env = [{"name": "SSL_CERT_FILE", "value": ca}, {"name": "REQUESTS_CA_BUNDLE", "value": ca}]
-    return env, [{"name": "rest-ca", "mountPath": REST_CA_MOUNT, "readOnly": True}]
+    return Trust(env, [{"name": "rest-ca", "mountPath": REST_CA_MOUNT, "readOnly": True}])
 
 
 # A container as the restricted Pod Security profile asks (the sidecar's always, the scanner's unless
@@ -221,7 +226,7 @@ def sidecar_container(scan_id: str, settings: OperatorSettings, auth_env: dict[s
             {"name": "SKYSCAN_SKYDRIVER_ADDRESS", "value": settings.rest_address},
             {"name": "SKYSCAN_SKYDRIVER_SCAN_ID", "value": scan_id},
             auth_env,
-            *rest_trust(settings)[0],
+            *rest_trust(settings).env,
         ],
         "resources": {
             "limits": {"memory": "128Mi", "cpu": "0.1"},
@@ -229,7 +234,7 @@ def sidecar_container(scan_id: str, settings: OperatorSettings, auth_env: dict[s
         },
         "volumeMounts": [
             {"name": "common-space-volume", "mountPath": COMMON_SPACE, "readOnly": True},
-            *rest_trust(settings)[1],
+            *rest_trust(settings).mounts,
         ],
         "securityContext": restricted(),
     }
@@ -282,7 +287,7 @@ def build_job(
         {"name": "SKYSCAN_EWMS_PILOT_LOG", "value": "WARNING"},
         {"name": "SKYSCAN_MQ_CLIENT_LOG", "value": "WARNING"},
         scanner_auth_env(scan_id),
-        *rest_trust(settings)[0],
+        *rest_trust(settings).env,
     ]
     # Skyscan's own variables win: the user's come first and never replace one of them.
     ours = {e["name"] for e in env}
@@ -305,7 +310,7 @@ def build_job(
         "volumeMounts": [
             {"name": "common-space-volume", "mountPath": COMMON_SPACE},
             {"name": "ewms", "mountPath": EWMS_MOUNT, "readOnly": True},
-            *rest_trust(settings)[1],
+            *rest_trust(settings).mounts,
             *([{"name": "tmp", "mountPath": "/tmp"}] if settings.scanner_restricted else []),
         ],
         **({"securityContext": restricted()} if settings.scanner_restricted else {}),
