@@ -36,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 STAGE = ROOT / ".skyscan" / "mutate"
 SOURCE_ROOTS = {"api_shim": "api_shim", "skyscan": "skyscan", "skyscan_operator": "operator/skyscan_operator"}
+ALSO_COPY = ("README.md",)  # files the tests read besides their own
 KILLED = {"killed", "timeout", "segfault"}  # a test failed, or the mutant never finished: caught
 
 
@@ -75,7 +76,8 @@ def mangled(function: str) -> str:
 
 
 def function_of(mutant: str) -> str:
-    """`Class.name` or `name`, from a mutant's name (`pkg.mod.xǁClassǁname__mutmut_3`, `pkg.mod.x_name__mutmut_3`)."""
+    """`Class.name` or `name`, from a mutant's name (`pkg.mod.xǁClassǁname__mutmut_3`,
+    `pkg.mod.x_name__mutmut_3`)."""
     key = mutant.partition("__mutmut_")[0].rpartition(".")[2]
     if key.startswith("xǁ"):
         return ".".join(key[2:].split("ǁ"))
@@ -159,6 +161,8 @@ def stage(targets: list[Target]) -> None:
     for package, source in SOURCE_ROOTS.items():
         shutil.copytree(ROOT / source, STAGE / package, ignore=ignore)
     shutil.copytree(ROOT / "tests", STAGE / "tests", ignore=ignore)
+    for name in ALSO_COPY:
+        shutil.copy2(ROOT / name, STAGE / name)
     tests = sorted({t for target in targets for t in target.tests})
     deselect = sorted({d for target in targets for d in target.deselect})
     selection = [*tests, *(arg for d in deselect for arg in ("--deselect", d))]
@@ -167,6 +171,7 @@ def stage(targets: list[Target]) -> None:
             "",
             "[tool.mutmut]",
             f"source_paths = {toml_list(SOURCE_ROOTS)}",
+            f"also_copy = {toml_list(ALSO_COPY)}",
             f"only_mutate = {toml_list(t.staged for t in targets)}",
             f"pytest_add_cli_args_test_selection = {toml_list(selection)}",
             'pytest_add_cli_args = ["-p", "no:cacheprovider"]',
@@ -182,12 +187,34 @@ def toml_list(items: Any) -> str:
 
 
 def run_mutmut(targets: list[Target], children: int) -> None:
+    """mutmut over the targets' mutants; its spinner is kept to a progress line a minute (the whole
+    output: .skyscan/mutate/mutmut.log)."""
     mutmut = Path(sys.executable).with_name("mutmut")
     patterns = [p for t in targets for p in t.patterns()]
     env = {**os.environ, "SKYSCAN_TEST_KUBECONFIG": "/nonexistent"}  # a test that wants a cluster fails
-    done = subprocess.run([str(mutmut), "run", "--max-children", str(children), *patterns], cwd=STAGE, env=env)
-    if done.returncode != 0:
-        raise SystemExit(f"mutate: mutmut failed (exit {done.returncode})")
+    command = [str(mutmut), "run", "--max-children", str(children), *patterns]
+    with (
+        (STAGE / "mutmut.log").open("wb") as log,
+        subprocess.Popen(
+            command, cwd=STAGE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        ) as mutmut_run,
+    ):
+        assert mutmut_run.stdout is not None
+        progress, shown, pending = "", time.monotonic(), b""
+        while chunk := mutmut_run.stdout.read1(1 << 16):
+            log.write(chunk)
+            *lines, pending = (pending + chunk).replace(b"\r", b"\n").split(b"\n")
+            for line in (raw.decode(errors="replace").strip() for raw in lines):
+                if line[:1] and "\u2800" <= line[0] <= "\u28ff":  # a spinner frame
+                    progress = line[1:].strip()
+                elif line:
+                    print(line, flush=True)
+            if progress and time.monotonic() - shown > 60:
+                print(f"    {progress}", flush=True)
+                shown = time.monotonic()
+        print(f"    {progress}", flush=True)
+    if mutmut_run.returncode != 0:
+        raise SystemExit(f"mutate: mutmut failed (exit {mutmut_run.returncode}); see {STAGE / 'mutmut.log'}")
 
 
 @dataclass
@@ -239,7 +266,8 @@ def report(found: list[Outcome], seconds: float) -> bool:
     for o in found:
         c = o.counts
         total.update(c)
-        print(f"{o.target.module:<32} {c['generated']:>9} {c['killed']:>7} {c['equivalent']:>10} {c['survived']:>8}")
+        row = (c["generated"], c["killed"], c["equivalent"], c["survived"])
+        print(f"{o.target.module:<32} {row[0]:>9} {row[1]:>7} {row[2]:>10} {row[3]:>8}")
     print(f"{'total':<32} {total['generated']:>9} {total['killed']:>7} {total['equivalent']:>10} "
           f"{total['survived']:>8}   in {seconds:.0f} s")  # fmt: skip
     good = True
@@ -249,12 +277,16 @@ def report(found: list[Outcome], seconds: float) -> bool:
             print(f"\nSURVIVED {mutant}: {text}")
         for e in o.stale:
             good = False
-            print(f"\nSTALE equivalent.toml entry ({e.module}, {e.function}): no surviving mutant is\n{e.diff}")
+            print(
+                f"\nSTALE equivalent.toml entry ({e.module}, {e.function}): no surviving mutant is\n{e.diff}"
+            )
     return good
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--since", help="a git ref, or auto: only the targets changed since then")
     parser.add_argument("--module", action="append", help="only this target (repeatable)")
     parser.add_argument("--max-children", type=int, default=int(os.environ.get("MUTATE_JOBS", "2")))
