@@ -102,8 +102,12 @@ def normalised(diff: str) -> str:
     return "\n".join(lines)
 
 
+def load_config() -> dict[str, Any]:
+    return tomllib.loads((HERE / "targets.toml").read_text())
+
+
 def load_targets() -> list[Target]:
-    data = tomllib.loads((HERE / "targets.toml").read_text())
+    data = load_config()
     return [
         Target(
             module=t["module"],
@@ -166,10 +170,13 @@ def stage(targets: list[Target]) -> None:
     tests = sorted({t for target in targets for t in target.tests})
     deselect = sorted({d for target in targets for d in target.deselect})
     selection = [*tests, *(arg for d in deselect for arg in ("--deselect", d))]
+    config = load_config()
     section = "\n".join(
         [
             "",
             "[tool.mutmut]",
+            f"do_not_mutate_patterns = {toml_list(config['skip_lines'], quote=SINGLE)}",
+            f"timeout_multiplier = {config['timeout_multiplier']}",
             f"source_paths = {toml_list(SOURCE_ROOTS)}",
             f"also_copy = {toml_list(ALSO_COPY)}",
             f"only_mutate = {toml_list(t.staged for t in targets)}",
@@ -182,8 +189,11 @@ def stage(targets: list[Target]) -> None:
     (STAGE / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + section)
 
 
-def toml_list(items: Any) -> str:
-    return "[" + ", ".join(f'"{i}"' for i in items) + "]"
+SINGLE = "'"  # a TOML literal string: backslashes are the pattern's own
+
+
+def toml_list(items: Any, quote: str = '"') -> str:
+    return "[" + ", ".join(f"{quote}{i}{quote}" for i in items) + "]"
 
 
 def run_mutmut(targets: list[Target], children: int) -> None:
