@@ -172,5 +172,5 @@ async def test_an_api_server_document_is_read_as_json_up_to_its_size_limit(api: 
     assert await get_json(api, "/big") == "x" * (oidc.MAX_DOCUMENT_BYTES - 2)
     with pytest.raises(ValueError, match=f"^/bigger: larger than {oidc.MAX_DOCUMENT_BYTES} bytes$"):
         await get_json(api, "/bigger")
-    with pytest.raises(ValueError, match="^/gone: HTTP 403$"):
+    with pytest.raises(ValueError, match=r"^/gone: HTTP 403$"):
         await get_json(api, "/gone")
