@@ -85,14 +85,14 @@ def test_a_new_token_is_stored_only_as_its_hash_readable_by_its_owner_only(tmp_p
     path = tmp_path / "tokens.json"
     first = auth.make_token(path, "alice", ["user"])
     second = auth.make_token(path, "bob", ["system", "user", "system"])
-    assert len(first) >= 43 and first != second  # 32 random bytes, url-safe
+    assert len(first) == len(second) == 43 and first != second  # 32 random bytes, url-safe base64
     entries = json.loads(path.read_text())
+    assert path.read_text() == json.dumps(entries, indent=2) + "\n"  # for a person to read
     assert entries == {
         auth.token_hash(first): {"name": "alice", "roles": ["user"]},
         auth.token_hash(second): {"name": "bob", "roles": ["system", "user"]},
     }
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert path.read_text().endswith("}\n")
     with pytest.raises(ValueError, match=r"unknown roles: \['admin'\] \(known: user, system\)"):
         auth.make_token(path, "eve", ["user", "admin"])
     assert len(json.loads(path.read_text())) == 2

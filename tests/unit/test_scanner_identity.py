@@ -16,7 +16,7 @@ from jwt.algorithms import ECAlgorithm
 
 from api_shim import auth, oidc
 from api_shim.errors import ApiError
-from api_shim.scanner_auth import DISCOVERY_PATH, ScannerTokens, get_json, scanner_identity
+from api_shim.scanner_auth import DISCOVERY_PATH, ClusterIssuer, ScannerTokens, get_json, scanner_identity
 from skyscan import kube, names
 
 NAMESPACE, SCAN = "skyscan", "0123456789abcdef0123456789abcdef"
@@ -174,3 +174,21 @@ async def test_an_api_server_document_is_read_as_json_up_to_its_size_limit(api: 
         await get_json(api, "/bigger")
     with pytest.raises(ValueError, match=r"^/gone: HTTP 403$"):
         await get_json(api, "/gone")
+
+
+async def test_the_verifiers_options_and_the_issuers_fetch_options_are_the_callers(api: ApiServer) -> None:
+    tokens = ScannerTokens(api, NAMESPACE, names.SCANNER_SERVICE_ACCOUNT, cache_size=7, leeway=5.0)
+    verifier = await tokens.verifier()
+    assert (verifier.cache_size, verifier.leeway) == (7, 5.0)
+    issuer = ClusterIssuer(api, ISSUER, refetch_interval=3.0, jwks_max_age=9.0)
+    assert (issuer.refetch_interval, issuer.jwks_max_age) == (3.0, 9.0)
+
+
+async def test_an_api_server_away_is_an_os_error_naming_the_url(api: ApiServer) -> None:
+    api.documents = {JWKS_PATH: aiohttp.ClientConnectionError("reset")}
+    issuer = ClusterIssuer(api, ISSUER)
+    with pytest.raises(
+        OSError, match=r"^https://10\.0\.0\.1:6443/openid/v1/jwks: ClientConnectionError\('reset'\)$"
+    ):
+        await issuer._get_json(f"https://10.0.0.1:6443{JWKS_PATH}")
+    assert issuer.fetches == 1

@@ -4,6 +4,8 @@ so many bytes of them handled at once. Requests are aiohttp's own, with their bo
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -17,21 +19,39 @@ pytestmark = pytest.mark.timeout(10)
 
 
 def request(
-    budget: BodyBudget, chunks: list[bytes] | None, *, length: int | None = None, chunked: bool = False
+    budget: BodyBudget,
+    chunks: list[bytes] | None,
+    *,
+    length: int | None = None,
+    chunked: bool = False,
+    apart: bool = False,
 ) -> web.Request:
     """A POST whose body arrives as `chunks` (None: no body), with `length` as its Content-Length
-    (default: the chunks' total) or, `chunked`, none."""
+    (default: the chunks' total) or, `chunked`, none; `apart`: each chunk once the last one was read
+    (as from the network), else all at once."""
     app = web.Application()
     app[BODIES] = budget
     if chunks is None:
         return make_mocked_request("POST", "/", app=app)
     reader = StreamReader(mock.Mock(_reading_paused=False), 2**16, loop=asyncio.get_running_loop())
     for chunk in chunks:
-        reader.feed_data(chunk)
+        reader.feed_data(chunk)  # read back as one part
     reader.feed_eof()
     size = sum(map(len, chunks)) if length is None else length
     headers = {"Transfer-Encoding": "chunked"} if chunked else {"Content-Length": str(size)}
-    return make_mocked_request("POST", "/", headers=headers, app=app, payload=reader)
+    payload: Any = Parts(chunks) if apart else reader
+    return make_mocked_request("POST", "/", headers=headers, app=app, payload=payload)
+
+
+class Parts:
+    """A body read as it comes from the network: part by part."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
 
 
 def budget(total: int = 100, largest: int = 50, wait: float = 5.0) -> BodyBudget:
@@ -45,6 +65,15 @@ async def test_a_body_is_read_whole_and_once() -> None:
     assert await body_of(r) is body  # the second read is the first one's bytes, not the spent stream
 
 
+async def test_a_body_arriving_in_parts_is_their_concatenation() -> None:
+    assert await body_of(request(budget(), [b"ab", b"cd", b"e"], apart=True)) == b"abcde"
+
+
+async def test_an_empty_body_is_accepted_even_with_no_room_for_any_other() -> None:
+    assert await body_of(request(budget(largest=0), [], chunked=True)) == b""
+    assert budget().peak == 0
+
+
 async def test_a_body_of_exactly_the_largest_size_is_accepted() -> None:
     assert await body_of(request(budget(largest=5), [b"abc", b"de"])) == b"abcde"
     assert await body_of(request(budget(largest=5), [b"abc", b"de"], chunked=True)) == b"abcde"
@@ -54,7 +83,7 @@ async def test_a_declared_length_beyond_the_largest_is_refused_413_before_the_bo
     r = request(budget(largest=5), [b"abcdef"])
     with pytest.raises(ApiError) as refused:
         await body_of(r)
-    assert refused.value.status == 413
+    assert (refused.value.status, refused.value.reason) == (413, "request body too large")
     assert refused.value.message == "A request body is at most 5 bytes."
     assert await r.content.read() == b"abcdef"  # nothing of it was read
 
@@ -63,10 +92,12 @@ async def test_a_body_longer_than_it_declared_is_refused_413_once_it_passes_the_
     for r in (
         request(budget(largest=5), [b"abc", b"def"], chunked=True),
         request(budget(largest=5), [b"abc", b"def"], length=3),
+        request(budget(largest=5), [b"abc", b"def"], chunked=True, apart=True),
     ):
         with pytest.raises(ApiError) as refused:
             await body_of(r)
-        assert refused.value.status == 413
+        assert (refused.value.status, refused.value.reason) == (413, "request body too large")
+        assert refused.value.message == "A request body is at most 5 bytes."
         assert BODY not in r
 
 
