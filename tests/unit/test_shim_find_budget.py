@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from api_shim import filters
 from api_shim.errors import ApiError
 from api_shim.filters import FindLimits, RegexKey, parse_filter, plan_filter
 from api_shim.handlers import find
@@ -78,30 +79,41 @@ async def test_patterns_are_compiled_one_at_a_time_until_they_take_the_find_beyo
     planned = plan_filter(PATTERNS, FindLimits()).cost
     full = parse_filter(PATTERNS).cost
     assert planned < full
-    budget(full)
-    assert (await find.compile_in_slices(PATTERNS, 1)).cost == full  # exactly the budget: compiled
+    budget(full * 2)
+    assert (await find.compile_in_slices(PATTERNS, 2)).cost == full  # exactly the budget: compiled
     assert len(compiled) == 3
     compiled.clear()
-    budget(planned + 1)  # the plan fits; its first compiled pattern does not
-    reason = await refusal(PATTERNS, 1)
+    budget((planned + 1) * 2)  # the plan fits; its first compiled pattern does not
+    reason = await refusal(PATTERNS, 2)
     assert compiled == [("a{40}", "")]
-    first = planned + (full - planned) // 3
+    first, work = planned + (full - planned) // 3, (planned + 1) * 2
     assert (
-        reason
-        == f"filter too costly: at least {first} per scan * 1 scans exceeds the work budget of {planned + 1}"
+        reason == f"filter too costly: at least {first} per scan * 2 scans exceeds the work budget of {work}"
     )
 
 
 async def test_a_pattern_used_twice_is_compiled_once_and_costed_twice(
-    budget: Any, compiled: list[RegexKey]
+    budget: Any, compiled: list[RegexKey], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     query = {"run_id": {"$regex": "a{40}"}, "event_id": {"$regex": "a{40}"}}
     cost = parse_filter(query).cost
-    budget(cost - 1)  # the plan and the pattern compiled once fit; the filter with both uses does not
-    assert await refusal(query, 1) == (
-        f"filter too costly: {cost} per scan * 1 scans exceeds the work budget of {cost - 1}"
+    budget(cost * 2)
+    again: list[RegexKey] = []
+    monkeypatch.setattr(filters, "compile_regex_for", lambda key, limits: again.append(key))
+    assert (await find.compile_in_slices(query, 2)).cost == cost
+    assert compiled == [("a{40}", "")] and again == []  # the filter took the pattern compiled ahead
+    compiled.clear()
+    budget(cost * 2 - 1)  # the plan and the pattern compiled once fit; the filter with both uses does not
+    assert await refusal(query, 2) == (
+        f"filter too costly: {cost} per scan * 2 scans exceeds the work budget of {cost * 2 - 1}"
     )
     assert compiled == [("a{40}", "")]
+
+
+async def test_the_finds_own_limits_hold_for_its_patterns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(find, "LIMITS", dataclasses.replace(FindLimits(), max_regex_length=3))
+    reason = await refusal({"run_id": {"$regex": "abcd"}}, 1)
+    assert reason == "invalid filter: invalid $regex: pattern longer than 3 characters"
 
 
 async def test_an_invalid_pattern_is_reported_as_invalid_even_before_costly_ones(

@@ -35,6 +35,12 @@ LIMITS = {"max_length": 1_000, "max_program": 1_000}
         ("\\Q\\E$", "", "\\Q\\E" + _END),
         ("\\E\\Qa$\\E$", "", "\\E\\Qa$\\E" + _END),
         ("\\Qa$", "", "\\Qa$"),
+        ("\\Qa\\E$\\E", "", "\\Qa\\E" + _END + "\\E"),
+        # x: whitespace and # comments (to the line's end, or the pattern's) dropped
+        ("a b c", "x", "abc"),
+        ("#c\nb\nd", "x", "bd"),
+        ("a\n# c\nb$", "x", "ab" + _END),
+        ("a #c", "x", "a"),
         # (?#...) comments are dropped up to their own `)`
         ("(a)(?#c)$", "", "(a)" + _END),
         ("(?#c)(a)$", "", "(a)" + _END),
@@ -64,6 +70,10 @@ def test_refusals_say_why(pattern: str, message: str) -> None:
     with pytest.raises(RegexError) as refused:
         compile_regex(pattern, "", **LIMITS)
     assert str(refused.value) == message
+
+
+def test_a_compiled_pattern_keeps_the_pattern_given() -> None:
+    assert compile_regex("a$", "m", **LIMITS).pattern == "a$"
 
 
 def test_the_length_limit_admits_a_pattern_of_exactly_its_length() -> None:
