@@ -259,7 +259,8 @@ async def test_documents_are_fetched_trusting_the_issuers_ca_with_its_token(
     (tmp_path / "token").write_text("t0k\n")
     issuer = https_issuer(ca, tmp_path / "token")
     assert await issuer._get_json(url) == {"a": 1}  # its parts, joined
-    assert issuer.fetches == 1
+    assert await issuer._get_json(url) == {"a": 1}
+    assert issuer.fetches == 2
     assert state.headers[0]["Accept"] == "application/json, application/jwk-set+json"
     assert state.headers[0]["Authorization"] == "Bearer t0k"
     with pytest.raises(httpx.ConnectError):

@@ -88,11 +88,20 @@ def test_a_filter_of_exactly_the_node_limit_is_accepted_and_one_more_is_not() ->
 
 def test_a_plan_costs_at_least_one_and_an_array_value_by_its_size() -> None:
     assert plan_filter({}, FindLimits()).cost == 1
-    small = plan_filter({"a": {"$in": [[1]]}}, FindLimits()).cost
-    assert plan_filter({"a": {"$in": [[1, 2, 3]]}}, FindLimits()).cost == small + 2
+    scalars = plan_filter({"a": {"$in": [1, 2]}}, FindLimits()).cost  # scalars are one hashed test
+    assert plan_filter({"a": {"$in": [1, [1, 2, 3]]}}, FindLimits()).cost == scalars + 4
 
 
 def test_a_pattern_compiled_ahead_is_used_as_it_is() -> None:
     everything = Regex("x", 1, lambda text: True)
     matches = parse_filter({"a": {"$regex": "x"}}, compiled={("x", ""): everything}).matches
     assert matches({"a": "no x here is needed"}) and matches({"a": "y"})
+
+
+def test_nin_is_the_negation_of_in_a_missing_field_being_null() -> None:
+    # As MongoDB, and as the archive's SQL (NOT of the $in), so live and archived scans answer alike.
+    for values, missing_matches in (([None], False), ([1], True), ([None, 1], False)):
+        assert compile_filter({"a": {"$in": values}})({}) is not missing_matches
+        assert compile_filter({"a": {"$nin": values}})({}) is missing_matches
+    assert compile_filter({"a": {"$nin": [None]}})({"a": 1})
+    assert not compile_filter({"a": {"$nin": [None]}})({"a": None})

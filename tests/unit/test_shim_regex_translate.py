@@ -30,6 +30,11 @@ LIMITS = {"max_length": 1_000, "max_program": 1_000}
         ("[[::]]$", "", "[[::]]" + _END),
         ("[:]x[[:b:]]$", "", "[:]x[[:b:]]" + _END),
         ("[ab]:]$", "", "[ab]:]" + _END),
+        ("[^]]$", "", "[^]]" + _END),
+        ("[[:a]$:]]", "", "[[:a]$:]]"),  # what stands between [: and :] is never the class's end
+        ("x[[:a]$:]]", "", "x[[:a]$:]]"),
+        ("[[::]$]", "", "[[::]$]"),
+        ("[[:a:]]$[[:b:]]", "", "[[:a:]]" + _END + "[[:b:]]"),
         ("[abc", "", "[abc"),  # unterminated: RE2 reports it
         # \Q...\E: quoted up to \E, or to the end
         ("\\Q\\E$", "", "\\Q\\E" + _END),

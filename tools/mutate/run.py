@@ -257,14 +257,16 @@ def outcomes(targets: list[Target], equivalents: list[Equivalent]) -> list[Outco
             diff = get_diff_for_mutant(mutant, path=target.staged)
             same = [i for i, e in enumerate(listed) if e.function == function_of(mutant)
                     and e.diff == normalised(diff)]  # fmt: skip
-            if status in KILLED and not same:
+            matched.update(same)
+            if status in KILLED:
                 counts["killed"] += 1
+                if same:  # a timing test failing under load, or the listing is wrong: worth a look
+                    print(f"note: {mutant}, listed as equivalent, was {status}")
             elif status == "survived" and same:
                 counts["equivalent"] += 1
-                matched.update(same)
             else:
                 counts["survived"] += 1
-                survivors.append((mutant, f"{status}{' (listed as equivalent)' if same else ''}\n{diff}"))
+                survivors.append((mutant, f"{status}\n{diff}"))
         stale = [e for i, e in enumerate(listed) if i not in matched]
         found.append(Outcome(target, counts, survivors, stale))
     return found
@@ -287,9 +289,7 @@ def report(found: list[Outcome], seconds: float) -> bool:
             print(f"\nSURVIVED {mutant}: {text}")
         for e in o.stale:
             good = False
-            print(
-                f"\nSTALE equivalent.toml entry ({e.module}, {e.function}): no surviving mutant is\n{e.diff}"
-            )
+            print(f"\nSTALE equivalent.toml entry ({e.module}, {e.function}): no mutant is\n{e.diff}")
     return good
 
 
