@@ -21,6 +21,7 @@ pyproject.toml with the [tool.mutmut] section made from targets.toml.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import shutil
 import subprocess
@@ -30,7 +31,7 @@ import tomllib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -209,9 +210,9 @@ def run_mutmut(targets: list[Target], children: int) -> None:
             command, cwd=STAGE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         ) as mutmut_run,
     ):
-        assert mutmut_run.stdout is not None
+        stream = cast(io.BufferedReader, mutmut_run.stdout)
         progress, shown, pending = "", time.monotonic(), b""
-        while chunk := mutmut_run.stdout.read1(1 << 16):
+        while chunk := stream.read1(1 << 16):
             log.write(chunk)
             *lines, pending = (pending + chunk).replace(b"\r", b"\n").split(b"\n")
             for line in (raw.decode(errors="replace").strip() for raw in lines):
