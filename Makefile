@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CLUSTER_DIR ?= .skyscan/cluster
 
-.PHONY: venv binaries crds check-crds lint test test-unit mutate bench cluster-up cluster-down up down reset status demo clean
+.PHONY: venv binaries crds check-crds chart-schema lint test test-unit mutate bench cluster-up cluster-down up down reset status demo clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml local/pyproject.toml
@@ -26,6 +26,9 @@ check-crds: venv
 	$(PY) -m skyscan.crd --check
 	diff -r crds manifests/crds
 	diff -r crds charts/skyscan/crds
+
+chart-schema: venv      ## regenerate the `settings` of charts/skyscan/values.schema.json from the settings classes
+	$(PY) -m skyscan_local.chart_schema
 
 lint: venv              ## ruff, mypy strict, and the layering contracts (pyproject's [tool.importlinter])
 	$(VENV)/bin/ruff check .

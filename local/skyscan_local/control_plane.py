@@ -350,7 +350,7 @@ def _apiserver_argv(p: Plane) -> list[str]:
         f"--service-account-issuer={p.url('apiserver')}",
         f"--service-account-key-file={p.dir / 'sa.pub'}",
         f"--service-account-signing-key-file={p.dir / 'sa.key'}",
-        "--service-cluster-ip-range=10.0.0.0/24",
+        f"--service-cluster-ip-range={SERVICE_RANGE}",
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",
         f"--cert-dir={p.dir / 'certs'}",
@@ -361,6 +361,7 @@ def _apiserver_argv(p: Plane) -> list[str]:
 
 # A real node (skyscan_local.node) leaves in the cluster's directory the client certificate its kubelet
 # trusts: with it the API server reaches that kubelet (logs, exec) at the node's InternalIP.
+SERVICE_RANGE = "10.0.0.0/24"  # Services' cluster IPs
 KUBELET_CLIENT_CERT, KUBELET_CLIENT_KEY = "kubelet-client.crt", "kubelet-client.key"
 NODE_SEEDS = frozenset({KUBELET_CLIENT_CERT, KUBELET_CLIENT_KEY})
 

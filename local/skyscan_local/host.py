@@ -148,6 +148,19 @@ def iptables_rules() -> dict[str, list[str]]:
     return out
 
 
+def ipsets(prefixes: tuple[str, ...]) -> list[str]:
+    """The ipsets named with one of `prefixes` (none when ipset is not installed)."""
+    if shutil.which("ipset") is None:
+        return []
+    return sorted(n for n in run("ipset", "list", "-n").stdout.split() if n.startswith(prefixes))
+
+
+def destroy_ipsets(prefixes: tuple[str, ...], keep: Iterable[str]) -> None:
+    """Every ipset named with one of `prefixes` but those in `keep` (there before)."""
+    for name in set(ipsets(prefixes)) - set(keep):
+        run("ipset", "destroy", name)
+
+
 # --- mounts, directories, cgroups, interfaces ---------------------------------------------------
 
 
@@ -291,11 +304,12 @@ def interfaces() -> list[str]:
 
 
 def snapshot() -> dict[str, object]:
-    """What a real node must leave as it found: mounts, interfaces, iptables rules and the sysctls."""
+    """What a real node must leave as it found: mounts, interfaces, iptables rules, ipsets, sysctls."""
     return {
         "mounts": mounts(),
         "interfaces": interfaces(),
         "iptables": iptables_rules(),
+        "ipsets": ipsets(("",)),
         "sysctls": read_sysctls(),
     }
 

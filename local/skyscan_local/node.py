@@ -57,6 +57,8 @@ BRIDGE = "skyscan0"
 POD_CIDR = "10.99.0.0/24"
 GATEWAY = "10.99.0.1"  # the bridge's address: the node's InternalIP, cluster DNS, the kubelet
 KUBERNETES_SERVICE = ("10.0.0.1", 443)  # the first address of the control plane's service range
+KUBE_ROUTER_HEALTH_PORT = 20244  # its default; it listens on every address (Pods' traffic to it is dropped)
+IPSET_PREFIXES = ("KUBE-", "kube-router-")  # kube-router's sets
 CLUSTER_DOMAIN = "cluster.local"
 KUBELET_PORT = 10250
 KUBELET_SYSCTLS = {"vm.overcommit_memory": "1", "kernel.panic": "10", "kernel.panic_on_oops": "1"}  # it sets
@@ -91,6 +93,7 @@ class NodeState:
     bridge: bool = False
     chains: bool = False
     host_ports: list[int] = field(default_factory=list)  # as started with
+    ipsets: list[str] | None = None  # kube-router's prefixes' sets before the start (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -273,45 +276,35 @@ def corefile(kubeconfig: str, ready_port: int, health_port: int) -> str:
 
 
 def firewall_rules(api_port: int, host_ports: tuple[int, ...]) -> dict[str, list[list[str]]]:
-    """Our chains (by `table/chain`), each jumped to first from the built-in chain of its suffix."""
+    """Our chains (by `table/chain`), each jumped to first from the built-in chain of its suffix. The
+    host is guarded in the mangle table, ahead of the filter table where a NetworkPolicy enforcer
+    (kube-router) accepts what policies allow: no policy can open the host to Pods."""
     svc_ip, svc_port = KUBERNETES_SERVICE
-    # Host services (PostgreSQL, as a real deployment keeps its database outside the cluster) listen
-    # on loopback; Pods reach them at the bridge's address.
-    services = [
-        [
-            "-i",
-            BRIDGE,
-            "-d",
-            f"{GATEWAY}/32",
-            "-p",
-            "tcp",
-            "--dport",
-            str(port),
-            "-j",
-            "DNAT",
-            "--to-destination",
-            f"127.0.0.1:{port}",
-        ]
-        for port in host_ports
-    ]
+    to_host = ["-i", BRIDGE, "-d", f"{GATEWAY}/32"]
     return {
-        # Pods reach the API server at the `kubernetes` Service's address (it listens on loopback).
+        # Pods reach the API server at the `kubernetes` Service's address (it listens on loopback), and
+        # the host's loopback services (PostgreSQL: a real deployment keeps its database outside the
+        # cluster) at the bridge's address.
         "nat/PREROUTING": [
             ["-i", BRIDGE, "-d", f"{svc_ip}/32", "-p", "tcp", "--dport", str(svc_port),
              "-j", "DNAT", "--to-destination", f"127.0.0.1:{api_port}"],
-            *services,
+            *([*to_host, "-p", "tcp", "--dport", str(port),
+               "-j", "DNAT", "--to-destination", f"127.0.0.1:{port}"] for port in host_ports),
         ],
         # Nothing is forwarded between the bridge and another interface: Pods stay on this machine.
-        "filter/FORWARD": [
+        "mangle/FORWARD": [
             ["-i", BRIDGE, "-o", BRIDGE, "-j", "RETURN"],
             ["-i", BRIDGE, "-j", "DROP"],
             ["-o", BRIDGE, "-j", "DROP"],
         ],
-        # Of the host, Pods reach DNS, the API server (DNATed above) and the allowed ports only.
-        "filter/INPUT": [
-            ["-i", BRIDGE, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED,DNAT", "-j", "RETURN"],
-            ["-i", BRIDGE, "-d", f"{GATEWAY}/32", "-p", "udp", "--dport", "53", "-j", "RETURN"],
-            ["-i", BRIDGE, "-d", f"{GATEWAY}/32", "-p", "tcp", "--dport", "53", "-j", "RETURN"],
+        # Of the host, Pods reach DNS, the API server and the host services above only (checked before
+        # the DNAT: the `kubernetes` Service's address is not the host's).
+        "mangle/PREROUTING": [
+            ["-i", BRIDGE, "-m", "addrtype", "!", "--dst-type", "LOCAL", "-j", "RETURN"],
+            ["-i", BRIDGE, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"],
+            [*to_host, "-p", "udp", "--dport", "53", "-j", "RETURN"],
+            [*to_host, "-p", "tcp", "--dport", "53", "-j", "RETURN"],
+            *([*to_host, "-p", "tcp", "--dport", str(port), "-j", "RETURN"] for port in host_ports),
             ["-i", BRIDGE, "-j", "DROP"],
         ],
     }  # fmt: skip
@@ -385,7 +378,7 @@ def unfit_reason() -> str | None:
     """Why this machine cannot run a real node, or None."""
     if os.geteuid() != 0:
         return "not root (the kubelet, containerd, mounts, iptables and cgroups need root)"
-    for tool in ("runc", "containerd", "ctr", "iptables", "ip"):
+    for tool in ("runc", "containerd", "ctr", "iptables", "ipset", "ip"):
         if shutil.which(tool) is None:
             return f"no {tool} (tools/node/packages.sh installs the Debian packages)"
     if not (CNI_BIN / "bridge").exists():
@@ -461,9 +454,10 @@ def _wait(check: Any, what: str, timeout: float, proc: subprocess.Popen[bytes], 
 
 
 def ensure_binaries() -> Path:
-    """The control plane's binaries plus the kubelet, kube-proxy and CoreDNS (built once, cached)."""
+    """The control plane's binaries plus the kubelet, kube-proxy, CoreDNS and kube-router (built once,
+    cached)."""
     ready = os.environ.get("SKYSCAN_K8S_BIN_READY")
-    if ready and all((Path(ready) / b).exists() for b in ("kubelet", "kube-proxy", "coredns")):
+    if ready and all((Path(ready) / b).exists() for b in ("kubelet", "kube-proxy", "coredns", "kube-router")):
         return Path(ready)
     argv = ["bash", str(control_plane.BUILD_SCRIPT), "--real-node"]
     out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True)
@@ -645,11 +639,35 @@ def _start(
         _wait(lambda: plain.get("http://127.0.0.1:10256/healthz").status_code == 200, "kube-proxy",
               timeout, proxy, p.logs / "kube-proxy.log")  # fmt: skip
 
+    # NetworkPolicy enforced, as a cluster whose network plugin implements it: kube-router's firewall
+    # alone (Pods' egress and ingress by iptables chains KUBE-ROUTER-*/KUBE-POD-FW-* and ipsets).
+    state.ipsets = host.ipsets(IPSET_PREFIXES)
+    _save(state)
+    router = _spawn(state, "kube-router", kube_router_argv(bin_dir, kubeconfig), tie_to_parent)
+    with httpx.Client(timeout=5) as plain:
+        _wait(lambda: plain.get(f"http://127.0.0.1:{KUBE_ROUTER_HEALTH_PORT}/healthz").status_code == 200,
+              "kube-router", timeout, router, p.logs / "kube-router.log")  # fmt: skip
+
+
+def kube_router_argv(bin_dir: Path, kubeconfig: str) -> list[str]:
+    return [
+        str(bin_dir / "kube-router"),
+        f"--kubeconfig={kubeconfig}",
+        f"--hostname-override={NODE_NAME}",
+        "--run-firewall=true",
+        "--run-router=false",
+        "--run-service-proxy=false",  # kube-proxy's
+        "--enable-cni=false",  # the bridge plugin's
+        f"--service-cluster-ip-range={control_plane.SERVICE_RANGE}",
+        "--metrics-port=0",
+        f"--health-port={KUBE_ROUTER_HEALTH_PORT}",
+    ]
+
 
 def ensure(node_dir: Path, cluster_dir: Path, **options: Any) -> NodeState:
     """The recorded node when all its processes run, else one started anew (`start`'s options)."""
     state = load(node_dir.resolve())
-    names = {"containerd", "coredns", "kubelet", "kube-proxy"}
+    names = {"containerd", "coredns", "kubelet", "kube-proxy", "kube-router"}
     same_ports = state is not None and state.host_ports == list(options.get("host_ports", ()))
     if (
         state
@@ -698,8 +716,10 @@ def _undo(state: NodeState, timeout: float) -> tuple[list[str], list[str]]:
             errors.append(f"{what}: {e}")
 
     by_name = {proc.name: proc for proc in state.processes}
-    first = [by_name[n].recorded() for n in ("kube-proxy", "kubelet", "coredns") if n in by_name]
-    step("kube-proxy, kubelet, coredns", lambda: processes.stop(first, timeout))
+    first = [
+        by_name[n].recorded() for n in ("kube-router", "kube-proxy", "kubelet", "coredns") if n in by_name
+    ]
+    step("kube-router, kube-proxy, kubelet, coredns", lambda: processes.stop(first, timeout))
     kubepods = [Path(g) for g in state.cgroups]
     step("pod processes", lambda: host.kill_cgroups(kubepods))
     if "containerd" in by_name:
@@ -716,6 +736,9 @@ def _undo(state: NodeState, timeout: float) -> tuple[list[str], list[str]]:
         step(f"interface {BRIDGE}", lambda: _delete_link(BRIDGE))
     if state.chains:
         step("iptables chains", lambda: host.remove_chains(CHAIN_PREFIXES))
+    if state.ipsets is not None:  # once no rule refers to them
+        kept = state.ipsets
+        step("ipsets", lambda: host.destroy_ipsets(IPSET_PREFIXES, keep=kept))
     for group in kubepods:
         step(str(group), lambda group=group: host.remove_cgroup(group))
     step("sysctls", lambda: undone.extend(host.restore_sysctls(state.sysctls)))

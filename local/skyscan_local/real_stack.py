@@ -87,9 +87,9 @@ def chart_values(shim_ip: str = SHIM_IP) -> dict[str, Any]:
             "service": {"clusterIP": shim_ip},
         },
         "settings": {
-            **operator,
-            **shim,
-            "SKYSCAN_TAGS": json.dumps(TAGS),
+            # JSON maps and lists as values (the chart's defaults are such; a string over one warns).
+            **{k: json.loads(v) if v[:1] in "{[" else v for k, v in {**operator, **shim}.items()},
+            "SKYSCAN_TAGS": TAGS,
             "SKYSCAN_SCANNER_IMAGE": "localhost/skyscan-scanner",
             "SKYSCAN_IMAGE_PULL_GRACE_SECONDS": "20",  # no registry here: a missing image never comes
         },

@@ -226,7 +226,7 @@ def test_real_node_runs_pods_and_leaves_the_host_as_it_found_it(own_cluster: Pat
     finally:
         closed.close()
         allowed.close()
-    for part in ("mounts", "interfaces", "iptables", "sysctls"):
+    for part in ("mounts", "interfaces", "iptables", "ipsets", "sysctls"):
         assert after[part] == before[part], part
     for name, kubelets in node.KUBELET_SYSCTLS.items():  # the kubelet set them; they are back as they were
         assert (during["sysctls"][name], after["sysctls"][name]) == (kubelets, before["sysctls"][name])

@@ -20,7 +20,9 @@ import pytest
 import yaml
 from cryptography import x509
 
+from api_shim.settings import ShimSettings
 from skyscan import crd, model
+from skyscan_local import chart_schema, real_stack
 from skyscan_local import control_plane as localcluster
 from skyscan_operator import scanner_job
 from skyscan_operator.settings import OperatorSettings
@@ -56,6 +58,14 @@ EVERYTHING: Doc = {
             "ports": [{"port": 8081, "protocol": "TCP"}],
         },
         "dns": {"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]},
+        "shim": {"enabled": True, "from": [{"namespaceSelector": {"matchLabels": {"ingress": "yes"}}}]},
+        "operator": {
+            "enabled": True,
+            "apiServer": {"to": [{"ipBlock": {"cidr": "192.0.2.1/32"}}], "ports": [{"port": 6443}]},
+            "archive": {"to": [{"ipBlock": {"cidr": "198.51.100.0/24"}}], "ports": [{"port": 5433}]},
+            "extraEgress": [{"to": [{"ipBlock": {"cidr": "203.0.113.7/32"}}], "ports": [{"port": 443}]}],
+            "metricsFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mon"}}}],
+        },
     },
 }
 
@@ -147,6 +157,44 @@ def test_the_chart_lints(tmp_path: Path) -> None:
         ({"networkPolicy": {"wms": {"to": [], "ports": [{"port": 443}]}}}, "/networkPolicy/wms/to"),
         ({"networkPolicy": {"wms": {"to": [{"ipBlock": {"cidr": "everywhere"}}]}}}, "cidr"),
         ({"networkPolicy": {"wms": {"ports": [{"port": 70000}]}}}, "port"),
+        ({"networkPolicy": {"wms": {"ports": [{"port": "Not_A_Port"}]}}}, "/networkPolicy/wms/ports/0/port"),
+        (
+            {"networkPolicy": {"wms": {"to": [{"podSelector": {"matchLabels": {"a key?": "x"}}}]}}},
+            "a key?",
+        ),
+        (  # an ipBlock cannot be narrowed by a selector
+            {"networkPolicy": {"shim": {"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}}]}}},
+            "/networkPolicy/shim/from/0",
+        ),
+        # The operator's policy without the API server's address would cut the operator off from it.
+        ({"networkPolicy": {"operator": {"enabled": True}}}, "/networkPolicy/operator/apiServer/to"),
+        (
+            {
+                "networkPolicy": {
+                    "operator": {"enabled": True, "apiServer": {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}]}}
+                }
+            },
+            "networkPolicy.operator.archive.to",
+        ),
+        # Settings: only those the operator and the shim read (the schema is generated from them), each
+        # with a value they can parse.
+        ({"settings": {"NOT_A_SETTING": 1}}, "NOT_A_SETTING"),
+        ({"settings": {"SKYSCAN_NOT_A_SETTING": 1}}, "SKYSCAN_NOT_A_SETTING"),
+        ({"settings": {"SKYSCAN_HOST": "127.0.0.1"}}, "SKYSCAN_HOST"),  # the shim's probes need the Pod's
+        ({"settings": {"SKYSCAN_WORKERS": "four"}}, "/settings/SKYSCAN_WORKERS"),
+        ({"settings": {"SKYSCAN_WORKERS": 0}}, "/settings/SKYSCAN_WORKERS"),  # at least 1
+        ({"settings": {"SKYSCAN_BACKLOG_TICK_SECONDS": 0}}, "/settings/SKYSCAN_BACKLOG_TICK_SECONDS"),
+        ({"settings": {"SKYSCAN_LOG_FORMAT": "xml"}}, "/settings/SKYSCAN_LOG_FORMAT"),
+        ({"settings": {"SKYSCAN_SCANNER_RESTRICTED": "maybe"}}, "/settings/SKYSCAN_SCANNER_RESTRICTED"),
+        ({"settings": {"SKYSCAN_KNOWN_CLUSTERS": {"osg": "many"}}}, "/settings/SKYSCAN_KNOWN_CLUSTERS/osg"),
+        ({"settings": {"SKYSCAN_TAGS": "4.0.0"}}, "/settings/SKYSCAN_TAGS"),  # a list, or a JSON one
+        # Every container keeps requests and a memory limit; quantities are quantities.
+        ({"operator": {"resources": {"limits": None}}}, "limits"),
+        ({"shim": {"resources": {"requests": {"cpu": "lots"}}}}, "/shim/resources/requests/cpu"),
+        ({"shim": {"resources": {"requests": {"gpu": 1}}}}, "gpu"),
+        ({"image": {"repository": "Not An Image"}}, "/image/repository"),
+        ({"image": {"tag": "1.0:latest"}}, "/image/tag"),
+        ({"shim": {"service": {"clusterIP": "auto"}}}, "/shim/service/clusterIP"),
         ({"tokens": {"secretName": ""}}, "the shim needs people's credentials"),
         (
             {"tokens": {"secretName": ""}, "settings": {"SKYSCAN_AUTH_DISABLED": "false"}},
@@ -252,11 +300,7 @@ def test_the_scanner_network_policy_selects_the_operators_scanner_pods_and_lets_
 ) -> None:
     docs = template("--values", values_file(tmp_path, EVERYTHING), release="prod", namespace="ops")
     policy = find(docs, "NetworkPolicy", "prod-skyscan-scanner")["spec"]
-    scanner = scanner_job.build_job(
-        "s1", "uid", "ops", model.ScanSpec.model_validate(minimal_spec()), OperatorSettings()
-    )
-    pod_labels = scanner["spec"]["template"]["metadata"]["labels"]
-    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert selects(policy["podSelector"], scanner_pod_labels())
     assert policy["policyTypes"] == ["Ingress", "Egress"] and policy["ingress"] == []  # nothing reaches them
     shim, wms, dns = policy["egress"]
     shim_pod = find(docs, "Deployment", "prod-skyscan-shim")["spec"]["template"]
@@ -268,8 +312,148 @@ def test_the_scanner_network_policy_selects_the_operators_scanner_pods_and_lets_
         [{"port": 8081, "protocol": "TCP"}],
     )
     assert {p["port"] for p in dns["ports"]} == {53} and dns["to"] == EVERYTHING["networkPolicy"]["dns"]["to"]
+    # The scanner policy selects no Pod of the shim or the operator (theirs are their own).
+    for component in ("shim", "operator"):
+        pod = find(docs, "Deployment", f"prod-skyscan-{component}")["spec"]["template"]["metadata"]
+        assert not policy["podSelector"]["matchLabels"].items() <= pod["labels"].items(), component
     off = template("--set", "networkPolicy.enabled=false")
-    assert not [d for d in off if d["kind"] == "NetworkPolicy"]
+    assert [d["metadata"]["name"] for d in off if d["kind"] == "NetworkPolicy"] == ["skyscan-shim"]
+
+
+def scanner_pod_labels() -> dict[str, str]:
+    """The labels the operator puts on a scanner Pod, from the Job it builds."""
+    job = scanner_job.build_job(
+        "s1", "uid", "ops", model.ScanSpec.model_validate(minimal_spec()), OperatorSettings()
+    )
+    labels: dict[str, str] = job["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def selects(selector: Doc, labels: dict[str, str]) -> bool:
+    assert set(selector) == {"matchLabels"}, selector  # the chart's own selectors use matchLabels only
+    return bool(selector["matchLabels"].items() <= labels.items())
+
+
+def test_the_shims_policy_lets_connections_reach_its_port_only(tmp_path: Path) -> None:
+    docs = template(release="prod", namespace="ops")
+    shim = find(docs, "Deployment", "prod-skyscan-shim")["spec"]["template"]
+    policy = find(docs, "NetworkPolicy", "prod-skyscan-shim")["spec"]
+    assert selects(policy["podSelector"], shim["metadata"]["labels"])
+    assert not selects(policy["podSelector"], scanner_pod_labels())
+    assert not selects(
+        policy["podSelector"], {**shim["metadata"]["labels"], "app.kubernetes.io/instance": "other"}
+    )
+    # Ingress only (its egress, to the API server, the archive and OIDC issuers, stays open), on the
+    # port its container names, from anywhere by default.
+    assert policy["policyTypes"] == ["Ingress"]
+    assert policy["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
+    assert {"name": "http", "containerPort": 8080} in shim["spec"]["containers"][0]["ports"]
+    assert not [
+        d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"].endswith("-operator")
+    ]
+    (rule,) = find(template_everything(tmp_path), "NetworkPolicy", "prod-skyscan-shim")["spec"]["ingress"]
+    assert rule["from"] == EVERYTHING["networkPolicy"]["shim"]["from"]
+    off = template("--set", "networkPolicy.shim.enabled=false")
+    assert [d["metadata"]["name"] for d in off if d["kind"] == "NetworkPolicy"] == ["skyscan-scanner"]
+
+
+def template_everything(tmp_path: Path) -> list[Doc]:
+    return template("--values", values_file(tmp_path, EVERYTHING), release="prod", namespace="ops")
+
+
+def test_the_operators_policy_when_enabled_lets_it_reach_what_it_needs_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    docs = template_everything(tmp_path)
+    np = EVERYTHING["networkPolicy"]
+    operator = find(docs, "Deployment", "prod-skyscan-operator")["spec"]["template"]
+    policy = find(docs, "NetworkPolicy", "prod-skyscan-operator")["spec"]
+    assert selects(policy["podSelector"], operator["metadata"]["labels"])
+    assert not selects(policy["podSelector"], scanner_pod_labels())
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    # Only Prometheus, on the metrics port the container names (the kubelet's probes come from the node).
+    assert policy["ingress"] == [
+        {"ports": [{"port": "metrics", "protocol": "TCP"}], "from": np["operator"]["metricsFrom"]}
+    ]
+    assert {"name": "metrics", "containerPort": 9090} in operator["spec"]["containers"][0]["ports"]
+    api, wms, archive, dns, extra = policy["egress"]
+    assert (api["to"], api["ports"]) == (np["operator"]["apiServer"]["to"], [{"port": 6443}])
+    assert (wms["to"], wms["ports"]) == (np["wms"]["to"], np["wms"]["ports"])
+    assert (archive["to"], archive["ports"]) == (np["operator"]["archive"]["to"], [{"port": 5433}])
+    assert dns["to"] == np["dns"]["to"] and {p["port"] for p in dns["ports"]} == {53}
+    assert extra == np["operator"]["extraEgress"][0]
+    assert all(rule.get("to") for rule in policy["egress"] if rule is not dns)  # no rule opens every address
+    # Without a WMS or an archive, no way to them.
+    none = template(
+        "--set", "networkPolicy.operator.enabled=true",
+        "--set", "networkPolicy.operator.apiServer.to[0].ipBlock.cidr=10.0.0.1/32",
+        "--set", "wms.address=", "--set", "archive.dsnSecret=",
+    )  # fmt: skip
+    rules = find(none, "NetworkPolicy", "skyscan-operator")["spec"]["egress"]
+    assert [r.get("to") for r in rules] == [
+        [{"ipBlock": {"cidr": "10.0.0.1/32"}}],
+        None,
+    ]  # the API server, DNS
+
+
+def test_every_container_the_chart_runs_is_restricted_with_requests_and_limits(tmp_path: Path) -> None:
+    for docs in (template(), template_everything(tmp_path)):
+        for deployment in (d for d in docs if d["kind"] == "Deployment"):
+            spec = deployment["spec"]["template"]["spec"]
+            assert spec["securityContext"]["runAsNonRoot"] is True
+            assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+            for container in (*spec["containers"], *spec.get("initContainers", [])):
+                where = f"{deployment['metadata']['name']}/{container['name']}"
+                context = container["securityContext"]
+                assert context["allowPrivilegeEscalation"] is False and context["readOnlyRootFilesystem"], (
+                    where
+                )
+                assert context["capabilities"] == {"drop": ["ALL"]}, where
+                resources = container["resources"]
+                assert {"cpu", "memory"} <= resources["requests"].keys() and "memory" in resources[
+                    "limits"
+                ], where
+
+
+def test_the_settings_schema_takes_every_setting_the_components_read_and_they_read_it_back(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every setting the chart accepts at its default value (JSON for all but strings, as the chart
+    passes it) reaches the settings ConfigMap in a form both components parse to that value; and so
+    do the string spellings `make up NODE=real` gives (`"20"` for a number)."""
+    defaults: Doc = {}
+    for settings in (OperatorSettings, ShimSettings):
+        for name, field in settings.model_fields.items():
+            variable = chart_schema.PREFIX + name.upper()
+            default = field.default_factory() if field.default_factory else field.default  # type: ignore[call-arg]
+            if variable not in chart_schema.CHART_OWNED and default is not None:
+                defaults[variable] = str(default) if isinstance(default, Path) else default
+    assert "SKYSCAN_SCANNER_RESTRICTED" in defaults and "SKYSCAN_MAX_EVENT_STREAMS" in defaults
+    local = real_stack.chart_values()
+    for values, expected in (
+        (
+            {"settings": defaults},
+            {
+                "workers": 4,
+                "scanner_restricted": True,
+                "known_clusters": {"osg": 100, "sub-2": 100, "local": 5},
+            },
+        ),
+        (local, {"backlog_tick_seconds": 1.0, "image_pull_grace_seconds": 20.0, "queue_poll_seconds": 0.5}),
+    ):
+        data = settings_data(template("--values", values_file(tmp_path, values)))
+        for variable in [v for v in os.environ if v.startswith(chart_schema.PREFIX)]:
+            monkeypatch.delenv(variable)
+        for variable, value in data.items():
+            if variable not in ("SKYSCAN_PRESIGN_KEY_FILE", "SKYSCAN_TOKEN_FILE"):  # files the Pods mount
+                monkeypatch.setenv(variable, value if isinstance(value, str) else json.dumps(value))
+        read = {**OperatorSettings().model_dump(), **ShimSettings().model_dump()}
+        assert {k: read[k] for k in expected} == expected
+        for variable, value in values["settings"].items():
+            name = variable.removeprefix(chart_schema.PREFIX).lower()
+            if variable in defaults and value == defaults[variable] and name != "known_clusters":
+                # A size (`str | int`) is read as the string spelling it, as its variable holds it.
+                assert read[name] in (value, str(value)), variable
 
 
 def test_the_chart_renders_what_the_kustomize_manifests_hold() -> None:
@@ -295,7 +479,17 @@ def test_the_chart_renders_what_the_kustomize_manifests_hold() -> None:
             pods = find(chart, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
             assert ours["spec"]["selector"].items() <= pods.items()
         elif kind == "NetworkPolicy":
-            assert ours["spec"] == theirs["spec"], name
+            # The chart's selectors also name the release (app.kubernetes.io/instance), the manifests'
+            # cannot: each selects what it means to in its own rendering.
+            mine, other = copy.deepcopy(ours["spec"]), copy.deepcopy(theirs["spec"])
+            assert mine.pop("podSelector") and other.pop("podSelector")
+            assert mine == other, name
+            if name == "skyscan-shim":
+                for docs, policy in ((chart, ours), (manifests, theirs)):
+                    pod = find(docs, "Deployment", "skyscan-shim")["spec"]["template"]["metadata"]["labels"]
+                    assert selects(policy["spec"]["podSelector"], pod)
+            else:
+                assert ours["spec"]["podSelector"] == theirs["spec"]["podSelector"], name
         elif kind == "CustomResourceDefinition":
             assert ours["spec"] == theirs["spec"] == yaml.safe_load(crd.render())["spec"]
     # The chart states two settings the manifests leave at their defaults (the same values).

@@ -35,19 +35,23 @@ def test_kube_proxy_leaves_the_hosts_sysctls_and_other_addresses_alone() -> None
 
 def test_pods_reach_no_host_port_but_dns_the_api_server_and_the_allowed_ones() -> None:
     rules = node.firewall_rules(api_port=6443, host_ports=(5432,))
-    assert rules["filter/FORWARD"][-2:] == [
+    # Guarded in the mangle table: a NetworkPolicy enforcer's ACCEPTs in the filter table come later.
+    assert rules["mangle/FORWARD"][-2:] == [
         ["-i", node.BRIDGE, "-j", "DROP"],
         ["-o", node.BRIDGE, "-j", "DROP"],
     ]
-    inbound = rules["filter/INPUT"]
+    inbound = rules["mangle/PREROUTING"]
     assert inbound[-1] == ["-i", node.BRIDGE, "-j", "DROP"]
+    assert inbound[0] == ["-i", node.BRIDGE, "-m", "addrtype", "!", "--dst-type", "LOCAL", "-j", "RETURN"]
     assert [
         "-i",
         node.BRIDGE,
-        "-m",
-        "conntrack",
-        "--ctstate",
-        "ESTABLISHED,RELATED,DNAT",
+        "-d",
+        f"{node.GATEWAY}/32",
+        "-p",
+        "tcp",
+        "--dport",
+        "5432",
         "-j",
         "RETURN",
     ] in inbound

@@ -67,6 +67,15 @@ if [ -n "$real_node" ] && stale coredns "CoreDNS-${COREDNS_VERSION#v}"; then
   GOFLAGS=-trimpath GOBIN="$bin" go install -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
 fi
 
+# The real node's NetworkPolicy enforcer: kube-router's firewall alone (iptables and ipset).
+KUBE_ROUTER_VERSION=${KUBE_ROUTER_VERSION:-v2.1.0}
+if [ -n "$real_node" ] && stale kube-router "$KUBE_ROUTER_VERSION"; then
+  echo "building kube-router $KUBE_ROUTER_VERSION into $bin" >&2
+  GOFLAGS=-trimpath CGO_ENABLED=0 GOBIN="$bin" go install -ldflags \
+    "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+    "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
+fi
+
 # kwok >= 0.8 has no built-in stages; always hand it the fast ones shipped in its module.
 stages=$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage
 if [ ! -s "$bin/kwok-stages.yaml" ]; then

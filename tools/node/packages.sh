@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The Debian packages a real node needs (`make up NODE=real`): the container runtime, the CNI
-# plugins, iptables, and what builds the images here (debootstrap, buildah, a static C toolchain for
+# plugins, iptables and ipset (kube-router's NetworkPolicy enforcement), and what builds the images here (debootstrap, buildah, a static C toolchain for
 # the pause program). Idempotent: apt-get runs only when one of them is missing.
 set -euo pipefail
 
-packages=(containerd runc containernetworking-plugins iptables debootstrap buildah gcc libc6-dev)
+packages=(containerd runc containernetworking-plugins iptables ipset debootstrap buildah gcc libc6-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -57,3 +57,17 @@ app.kubernetes.io/component: {{ . }}
 {{- end }}
 {{- toYaml $out }}
 {{- end -}}
+
+{{/* A NetworkPolicy egress rule to DNS (networkPolicy.dns): the peers given, else any address; port 53
+either way. */}}
+{{- define "skyscan.dnsEgress" -}}
+- ports:
+    - port: 53
+      protocol: UDP
+    - port: 53
+      protocol: TCP
+  {{- with .to }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
