@@ -38,6 +38,7 @@ ROOT = HERE.parents[1]
 STAGE = ROOT / ".skyscan" / "mutate"
 SOURCE_ROOTS = {"api_shim": "api_shim", "skyscan": "skyscan", "skyscan_operator": "operator/skyscan_operator"}
 ALSO_COPY = ("README.md",)  # files the tests read besides their own
+RESULT_MARKS = "🎉🫥⏰🤔🙁🔇🧙🛑"  # mutmut's line per mutant, when given their names
 KILLED = {"killed", "timeout", "segfault"}  # a test failed, or the mutant never finished: caught
 
 
@@ -218,7 +219,7 @@ def run_mutmut(targets: list[Target], children: int) -> None:
             for line in (raw.decode(errors="replace").strip() for raw in lines):
                 if line[:1] and "\u2800" <= line[0] <= "\u28ff":  # a spinner frame
                     progress = line[1:].strip()
-                elif line:
+                elif line and line[0] not in RESULT_MARKS:  # not one line per mutant
                     print(line, flush=True)
             if progress and time.monotonic() - shown > 60:
                 print(f"    {progress}", flush=True)
