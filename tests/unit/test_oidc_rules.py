@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime
 import hashlib
-import ipaddress
 import json
 import ssl
 import time
@@ -21,13 +19,11 @@ import jwt
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from jwt.algorithms import ECAlgorithm
 
 from api_shim import oidc
+from skyscan_local import control_plane
 
 ISSUER = "https://issuer.invalid/realms/r"
 KEY = ec.generate_private_key(ec.SECP256R1())
@@ -185,30 +181,6 @@ async def test_a_cached_token_is_verified_again_from_its_exp_on() -> None:
 # --- fetching through HTTP: the local issuer
 
 
-def self_signed() -> tuple[bytes, bytes]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    pem_key = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), pem_key
-
-
 class Served:
     """What the local issuer serves at /doc, in parts; the requests' headers."""
 
@@ -220,12 +192,11 @@ class Served:
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[tuple[Served, str, Path]]:
-    """A TLS server on 127.0.0.1: its state, its /doc URL and its CA file."""
-    cert, key = self_signed()
-    (tmp_path / "ca.pem").write_bytes(cert)
-    (tmp_path / "key.pem").write_bytes(key)
+    """A TLS server on 127.0.0.1 (the local control plane's certificates): its state, its /doc URL and
+    its CA file."""
+    control_plane.write_pki(tmp_path)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(tmp_path / "ca.pem", tmp_path / "key.pem")
+    context.load_cert_chain(tmp_path / "apiserver.crt", tmp_path / "apiserver.key")
     state, never = Served(), asyncio.Event()
 
     async def doc(request: web.Request) -> web.StreamResponse:
@@ -244,7 +215,7 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[Served, str, Path]]:
     app.router.add_get("/doc", doc)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server(ssl=context)
-    yield state, f"https://127.0.0.1:{server.port}/doc", tmp_path / "ca.pem"
+    yield state, f"https://127.0.0.1:{server.port}/doc", tmp_path / "ca.crt"
     await server.close()
 
 
