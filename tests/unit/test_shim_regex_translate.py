@@ -81,6 +81,12 @@ def test_a_compiled_pattern_keeps_the_pattern_given() -> None:
     assert compile_regex("a$", "m", **LIMITS).pattern == "a$"
 
 
+def test_groups_capture_nothing_so_they_cost_no_instructions() -> None:
+    grouped = compile_regex("(a)(b)(c)", "", **LIMITS)
+    assert grouped.program_size == compile_regex("(?:a)(?:b)(?:c)", "", **LIMITS).program_size
+    assert grouped.search("xabc")
+
+
 def test_the_length_limit_admits_a_pattern_of_exactly_its_length() -> None:
     assert compile_regex("a" * 10, "", max_length=10, max_program=1_000).search("a" * 10)
     with pytest.raises(RegexError, match="pattern longer than 9 characters"):
