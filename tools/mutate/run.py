@@ -3,7 +3,7 @@
 mutmut changes one thing at a time (an operator, a constant, a condition) in the functions that
 targets.toml names, and runs the fast tests it names that reach the changed function; a mutant no test
 kills survives. Survivors listed in equivalent.toml (the mutated code behaves as the original, with the
-reason) are counted apart; any other survivor, or a listed one that no longer survives, fails the run.
+reason) are counted apart; any other survivor, or a listed one that matches no mutant, fails the run.
 
 mutmut wants each package importable from the folder it copies, and `operator/` is a source root here,
 so the run happens in a staged copy (.skyscan/mutate): the three packages side by side, the tests, and
