@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CLUSTER_DIR ?= .skyscan/cluster
 
-.PHONY: venv binaries crds check-crds chart-schema lint test test-unit bench cluster-up cluster-down up down reset status demo clean
+.PHONY: venv binaries crds check-crds chart-schema lint test test-unit mutate bench cluster-up cluster-down up down reset status demo clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml local/pyproject.toml
@@ -40,6 +40,10 @@ test: lint              ## lint, then the whole suite against a real control pla
 
 test-unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+SINCE ?=
+mutate: venv            ## mutation testing of the identity and bounds code (tools/mutate); SINCE=<ref>|auto: what changed
+	$(PY) tools/mutate/run.py $(if $(SINCE),--since $(SINCE))
 
 QUICK ?=
 bench: venv             ## the benchmark suite, one markdown table (README, Benchmarks); QUICK=1: CI's small size

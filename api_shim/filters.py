@@ -273,8 +273,8 @@ class _Compiler:
                 return True
             return any(_same(c, a) for a in others)
 
-        def found(values: list[Any]) -> bool:
-            return any(test(c) for c in _candidates(values) or ([None] if op == "$in" else []))
+        def found(values: list[Any]) -> bool:  # a missing field is null, for $nin as for $in
+            return any(test(c) for c in _candidates(values) or [None])
 
         if op == "$in":
             return found

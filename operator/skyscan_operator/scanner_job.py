@@ -269,16 +269,9 @@ def user_env(spec: model.ScanSpec, settings: OperatorSettings) -> tuple[dict[str
     return {k: env_value(v) for k, v in given.items() if k not in refused}, refused
 
 
-def build_job(
-    scan_id: str, uid: str, namespace: str, spec: model.ScanSpec, settings: OperatorSettings
-) -> dict[str, Any]:
-    name = names.job_name(scan_id)
-    labels = child_labels(scan_id)
-    annotations = {"argocd.argoproj.io/sync-options": "Prune=false"}
-    if settings.argocd_app_name:
-        annotations["argocd.argoproj.io/tracking-id"] = (
-            f"{settings.argocd_app_name}:batch/Job:{namespace}/{name}"
-        )
+def scanner_env(scan_id: str, spec: model.ScanSpec, settings: OperatorSettings) -> list[dict[str, Any]]:
+    """The scanner container's env: Skyscan's own variables, after the user's allowed ones, which never
+    replace one of them."""
     env: list[dict[str, Any]] = [
         {"name": "SKYSCAN_EWMS_JSON", "value": f"{EWMS_MOUNT}/{EWMS_FILE}"},
         {"name": "SKYSCAN_SKYDRIVER_ADDRESS", "value": settings.rest_address},
@@ -289,16 +282,27 @@ def build_job(
         scanner_auth_env(scan_id),
         *rest_trust(settings).env,
     ]
-    # Skyscan's own variables win: the user's come first and never replace one of them.
     ours = {e["name"] for e in env}
-    env = [{"name": k, "value": v} for k, v in user_env(spec, settings)[0].items() if k not in ours] + env
+    return [{"name": k, "value": v} for k, v in user_env(spec, settings)[0].items() if k not in ours] + env
+
+
+def build_job(
+    scan_id: str, uid: str, namespace: str, spec: model.ScanSpec, settings: OperatorSettings
+) -> dict[str, Any]:
+    name = names.job_name(scan_id)
+    labels = child_labels(scan_id)
+    annotations = {"argocd.argoproj.io/sync-options": "Prune=false"}
+    if settings.argocd_app_name:
+        annotations["argocd.argoproj.io/tracking-id"] = (
+            f"{settings.argocd_app_name}:batch/Job:{namespace}/{name}"
+        )
     memory = str(spec.scanner_server_memory_bytes)
     scanner: dict[str, Any] = {
         "name": names.container_name(scan_id),
         "image": f"{settings.scanner_image}:{spec.docker_tag}",
         "command": [],
         "args": scanner_server_argv(spec),
-        "env": env,
+        "env": scanner_env(scan_id, spec, settings),
         "resources": {
             "limits": {"memory": memory, "cpu": "1.0"},
             "requests": {

@@ -112,6 +112,9 @@ ARCHIVE_CASES: list[dict[str, Any]] = [
     {"classifiers.n": {"$gt": 2}},
     {"classifiers.n": {"$in": [3, True]}},
     {"classifiers.n": {"$nin": [3]}},
+    {"classifiers.origin": {"$nin": [None]}},  # a missing field is null for $nin too
+    {"classifiers.origin": {"$nin": [None, "alert"]}},
+    {"progress.summary": {"$nin": [None]}},
     {"classifiers.tags": "a"},
     {"classifiers.tags": {"$ne": "b"}},
     {"classifiers.tags": {"$all": ["a", "b"]}},

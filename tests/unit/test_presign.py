@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -53,3 +55,15 @@ def test_keys_are_checked() -> None:
     assert presign.check_key(b"  " + KEY + b"\n") == KEY
     with pytest.raises(ValueError, match="at least 32 bytes"):
         presign.check_key(b"short\n")
+
+
+def test_the_signature_is_hmac_sha256_of_the_context_scan_and_expiry_one_a_line() -> None:
+    # The operator signs and the shim verifies: two versions of either must agree on the message.
+    key = b"k" * 32
+    message = b"skyscan-startup-json-v1\nscan-1\n1700000000"
+    assert presign.sign(key, "scan-1", 1_700_000_000) == hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def test_the_url_escapes_the_scan_id_whole_and_drops_only_trailing_slashes() -> None:
+    got = presign.url("https://shim.example/rootX//", "a/b", 5, b"k" * 32)
+    assert got.startswith("https://shim.example/rootX/scan/a%2Fb/startup.json?expires=5&signature=")

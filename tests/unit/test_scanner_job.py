@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from api_shim.settings import ShimSettings
-from skyscan import model, names
+from skyscan import model, names, scanner_args
 from skyscan.scanner_args import scanner_server_args, scanner_server_argv, scanner_server_options
 from skyscan_local.scanner_simulator import kubelet_expand
 from skyscan_local.wms_simulator import SimError, validate_workflow_request
@@ -348,3 +348,49 @@ def test_scanner_pods_trust_only_the_shims_ca_when_one_is_configured() -> None:
         ]
     assert not S.model_copy(update={"rest_address": "http://127.0.0.1:8080"}).rest_in_clear
     assert S.rest_in_clear and not s.rest_in_clear
+
+
+def test_nsides_sort_as_numbers_and_any_other_key_after_them_by_name() -> None:
+    pairs = scanner_args.sorted_nsides({"64": 4, "b": 1, "8": 12, "a": 2, "512": 0})
+    assert list(pairs) == [("8", 12), ("64", 4), ("512", 0), ("a", 2), ("b", 1)]
+
+
+def test_the_scanner_gets_exactly_skyscans_variables_after_the_users_allowed_ones() -> None:
+    with_env = spec(scannerServerEnvFromUser={"SKYSCAN_LOG": "DEBUG", "HTTPS_PROXY": "http://evil:3128"})
+    settings = S.model_copy(update={"scanner_env": {"SKYSCAN_EXTRA": "1"}})
+    assert scanner_job.scanner_env("abc", with_env, settings) == [
+        {"name": "SKYSCAN_LOG", "value": "DEBUG"},
+        {"name": "SKYSCAN_EWMS_JSON", "value": "/etc/skyscan-ewms/ewms.json"},
+        {"name": "SKYSCAN_SKYDRIVER_ADDRESS", "value": "http://shim:8080"},
+        {"name": "SKYSCAN_SKYDRIVER_SCAN_ID", "value": "abc"},
+        {"name": "SKYSCAN_EXTRA", "value": "1"},
+        {"name": "SKYSCAN_EWMS_PILOT_LOG", "value": "WARNING"},
+        {"name": "SKYSCAN_MQ_CLIENT_LOG", "value": "WARNING"},
+        scanner_job.scanner_auth_env("abc"),
+    ]
+
+
+def test_every_string_the_kubelet_would_expand_is_escaped_and_nothing_is_added() -> None:
+    container = {
+        "name": "c",
+        "command": ["sh", "$(A)"],
+        "args": ["$(B)"],
+        "env": [{"name": "X", "value": "$(C)"}, {"name": "Y", "valueFrom": {"secretKeyRef": {"name": "s"}}}],
+    }
+    assert scanner_job.kube_literals(container) == {
+        "name": "c",
+        "command": ["sh", "$$(A)"],
+        "args": ["$$(B)"],
+        "env": [{"name": "X", "value": "$$(C)"}, {"name": "Y", "valueFrom": {"secretKeyRef": {"name": "s"}}}],
+    }
+    assert scanner_job.kube_literals({"name": "bare"}) == {"name": "bare"}
+
+
+def test_a_reserved_variable_is_refused_naming_every_reserved_prefix() -> None:
+    with pytest.raises(ValueError) as refused:
+        spec(scannerServerEnvFromUser={"LD_PRELOAD": "/x.so"})
+    prefixes = ", ".join(model.RESERVED_ENV_PREFIXES)
+    assert (
+        f"cannot set 'LD_PRELOAD': Skyscan sets the scanner's own variables (reserved prefixes: {prefixes})"
+        in (str(refused.value))
+    )

@@ -76,3 +76,22 @@ def test_catalog_directory(tmp_path: Path) -> None:
         (tmp_path / name).mkdir()
     assert read_catalog_dir(tmp_path) == {"4.1.0", "latest-dev"}
     assert read_catalog_dir(tmp_path / "missing") == set()
+
+
+@pytest.mark.parametrize("given", ["lots", "-5GB", "12XB", -1, True])
+def test_an_invalid_size_names_the_value_given(given: str | int) -> None:
+    with pytest.raises(InvalidSize) as refused:
+        parse_size(given)
+    assert refused.value.args == (given,)
+
+
+@pytest.mark.parametrize("unit", ["", "b", "KiB", "kb"])
+def test_a_size_too_large_to_compute_names_the_value_given(unit: str) -> None:
+    given = "9" * 400 + ".5" + unit  # a decimal beyond any float: infinite
+    with pytest.raises(SizeTooLarge) as refused:
+        parse_size(given)
+    assert refused.value.args == (given,)
+    digits = "9" * 5000  # more digits than Python converts to an int
+    with pytest.raises(SizeTooLarge) as refused:
+        parse_size(digits)
+    assert refused.value.args == (digits,)

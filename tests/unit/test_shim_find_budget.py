@@ -1,0 +1,169 @@
+"""The work budget of `/scans/find` (`api_shim.handlers.find`): a filter's cost per scan times the
+scans it examines stays within `FindLimits.max_work`, checked before any pattern is compiled, as each
+is compiled, and on the compiled filter; the filter's shape is checked first."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import pytest
+
+from api_shim import filters
+from api_shim.errors import ApiError
+from api_shim.filters import FindLimits, RegexKey, parse_filter, plan_filter
+from api_shim.handlers import find
+from api_shim.regex import Regex
+
+PATTERNS = {"run_id": {"$regex": "a{40}"}, "event_id": {"$regex": "b{40}"}, "x": {"$regex": "c{40}"}}
+
+
+@pytest.fixture
+def budget(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Sets the work budget of finds (`find.LIMITS.max_work`)."""
+
+    def set_budget(max_work: int) -> None:
+        monkeypatch.setattr(find, "LIMITS", dataclasses.replace(FindLimits(), max_work=max_work))
+
+    return set_budget
+
+
+@pytest.fixture
+def compiled(monkeypatch: pytest.MonkeyPatch) -> list[RegexKey]:
+    """The patterns the find compiles, in order."""
+    seen: list[RegexKey] = []
+    real = find.compile_regex_for
+
+    def counting(key: RegexKey, limits: FindLimits) -> Regex:
+        seen.append(key)
+        return real(key, limits)
+
+    monkeypatch.setattr(find, "compile_regex_for", counting)
+    return seen
+
+
+async def refusal(query: dict[str, Any], examined: int) -> str:
+    with pytest.raises(ApiError) as refused:
+        await find.compile_in_slices(query, examined)
+    assert refused.value.status == 400
+    return refused.value.reason
+
+
+async def test_a_filter_costing_exactly_the_budget_over_the_examined_scans_is_compiled(budget: Any) -> None:
+    query = {"run_id": 1, "priority": {"$gt": 2}}
+    cost = parse_filter(query).cost
+    budget(cost * 10)
+    found = await find.compile_in_slices(query, 10)
+    assert found.cost == cost and found.matches({"run_id": 1, "priority": 3})
+    assert not found.matches({"run_id": 1, "priority": 2})
+    assert await refusal(query, 11) == (
+        f"filter too costly: {cost} per scan * 11 scans exceeds the work budget of {cost * 10}"
+    )
+
+
+async def test_a_filter_whose_plan_alone_is_beyond_the_budget_is_refused_before_any_pattern_compiles(
+    budget: Any, compiled: list[RegexKey]
+) -> None:
+    planned = plan_filter(PATTERNS, FindLimits()).cost
+    budget(planned * 5)
+    assert await refusal(PATTERNS, 6) == (
+        f"filter too costly: at least {planned} per scan * 6 scans exceeds the work budget of {planned * 5}"
+    )
+    assert compiled == []
+
+
+async def test_patterns_are_compiled_one_at_a_time_until_they_take_the_find_beyond_the_budget(
+    budget: Any, compiled: list[RegexKey]
+) -> None:
+    planned = plan_filter(PATTERNS, FindLimits()).cost
+    full = parse_filter(PATTERNS).cost
+    assert planned < full
+    budget(full * 2)
+    assert (await find.compile_in_slices(PATTERNS, 2)).cost == full  # exactly the budget: compiled
+    assert len(compiled) == 3
+    compiled.clear()
+    budget((planned + 1) * 2)  # the plan fits; its first compiled pattern does not
+    reason = await refusal(PATTERNS, 2)
+    assert compiled == [("a{40}", "")]
+    first, work = planned + (full - planned) // 3, (planned + 1) * 2
+    assert (
+        reason == f"filter too costly: at least {first} per scan * 2 scans exceeds the work budget of {work}"
+    )
+
+
+async def test_a_pattern_used_twice_is_compiled_once_and_costed_twice(
+    budget: Any, compiled: list[RegexKey], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    query = {"run_id": {"$regex": "a{40}"}, "event_id": {"$regex": "a{40}"}}
+    cost = parse_filter(query).cost
+    budget(cost * 2)
+    again: list[RegexKey] = []
+    monkeypatch.setattr(filters, "compile_regex_for", lambda key, limits: again.append(key))
+    assert (await find.compile_in_slices(query, 2)).cost == cost
+    assert compiled == [("a{40}", "")] and again == []  # the filter took the pattern compiled ahead
+    compiled.clear()
+    budget(cost * 2 - 1)  # the plan and the pattern compiled once fit; the filter with both uses does not
+    assert await refusal(query, 2) == (
+        f"filter too costly: {cost} per scan * 2 scans exceeds the work budget of {cost * 2 - 1}"
+    )
+    assert compiled == [("a{40}", "")]
+
+
+async def test_the_finds_own_limits_hold_for_its_patterns(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(find, "LIMITS", dataclasses.replace(FindLimits(), max_regex_length=3))
+    reason = await refusal({"run_id": {"$regex": "abcd"}}, 1)
+    assert reason == "invalid filter: invalid $regex: pattern longer than 3 characters"
+
+
+async def test_an_invalid_pattern_is_reported_as_invalid_even_before_costly_ones(
+    budget: Any, compiled: list[RegexKey]
+) -> None:
+    query = {"a": {"$regex": "("}, **PATTERNS}
+    budget(plan_filter(query, FindLimits()).cost)
+    reason = await refusal(query, 1)
+    assert reason.startswith("invalid filter: invalid $regex: "), reason
+    assert compiled == [("(", "")]  # the costly ones after it were never compiled
+
+
+async def test_a_malformed_filter_is_refused_as_invalid() -> None:
+    assert await refusal({"priority": {"$near": 1}}, 1) == "invalid filter: unsupported operator: $near"
+
+
+async def test_compiling_many_patterns_yields_to_the_event_loop_between_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(find, "SLICE_SECONDS", 0.0)  # every pattern is a slice
+    turns = 0
+    running = True
+
+    async def other_request() -> None:
+        nonlocal turns
+        while running:
+            turns += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_request())
+    await asyncio.sleep(0)
+    before = turns
+    await find.compile_in_slices(PATTERNS, 1)
+    running = False
+    await other
+    assert turns - before >= len(PATTERNS)
+
+
+def test_the_shape_is_checked_before_anything_else() -> None:
+    query: dict[str, Any] = {"run_id": 1}
+    assert find.shape_checked(query) is query
+    deep: dict[str, Any] = {"a": 1}
+    for _ in range(find.LIMITS.max_depth):
+        deep = {"$and": [deep]}
+    with pytest.raises(ApiError) as refused:
+        find.shape_checked(deep)
+    assert refused.value.status == 400
+    assert (
+        refused.value.reason
+        == f"invalid filter: the filter is nested deeper than {find.LIMITS.max_depth} levels"
+    )
+    hint = "Simplify the filter (fewer conditions, $in over values, fewer or simpler $regex patterns)."
+    assert find.too_costly(3, 4).message == hint
