@@ -106,13 +106,13 @@ def etcd_binary() -> Path:
 # --- certificates -------------------------------------------------------------------------------
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
 
 
-def _ca(common_name: str, days: int) -> tuple[ec.EllipticCurvePrivateKey, x509.Name, x509.Certificate]:
+def new_ca(common_name: str, days: int) -> tuple[ec.EllipticCurvePrivateKey, x509.Name, x509.Certificate]:
     """A self-signed CA: its key, its name and its certificate."""
     now = dt.datetime.now(dt.UTC)
     key = ec.generate_private_key(ec.SECP256R1())
@@ -135,7 +135,7 @@ def write_pki(d: Path, *, days: int = CERT_DAYS, keep_signing_key: bool = False)
     """A CA of its own (its key is not kept), the API server's serving certificate and, unless kept
     (a renewal: service-account tokens stay valid), the service-account signing key."""
     now = dt.datetime.now(dt.UTC)
-    ca_key, ca_name, ca = _ca("skyscan-local-ca", days)
+    ca_key, ca_name, ca = new_ca("skyscan-local-ca", days)
     key = ec.generate_private_key(ec.SECP256R1())
     sans = x509.SubjectAlternativeName(
         [
@@ -160,11 +160,11 @@ def write_pki(d: Path, *, days: int = CERT_DAYS, keep_signing_key: bool = False)
     files = {
         "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
         "apiserver.crt": cert.public_bytes(serialization.Encoding.PEM),
-        "apiserver.key": _pem_key(key),
+        "apiserver.key": pem_key(key),
     }
     if not keep_signing_key:
         sa_key = ec.generate_private_key(ec.SECP256R1())
-        files["sa.key"] = _pem_key(sa_key)
+        files["sa.key"] = pem_key(sa_key)
         files["sa.pub"] = sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
@@ -204,12 +204,12 @@ def _signed(
 def write_etcd_pki(d: Path) -> None:
     """etcd's own CA (its key is not kept), its serving certificate, and the one client certificate
     that CA signs: the API server's. Any other local user is refused by etcd, Secrets and all."""
-    ca_key, ca_name, ca = _ca("skyscan-local-etcd-ca", CERT_DAYS)
+    ca_key, ca_name, ca = new_ca("skyscan-local-etcd-ca", CERT_DAYS)
     files = {"etcd-ca.crt": ca.public_bytes(serialization.Encoding.PEM)}
     for name in ("etcd-server", "etcd-client"):
         key = ec.generate_private_key(ec.SECP256R1())
         files[f"{name}.crt"] = _signed(name, key, ca_name, ca_key).public_bytes(serialization.Encoding.PEM)
-        files[f"{name}.key"] = _pem_key(key)
+        files[f"{name}.key"] = pem_key(key)
     for name, data in files.items():
         (d / name).write_bytes(data)
         (d / name).chmod(0o600)

@@ -326,19 +326,7 @@ def write_kubelet_client_pki(cluster_dir: Path, ca_file: Path) -> None:
     """A CA of the node's own and the one client certificate it signs, the API server's (system:masters,
     so the kubelet's webhook authorisation allows logs and exec); the CA's key is never written."""
     now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "skyscan-kubelet-client-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=3650))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_key, ca_name, ca = control_plane.new_ca("skyscan-kubelet-client-ca", control_plane.CERT_DAYS)
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name(
         [
@@ -353,15 +341,12 @@ def write_kubelet_client_pki(cluster_dir: Path, ca_file: Path) -> None:
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=3650))
+        .not_valid_after(now + dt.timedelta(days=control_plane.CERT_DAYS))
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
     for path, data in (
-        (cluster_dir / KUBELET_CLIENT_KEY, key_pem),
+        (cluster_dir / KUBELET_CLIENT_KEY, control_plane.pem_key(key)),
         (cluster_dir / KUBELET_CLIENT_CERT, cert.public_bytes(serialization.Encoding.PEM)),
         (ca_file, ca.public_bytes(serialization.Encoding.PEM)),
     ):

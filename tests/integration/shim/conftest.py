@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,15 +185,35 @@ def start_shim_process(
     return process, f"http://127.0.0.1:{port}"
 
 
-async def shim_serving(process: subprocess.Popen[bytes], url: str, log: Path) -> None:
-    """Until the shim process answers /healthz 200 (its log shown if it dies first)."""
-    async with httpx.AsyncClient(base_url=url) as http:
+@dataclass(frozen=True)
+class RunningShim:
+    pid: int
+    url: str
+    log: Path
+    token: str  # a user's
 
-        async def serving() -> bool:
-            assert process.poll() is None, log.read_text()  # noqa: ASYNC240 (on failure only)
-            try:
-                return (await http.get("/healthz")).status_code == 200
-            except httpx.TransportError:
-                return False
 
-        await eventually(serving, timeout=60)
+@asynccontextmanager
+async def shim_process(
+    cluster: Cluster, namespace: str, tmp_path: Path, **settings: str
+) -> AsyncIterator[RunningShim]:
+    """A `skyscan-shim serve` process with a user's static token, once it answers /healthz 200 (its
+    log shown if it dies first); terminated on the way out."""
+    tokens, log = tmp_path / "tokens.json", tmp_path / "shim.log"
+    token = auth.make_token(tokens, "alice", ["user"])
+    process, url = start_shim_process(cluster, namespace, tokens, log, **settings)
+    try:
+        async with httpx.AsyncClient(base_url=url) as http:
+
+            async def serving() -> bool:
+                assert process.poll() is None, log.read_text()
+                try:
+                    return (await http.get("/healthz")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            await eventually(serving, timeout=60)
+        yield RunningShim(process.pid, url, log, token)
+    finally:
+        process.terminate()
+        process.wait(10)

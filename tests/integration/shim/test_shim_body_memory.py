@@ -13,11 +13,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from api_shim.auth import make_token
 from api_shim.bodies import BODIES
 from tests.conftest import Cluster
 from tests.helpers import eventually
-from tests.integration.shim.conftest import MakeShim, scan_body, shim_serving, start_shim_process
+from tests.integration.shim.conftest import MakeShim, scan_body, shim_process
 
 pytestmark = pytest.mark.timeout(180)
 MIB = 1 << 20
@@ -32,16 +31,8 @@ def rss_mib(pid: int) -> tuple[float, float]:
 @pytest.fixture
 async def served(cluster: Cluster, namespace: str, tmp_path: Path) -> AsyncIterator[tuple[int, str, str]]:
     """A shim process: its pid, URL and a user's token."""
-    tokens = tmp_path / "tokens.json"
-    token = make_token(tokens, "alice", ["user"])
-    log = tmp_path / "shim.log"
-    process, url = start_shim_process(cluster, namespace, tokens, log, SKYSCAN_LOG_LEVEL="WARNING")
-    try:
-        await shim_serving(process, url, log)
-        yield process.pid, url, token
-    finally:
-        process.terminate()
-        process.wait(10)
+    async with shim_process(cluster, namespace, tmp_path, SKYSCAN_LOG_LEVEL="WARNING") as shim:
+        yield shim.pid, shim.url, shim.token
 
 
 async def test_large_bodies_are_let_go_once_answered_and_handled_a_budget_at_a_time(

@@ -11,10 +11,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from api_shim.auth import make_token
 from tests.conftest import Cluster
 from tests.helpers import eventually
-from tests.integration.shim.conftest import shim_serving, start_shim_process
+from tests.integration.shim.conftest import shim_process
 
 pytestmark = pytest.mark.timeout(120)
 FORGED = "2026-11-25 00:00:00,000 INFO api_shim.auth: alice logged in as admin"
@@ -42,16 +41,8 @@ class ShimProcess:
 
 @pytest.fixture
 async def served(cluster: Cluster, namespace: str, tmp_path: Path) -> AsyncIterator[ShimProcess]:
-    tokens = tmp_path / "tokens.json"
-    token = make_token(tokens, "alice", ["user"])
-    log = tmp_path / "shim.log"
-    process, url = start_shim_process(cluster, namespace, tokens, log, SKYSCAN_LOG_FORMAT="text")
-    try:
-        await shim_serving(process, url, log)
-        yield ShimProcess(url, log, token)
-    finally:
-        process.terminate()
-        process.wait(10)
+    async with shim_process(cluster, namespace, tmp_path, SKYSCAN_LOG_FORMAT="text") as shim:
+        yield ShimProcess(shim.url, shim.log, shim.token)
 
 
 async def logged(shim: ShimProcess, count: int) -> list[str]:
