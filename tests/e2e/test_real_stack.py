@@ -417,6 +417,14 @@ def serving_pods(stack: Stack) -> set[str]:
     )
 
 
+def wms_config(stack: Stack, **changes: Any) -> dict[str, Any]:
+    """Change the in-cluster WMS simulator's settings, through the API server's Service proxy."""
+    proxy = f"/api/v1/namespaces/{NS}/services/http:{real_stack.WMS}:8081/proxy/_sim/config"
+    got = stack.api.http.patch(proxy, json=changes)
+    got.raise_for_status()
+    return dict(got.json())
+
+
 @pytest.mark.timeout(600)
 def test_helm_upgrade_from_the_previous_chart_version_with_scans_in_flight_loses_none(
     clean: Stack, tmp_path: Path
@@ -433,25 +441,30 @@ def test_helm_upgrade_from_the_previous_chart_version_with_scans_in_flight_loses
     helm(clean, *upgrade[:2], str(tmp_path / "charts" / "skyscan"),
          "--values", str(tmp_path / "previous.yaml"), *upgrade[2:])  # fmt: skip
     components = poll(lambda: serving_pods(clean), "the previous version's Pods alone", 120)
-    scan_ids = [clean.launch() for _ in range(3)]
-    clean.scanner_pod(scan_ids[0], lambda p: p["status"].get("phase") == "Running", "running")
     # As a release upgrades: a new chart and a new image of the product (here the same build, tagged anew).
     ctr = ["ctr", "--address", str(node.Paths(NODE_DIR).containerd_socket), "--namespace", "k8s.io", "images"]
     subprocess.run([*ctr, "tag", "--force", "localhost/skyscan:dev", "localhost/skyscan:next"], check=True,
                    capture_output=True, timeout=60)  # fmt: skip
-    began = time.monotonic()
-    helm(
-        clean,
-        *upgrade[:2],
-        str(real_stack.CHART),
-        "--values",
-        str(values),
-        *upgrade[2:],
-        "--set",
-        "image.tag=next",
-    )
-    print(f"helm upgrade with {len(scan_ids)} scans in flight: {time.monotonic() - began:.1f}s")
-    assert any(clean.rest_status(i)["scan_state"] != "SCAN_HAS_FINAL_RESULT" for i in scan_ids)
+    # The WMS holds the workers back until the upgrade is done, so every scan is in flight throughout.
+    wms_config(clean, step_delay=3600)
+    try:
+        scan_ids = [clean.launch() for _ in range(3)]
+        clean.scanner_pod(scan_ids[0], lambda p: p["status"].get("phase") == "Running", "running")
+        began = time.monotonic()
+        helm(
+            clean,
+            *upgrade[:2],
+            str(real_stack.CHART),
+            "--values",
+            str(values),
+            *upgrade[2:],
+            "--set",
+            "image.tag=next",
+        )
+        print(f"helm upgrade with {len(scan_ids)} scans in flight: {time.monotonic() - began:.1f}s")
+        assert not any(clean.final(i) for i in scan_ids)
+    finally:
+        wms_config(clean, step_delay=1.0)
     for scan_id in scan_ids:
         ended = clean.wait_scan(scan_id, lambda s: s.get("status", {}).get("state", "").startswith(
             ("SCAN_HAS_FINAL_RESULT", "ABORTED", "FAILED")), "ended", timeout=180)  # fmt: skip
