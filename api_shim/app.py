@@ -22,7 +22,6 @@ from api_shim import auth, oidc, openapi
 from api_shim.bodies import BODIES, BodyBudget, body_of
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, error_middleware
-from api_shim.freshness import Freshness, written_middleware
 from api_shim.handlers.events import STREAMS, EventStreams, close_streams
 from api_shim.metrics import METRICS, ShimMetrics, metrics_middleware
 from api_shim.plumbing import (
@@ -41,9 +40,10 @@ from api_shim.plumbing import (
 )
 from api_shim.routes import ROUTES
 from api_shim.scanner_auth import ScannerTokens
+from api_shim.scans import Scans
 from api_shim.settings import ShimSettings
-from api_shim.store import ScanStore
 from api_shim.tags import TagCatalog
+from api_shim.versions import written_middleware
 from api_shim.writes import ScanWrites
 from skyscan import kube, logs
 from skyscan.archive import Archive
@@ -82,7 +82,8 @@ def guard(route: Route) -> Handler:
             request[IDENTITY] = identity
         async with request.app[BODIES].room(request):  # after auth: only callers' bodies are ever read
             if identity is not None:
-                await request.app[SHIM].freshness.reach(request)  # after auth: only callers may make it read
+                # After auth: only callers may make it read.
+                await request.app[SHIM].scans.freshness.reach(request)
                 if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
                     await _maybe_redirect(request, route)
             return await route.handler(request)
@@ -98,14 +99,14 @@ def _confine(request: web.Request, scan_id: str, route: Route) -> None:
         raise ApiError(403, "authorization failed", "A scanner's credential cannot act for a person.")
     if request.match_info.get("scan_id") != scan_id:
         raise ApiError(403, "authorization failed", f"This credential is valid for scan {scan_id} only.")
-    scan = request.app[SHIM].cache.get(scan_id)
+    scan = request.app[SHIM].scans.cache.get(scan_id)
     if scan is None or not ScanRecord(scan).scanner_may_act:
         raise ApiError(403, "authorization failed", f"The scanner credential of scan {scan_id} is revoked.")
 
 
 async def _maybe_redirect(request: web.Request, route: Route) -> None:
     old = request.match_info["scan_id"]
-    scan = await request.app[SHIM].lookup(old)
+    scan = await request.app[SHIM].scans.get(old)
     if scan is None:
         return
     request[FOUND] = scan  # the handler reads the same copy (one archive query per request)
@@ -181,17 +182,14 @@ async def create_app(
         await cache.start()
         await asyncio.wait_for(cache.synced.wait(), timeout=60)
         app[METRICS].watch(cache)
-        store = ScanStore(api, settings.namespace, cache, settings.write_timeout)
         archive = None if settings.archive_dsn is None else await Archive.connect(settings.archive_dsn)
+        scans = Scans(api, settings.namespace, cache, settings.write_timeout, archive)
         app[SHIM] = Shim(
             settings=settings,
             api=api,
-            cache=cache,
-            store=store,
-            writes=ScanWrites(api, store, settings.add_workers_timeout, archive),
+            scans=scans,
+            writes=ScanWrites(scans, settings.add_workers_timeout),
             tags=TagCatalog(settings.tag_catalog_dir, settings.tags),
-            freshness=Freshness(cache, store),
-            archive=archive,
         )
         yield
         await cache.stop()

@@ -20,28 +20,24 @@ remembered for `MISS_SECONDS`, and all of them draw on one token bucket (`READS_
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import re
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
-from api_shim.errors import ApiError, Handler, bad_request
+from api_shim.cache import ScanCache
+from api_shim.errors import ApiError
 from api_shim.sharing import SharedRuns
+from api_shim.versions import min_version
 from skyscan.status import resource_version
-
-if TYPE_CHECKING:
-    from api_shim.cache import ScanCache
-    from api_shim.store import ScanStore
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 
-WRITTEN_HEADER = "Skyscan-Version"
-MIN_VERSION_HEADER = "Skyscan-Min-Version"
 WAIT_SECONDS = 2.0  # the longest wait for this replica's watch to reach a version a client asks for
 RECENT_SECONDS = 300.0  # a missing id created (by its own timestamp) this recently is read once
 SKEW_SECONDS = 60.0  # an id's timestamp may be this far ahead of this replica's clock
@@ -72,50 +68,10 @@ class TokenBucket:
         return True
 
 
-class Written:
-    """The highest Scan resourceVersion one request wrote (0: none)."""
-
-    version = 0
-
-
-_written: contextvars.ContextVar[Written | None] = contextvars.ContextVar("skyscan_written", default=None)
-
-
-def wrote(obj: Obj) -> None:
-    """Note a Scan version the current request wrote (the store calls it after each write)."""
-    written = _written.get()
-    if written is not None:
-        written.version = max(written.version, resource_version(obj))
-
-
-@web.middleware
-async def written_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Answer a write with the version it wrote (`Skyscan-Version`)."""
-    written = Written()
-    token = _written.set(written)
-    try:
-        response = await handler(request)
-    finally:
-        _written.reset(token)
-    if written.version and not response.prepared:
-        response.headers[WRITTEN_HEADER] = str(written.version)
-    return response
-
-
-def min_version(request: web.Request) -> int | None:
-    raw = request.headers.get(MIN_VERSION_HEADER)
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise bad_request(f"'{MIN_VERSION_HEADER}': must be a resourceVersion (a whole number)") from None
-
-
 class Freshness:
-    def __init__(self, cache: ScanCache, store: ScanStore) -> None:
+    def __init__(self, cache: ScanCache, read: Callable[[str], Awaitable[Obj]]) -> None:
         self._cache = cache
-        self._store = store
+        self._read_scan = read  # from the API server, into the cache; ApiError 404 when there is none
         self._bucket = TokenBucket(READS_PER_SECOND, READS_BURST)
         self._misses: OrderedDict[str, float] = OrderedDict()  # id -> until when it is not read again
         self._reading: SharedRuns[str, Obj | None] = SharedRuns()
@@ -161,7 +117,7 @@ class Freshness:
 
     async def _get(self, scan_id: str) -> Obj | None:
         try:
-            return await self._store.read(scan_id)  # into the cache too
+            return await self._read_scan(scan_id)
         except ApiError as e:
             if e.status != 404:
                 raise

@@ -2,7 +2,7 @@
 updates guarded by resourceVersion, for the checks that must not race.
 
 Every write lands in the cache right away (`ScanCache.observe`), so the same client reads it back,
-and its version is noted for the answer (`freshness.wrote`: read-your-writes through other replicas).
+and its version is noted for the answer (`versions.wrote`: read-your-writes through other replicas).
 A write whose new value does not depend on the stored one (a soft-delete flag, `lastUpdated`, the
 progress, the result record) carries no resourceVersion: the API server applies it to the current
 object, so concurrent writers never conflict. A check-then-write (set-once fields, appending a worker
@@ -22,7 +22,7 @@ from typing import Any
 
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, not_found
-from api_shim.freshness import wrote
+from api_shim.versions import wrote
 from skyscan import kube, model, names
 from skyscan.kube import Kube, scan_path
 from skyscan.status import resource_version

@@ -90,6 +90,10 @@ class ScanRecord:
         return bool(self.obj["spec"].get("deleted"))
 
     @property
+    def sensor_event_id(self) -> str:
+        return str(self.obj["spec"]["sensorEventId"])
+
+    @property
     def rescan_of(self) -> str | None:
         parent = self.obj["spec"].get("rescanOf")
         return str(parent) if parent else None

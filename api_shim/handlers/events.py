@@ -90,7 +90,7 @@ class Channel:
     def latest(self, shim: Shim) -> Message | None:
         """The Scan's message as the cache holds it now; None once the cache no longer has it."""
         if self._message is None:
-            scan = shim.cache.get(self.name)
+            scan = shim.scans.cache.get(self.name)
             if scan is None:
                 return None
             self._message = message(scan, _logs_url(shim, scan))
@@ -145,7 +145,7 @@ async def _followed(request: web.Request) -> tuple[str, Message | None]:
     scan = await scan_for(request)
     request.pop(FOUND, None)
     name = view.scan_id(scan)
-    return name, None if name in shim.cache else message(scan, _logs_url(shim, scan))
+    return name, None if name in shim.scans.cache else message(scan, _logs_url(shim, scan))
 
 
 async def scan_events(request: web.Request) -> web.StreamResponse:
@@ -165,7 +165,7 @@ async def scan_events(request: web.Request) -> web.StreamResponse:
     streams.open += 1
     gauge.inc()
     try:
-        with streams.channel(shim.cache, name) as channel:
+        with streams.channel(shim.scans.cache, name) as channel:
             await response.prepare(request)
             await _follow(response, channel, shim, streams, archived)
     except ConnectionError:  # the client left
@@ -198,7 +198,7 @@ async def _follow(
     while True:
         if latest is None:  # it left the cluster: archived (its last state is there) or deleted
             try:
-                gone = await shim.lookup(channel.name)
+                gone = await shim.scans.get(channel.name)
             except ApiError:  # the archive does not answer: no `end`, the client follows anew
                 return
             if gone is None:

@@ -266,21 +266,21 @@ async def find_scans(request: web.Request) -> web.StreamResponse:
     if "is_deleted" not in query and not body.include_deleted:
         query["is_deleted"] = False
     shim = request.app[SHIM]
-    cache = shim.cache
+    cache = shim.scans.cache
     async with _turn(cache):  # the CPU work; a client reading slowly does not hold a turn
         names = candidates(cache, shape_checked(query))
         examined = len(cache) if names is None else len(names)
         compiled = await compile_in_slices(query, examined)
         live = await select(cache, compiled.matches, names)
     archived: list[dict[str, Any]] = []
-    if shim.archive is not None:  # after the live snapshot: a scan leaves it only once archived
-        archived = await select_archived(shim.archive, shim.namespace, query, compiled, cache, examined)
+    if shim.scans.archive is not None:  # after the live snapshot: a scan leaves it only once archived
+        archived = await select_archived(shim.scans.archive, shim.namespace, query, compiled, cache, examined)
     async with _turn(cache):
         parts = await encode_manifests(merge(live, archived), fields)
     return await send(request, parts)
 
 
 async def backlog(request: web.Request) -> web.Response:
-    entries = [e for e in (view.backlog_entry(s) for s in request.app[SHIM].cache.backlog()) if e]
+    entries = [e for e in (view.backlog_entry(s) for s in request.app[SHIM].scans.cache.backlog()) if e]
     entries.sort(key=lambda e: (e["timestamp"], e["scan_id"]))
     return ok({"entries": entries})

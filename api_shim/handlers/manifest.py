@@ -17,7 +17,7 @@ async def get_manifest(request: web.Request) -> web.Response:
     doc = view.project(manifest.of(scan), fields)
     # The scanner (system role) reads its event through the deprecated field, as with the reference.
     if SYSTEM in request[IDENTITY].roles and (fields is None or "event_live_json_dict" in fields):
-        event = await request.app[SHIM].event(scan)
+        event = await request.app[SHIM].scans.event(scan)
         if event is None:
             raise not_found("sensor event")
         doc["event_live_json_dict"] = event

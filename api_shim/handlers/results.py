@@ -11,7 +11,7 @@ from api_shim.plumbing import SHIM, ok, parse_body, query_bool, refuse_archived,
 
 async def get_sensor_event(request: web.Request) -> web.Response:
     scan = await scan_for(request)
-    event = await request.app[SHIM].event(scan)
+    event = await request.app[SHIM].scans.event(scan)
     if event is None:
         raise not_found("sensor event")
     return ok({"sensor_event": event})
@@ -19,13 +19,13 @@ async def get_sensor_event(request: web.Request) -> web.Response:
 
 async def get_result(request: web.Request) -> web.Response:
     scan = await scan_for(request, include_deleted=query_bool(request, "include_deleted"))
-    return ok(await request.app[SHIM].result(scan))
+    return ok(await request.app[SHIM].scans.result(scan))
 
 
 async def put_result(request: web.Request) -> web.Response:
     shim = request.app[SHIM]
     body = await parse_body(request, models.PutResultBody)
-    scan = await shim.lookup(request.match_info["scan_id"])
+    scan = await shim.scans.get(request.match_info["scan_id"])
     if scan is None:
         raise bad_request("unknown scan", "A result can only be stored for an existing scan.")
     refuse_archived(scan)

@@ -44,10 +44,10 @@ async def launch_scan(request: web.Request) -> web.Response:
 
 async def get_scan_request(request: web.Request) -> web.Response:
     shim = request.app[SHIM]
-    scan = await shim.lookup(request.match_info["scan_id"])
+    scan = await shim.scans.get(request.match_info["scan_id"])
     if scan is None:
         raise not_found("scan request")
-    return ok(view.scan_request(scan, await shim.rescan_ids(view.scan_id(scan))))
+    return ok(view.scan_request(scan, await shim.scans.rescan_ids(view.scan_id(scan))))
 
 
 async def rescan(request: web.Request) -> web.Response:
@@ -60,14 +60,15 @@ async def rescan(request: web.Request) -> web.Response:
 
 async def get_scan(request: web.Request) -> web.Response:
     scan = await scan_for(request, include_deleted=query_bool(request, "include_deleted"))
-    return ok({"manifest": manifest.of(scan), "result": await request.app[SHIM].result(scan)})
+    return ok({"manifest": manifest.of(scan), "result": await request.app[SHIM].scans.result(scan)})
 
 
 async def delete_scan(request: web.Request) -> web.Response:
     shim = request.app[SHIM]
     body = await parse_body(request, models.DeleteBody)
     scan = await shim.writes.delete(await scan_for(request), delete_completed_scan=body.delete_completed_scan)
-    return ok({"manifest": _projected(scan, body.manifest_projection), "result": await shim.result(scan)})
+    result = await shim.scans.result(scan)
+    return ok({"manifest": _projected(scan, body.manifest_projection), "result": result})
 
 
 async def get_status(request: web.Request) -> web.Response:

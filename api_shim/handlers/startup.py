@@ -10,7 +10,7 @@ from aiohttp import web
 from api_shim.bodies import body_of
 from api_shim.errors import ApiError
 from api_shim.plumbing import SHIM, live_scan_for, ok
-from skyscan import payloads, presign
+from skyscan import presign
 
 
 def forbidden(reason: str, message: str) -> ApiError:
@@ -41,7 +41,7 @@ async def get_startup(request: web.Request) -> web.Response:
         raise forbidden("expired signature", f"This URL expired at {expires} (Unix seconds).")
     if not presign.verify(key, scan_id, expires, request.query.get("signature", ""), now):
         raise forbidden("invalid signature", "This URL is not signed for this scan's startup.json.")
-    raw = await payloads.read_startup(shim.api, shim.namespace, scan_id)
+    raw = await shim.scans.startup(scan_id)
     if raw is None:
         raise ApiError(
             404, "startup.json not uploaded yet", "The scanner has not uploaded it yet; retry later."

@@ -192,8 +192,8 @@ async def test_reads_survive_an_unreachable_api_server_and_writes_answer_503_wit
     shim: ShimUnderTest,
 ) -> None:
     scan_id = (await shim.launch())["scan_id"]
-    shim.state.api.server = "https://127.0.0.1:9"  # nothing listens there
-    shim.state.store._timeout = 2.0
+    shim.state.scans.api.server = "https://127.0.0.1:9"  # nothing listens there
+    shim.state.scans.store._timeout = 2.0
     assert (await shim.call("GET", f"/scan/{scan_id}/manifest")).status == 200
     assert (await shim.call("POST", "/scans/find", json_body={"filter": {}})).body["manifests"][0][
         "scan_id"
@@ -223,7 +223,7 @@ async def test_a_compacted_watch_position_means_relist(shim: ShimUnderTest) -> N
     """The API server answers a watch from a resourceVersion it no longer holds with 410 Gone."""
     from api_shim.cache import Gone, ScanCache
 
-    cache = ScanCache(shim.state.api, shim.namespace)
+    cache = ScanCache(shim.state.scans.api, shim.namespace)
     cache.resource_version = "1"
     with pytest.raises(Gone):
         await cache._watch()

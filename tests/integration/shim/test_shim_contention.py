@@ -104,7 +104,7 @@ async def test_progress_on_a_scan_whose_status_the_cache_has_not_seen(shim: Shim
     scan = await shim.api.request("GET", scan_path(shim.namespace, scan_id))
     assert "status" not in scan
     believed = {**scan, "status": {"lastUpdated": 1.0}}
-    store = shim.state.store
+    store = shim.state.scans.store
     real_get = store.cache.get
     store.cache.get = lambda name: believed if name == scan_id else real_get(name)  # type: ignore[method-assign]
     try:

@@ -1,0 +1,213 @@
+"""Where a scan is, and how it is read and changed there: the one place that knows the watch-backed cache,
+the API server (`ScanStore`, read-your-writes through `Freshness`) and the archive.
+
+A live scan is a Scan object with ConfigMaps for its payloads; a finished one is moved to the archive
+(`skyscan.archive`) by the operator, which commits the archived copy before it deletes the Scan. Every
+read and mark here follows that order: a scan archived between two reads is found in the second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import json
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+from api_shim.cache import ScanCache
+from api_shim.errors import ARCHIVE_ERRORS, ApiError, archive_unavailable, bad_request, not_found
+from api_shim.freshness import Freshness
+from api_shim.store import Change, Obj, ScanStore, now
+from skyscan import kube, model, payloads
+from skyscan.archive import Archive
+from skyscan.names import is_object_name
+from skyscan.status import ScanRecord
+
+INLINE_DECODE_BYTES = 64 * 1024  # a larger archived payload is unpacked in a thread
+EVENTS_KEPT = 16  # sensor events are immutable, and a scan's followers and rescans read one repeatedly
+
+
+def archived(scan: Obj) -> bool:
+    return ScanRecord(scan).archived_at is not None
+
+
+def marked(scan: Obj, spec: dict[str, Any], at: float) -> Obj:
+    """An archived scan with `spec` merged in and its manifest change recorded (pure)."""
+    status = {**(scan.get("status") or {}), **model.ScanStatus(last_updated=at).to_patch()}
+    return {**scan, "spec": {**scan["spec"], **spec}, "status": status}
+
+
+async def unpacked(data: bytes) -> Any:
+    """An archived payload (gzip JSON, as `skyscan.payloads` stores it), parsed."""
+
+    def unpack() -> Any:
+        return json.loads(gzip.decompress(data))
+
+    return unpack() if len(data) <= INLINE_DECODE_BYTES else await asyncio.to_thread(unpack)
+
+
+def new_scan_id() -> str:
+    return model.new_scan_id(time.time(), uuid.uuid4().hex)
+
+
+class Scans:
+    def __init__(
+        self, api: kube.Kube, namespace: str, cache: ScanCache, timeout: float, archive: Archive | None = None
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.cache = cache
+        self.store = ScanStore(api, namespace, cache, timeout)  # live Scans, written in the API server
+        self.freshness = Freshness(cache, self.store.read)
+        self.archive = archive  # None: live-only
+        self.events: OrderedDict[str, Any] = OrderedDict()
+
+    # --- reads -----------------------------------------------------------------------------------
+
+    async def get(self, scan_id: str) -> Obj | None:
+        """The scan, live or archived: the cache first (then, for a scan created a moment ago through
+        another replica, the API server: `Freshness.missing`), then the archive."""
+        if not is_object_name(scan_id):  # a NUL, a newline, a capital: no object has such a name
+            return None
+        scan = self.cache.get(scan_id) or await self.freshness.missing(scan_id)
+        if scan is None and self.archive is not None:
+            try:
+                scan = await self.archive.get(self.namespace, scan_id)
+            except ARCHIVE_ERRORS as e:  # an ApiError: a stream that follows the scan reads it too
+                raise archive_unavailable(e) from None
+        return scan
+
+    async def rescan_ids(self, scan_id: str) -> list[str]:
+        """Every scan whose rescanOf chain leads to `scan_id`, in either store, in id (= creation)
+        order. Live descendants come transitively from the cache; the archive answers one generation
+        per query, so each round follows the archived children found by the previous one."""
+        found: set[str] = set()
+        frontier = [scan_id]
+        while frontier:
+            live = {child for parent in frontier for child in self.cache.rescan_ids(parent)}
+            gone: set[str] = set()
+            if self.archive is not None:
+                gone = set(await self.archive.rescans_of(self.namespace, [*frontier, *sorted(live)]))
+            frontier = sorted(gone - found - live)
+            found |= live | gone
+        return sorted(found)
+
+    async def event(self, scan: Obj) -> Any | None:
+        """A scan's sensor event: from its ConfigMap, or from the archive (first, for an archived scan;
+        else only when the ConfigMap is gone, as it is once every scan using it is archived)."""
+        sensor_event_id = ScanRecord(scan).sensor_event_id
+        if sensor_event_id in self.events:
+            self.events.move_to_end(sensor_event_id)
+            return self.events[sensor_event_id]
+        payload = None
+        if archived(scan):
+            payload = await self._archived_event(sensor_event_id)
+        if payload is None:
+            payload = await payloads.read_event(self.api, self.namespace, sensor_event_id)
+        if payload is None and not archived(scan):
+            payload = await self._archived_event(sensor_event_id)
+        if payload is not None:
+            self.events[sensor_event_id] = payload
+            while len(self.events) > EVENTS_KEPT:
+                self.events.popitem(last=False)
+        return payload
+
+    async def _archived_event(self, sensor_event_id: str) -> Any | None:
+        data = None if self.archive is None else await self.archive.event(sensor_event_id)
+        return None if data is None else await unpacked(data)
+
+    async def event_stored(self, sensor_event_id: str) -> bool:
+        """Is this sensor event stored, in the cluster or in the archive?"""
+        return await payloads.event_exists(self.api, self.namespace, sensor_event_id) or (
+            self.archive is not None and await self.archive.event(sensor_event_id) is not None
+        )
+
+    async def result(self, scan: Obj) -> dict[str, Any]:
+        """The REST result of a scan: its stored payload, or {} when there is none."""
+        record = ScanRecord(scan)
+        if not record.has_result:
+            return {}
+        payload = None
+        if not archived(scan):
+            payload = await payloads.read_result(self.api, self.namespace, record.name)
+        if payload is None and self.archive is not None:  # archived, maybe since the scan was read
+            data = await self.archive.result(self.namespace, record.name)
+            payload = None if data is None else await unpacked(data)
+        if payload is None:
+            return {}
+        return {"scan_id": record.name, "scan_result": payload, "is_final": record.has_final_result}
+
+    async def startup(self, scan_id: str) -> bytes | None:
+        """A live scan's startup.json as the scanner stored it (None until then)."""
+        return await payloads.read_startup(self.api, self.namespace, scan_id)
+
+    # --- writes ----------------------------------------------------------------------------------
+
+    async def create(self, spec: Obj, event: bytes | None = None) -> Obj:
+        """A new Scan, then its sensor event owned by it: `event` stored anew, else the stored one it
+        names (from the archive if the cluster no longer has it). A failure in between removes the
+        Scan; a crash in between leaves a Scan without its event, which the operator fails
+        (`EventMissing`) after a grace period: no event is ever stored without an owner."""
+        scan = await self.store.create(new_scan_id(), spec, now())
+        sensor_event_id = ScanRecord(scan).sensor_event_id
+        try:
+            if event is not None:
+                await payloads.create_event(self.api, self.namespace, sensor_event_id, event, owners=[scan])
+            else:
+                await self._attach_event(scan, sensor_event_id)
+        except Exception:
+            with contextlib.suppress(Exception):  # should this fail too, the operator fails the scan
+                await self.store.delete(ScanRecord(scan).name)
+            self.cache.forget(scan)
+            raise
+        return scan
+
+    async def _attach_event(self, scan: Obj, sensor_event_id: str) -> None:
+        """Make the new scan an owner of its event; if the event is gone from the cluster (an event whose
+        every scan is archived lives only there), store it again from the archive."""
+        try:
+            await payloads.add_event_owner(self.api, self.namespace, sensor_event_id, scan)
+            return
+        except kube.ApiError as e:
+            if e.status != 404:
+                raise
+        data = None if self.archive is None else await self.archive.event(sensor_event_id)
+        if data is None:
+            raise bad_request("sensor event not found", "The sensor event was deleted meanwhile.")
+        try:
+            await payloads.create_event(self.api, self.namespace, sensor_event_id, data, owners=[scan])
+        except kube.ApiError as e:
+            if e.status != 409:
+                raise
+            # Stored meanwhile by a concurrent rescan: join its owners.
+            await payloads.add_event_owner(self.api, self.namespace, sensor_event_id, scan)
+
+    async def write_result(self, scan: Obj, data: bytes) -> None:
+        await payloads.write_result(self.api, self.namespace, scan, data)
+
+    async def write_startup(self, scan: Obj, data: bytes) -> None:
+        await payloads.write_startup(self.api, self.namespace, scan, data)
+
+    async def mark(self, scan: Obj, spec: dict[str, Any]) -> Obj:
+        """Merge `spec` into the scan and record the manifest change, live or archived. A live Scan
+        archived meanwhile (404) is marked in the archive: the operator deletes a Scan only under a
+        resourceVersion precondition, so a mark that reached the live Scan is in its archived copy.
+        An archived copy is changed under a row lock, so concurrent marks never undo each other."""
+        record = ScanRecord(scan)
+        if record.archived_at is None:
+            touched = model.ScanStatus(last_updated=now()).to_patch()
+            try:
+                return await self.store.merge(record.name, Change(spec=spec or None, status=touched))
+            except ApiError as e:
+                if e.status != 404 or self.archive is None:
+                    raise
+        assert self.archive is not None  # an archived scan comes from the archive
+        updated = await self.archive.update(
+            self.namespace, record.name, lambda stored: marked(stored, spec, now())
+        )
+        if updated is None:
+            raise not_found()
+        return updated

@@ -1,0 +1,55 @@
+"""The Scan versions a request wrote, answered as `Skyscan-Version` (read-your-writes across replicas,
+`api_shim.freshness`). The store notes each version it writes; the middleware answers the highest."""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from aiohttp import web
+
+from api_shim.errors import Handler, bad_request
+from skyscan.status import resource_version
+
+WRITTEN_HEADER = "Skyscan-Version"
+MIN_VERSION_HEADER = "Skyscan-Min-Version"
+
+
+class Written:
+    """The highest Scan resourceVersion one request wrote (0: none)."""
+
+    version = 0
+
+
+_written: contextvars.ContextVar[Written | None] = contextvars.ContextVar("skyscan_written", default=None)
+
+
+def wrote(obj: dict[str, Any]) -> None:
+    """Note a Scan version the current request wrote (the store calls it after each write)."""
+    written = _written.get()
+    if written is not None:
+        written.version = max(written.version, resource_version(obj))
+
+
+@web.middleware
+async def written_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Answer a write with the version it wrote (`Skyscan-Version`)."""
+    written = Written()
+    token = _written.set(written)
+    try:
+        response = await handler(request)
+    finally:
+        _written.reset(token)
+    if written.version and not response.prepared:
+        response.headers[WRITTEN_HEADER] = str(written.version)
+    return response
+
+
+def min_version(request: web.Request) -> int | None:
+    raw = request.headers.get(MIN_VERSION_HEADER)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise bad_request(f"'{MIN_VERSION_HEADER}': must be a resourceVersion (a whole number)") from None
