@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import json
 import logging
+import signal
 import ssl
 import sys
 from collections.abc import AsyncIterator
@@ -256,6 +257,31 @@ def server_tls(settings: ShimSettings) -> ssl.SSLContext | None:
     return context
 
 
+async def serve(settings: ShimSettings) -> None:
+    """Serve until SIGTERM or SIGINT, then `shutdown_delay_seconds` more (a rollout's requests still
+    reach a deleted Pod for a moment; refused, they would fail a scanner's poll), then close: the
+    port first, then in-flight requests and event streams, as aiohttp's shutdown does."""
+    runner = web.AppRunner(
+        await create_app(settings),
+        handle_signals=False,
+        access_log=logging.getLogger("api_shim.access"),
+        access_log_class=AccessLogger,
+        **SERVER_OPTIONS,
+    )
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, settings.host, settings.port, ssl_context=server_tls(settings))
+        await site.start()
+        stopping = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stopping.set)
+        await stopping.wait()
+        log.info("stopping: serving %g s more, then closing", settings.shutdown_delay_seconds)
+        await asyncio.sleep(settings.shutdown_delay_seconds)
+    finally:
+        await runner.cleanup()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="skyscan-shim", description="The Skyscan REST shim.")
     sub = parser.add_subparsers(dest="command")
@@ -275,16 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = ShimSettings()
     logs.configure(settings.log_format, settings.log_level)
     logging.getLogger("aiohttp.server").addFilter(refused_requests_in_brief)
-    web.run_app(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        access_log=logging.getLogger("api_shim.access"),
-        access_log_class=AccessLogger,
-        print=None,  # aiohttp's banner is not a log line
-        ssl_context=server_tls(settings),
-        **SERVER_OPTIONS,
-    )
+    asyncio.run(serve(settings))
     return 0
 
 

@@ -101,6 +101,14 @@ class ShimSettings(BaseSettings):
         default=60.0, description="Seconds to wait for the operator to answer an add-workers request."
     )
     write_timeout: float = Field(default=10.0, description="Seconds per API-server write before 503.")
+    shutdown_delay_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=60,
+        description="On SIGTERM, keep serving this long before closing the port: a Pod being deleted "
+        "still gets requests until every node's Service rules drop it (keep it under the Pod's "
+        "terminationGracePeriodSeconds).",
+    )
     watch_timeout: int = Field(default=300, description="Server-side timeout of one watch request.")
     cache_broken_seconds: float = Field(
         default=30.0,

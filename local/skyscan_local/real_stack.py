@@ -77,7 +77,9 @@ def chart_values(shim_ip: str = SHIM_IP) -> dict[str, Any]:
             "SKYSCAN_SCANNER_EPHEMERAL_STORAGE",
         )
     }
-    shim = {k: v for k, v in localstack.LOCAL_DEFAULTS["shim"].items() if k != "SKYSCAN_HOST"}
+    # Host-process settings stay on the host: the Pods listen on every address and drain on SIGTERM.
+    host_only = ("SKYSCAN_HOST", "SKYSCAN_SHUTDOWN_DELAY_SECONDS")
+    shim = {k: v for k, v in localstack.LOCAL_DEFAULTS["shim"].items() if k not in host_only}
     return {
         "image": {"repository": "localhost/skyscan", "tag": "dev", "pullPolicy": "Never"},
         "operator": {"replicas": 2},

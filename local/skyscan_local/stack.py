@@ -73,6 +73,7 @@ LOCAL_DEFAULTS: dict[str, dict[str, str]] = {
         "SKYSCAN_TAGS": json.dumps(["3.4.0", "4.0.0", "4.1.2", "4.2.0", "dev-branch-abc1234"]),
         "SKYSCAN_MIN_TAG": "4.0.0",
         "SKYSCAN_HOST": "127.0.0.1",
+        "SKYSCAN_SHUTDOWN_DELAY_SECONDS": "0",  # no Service routes to a host process: `make down` at once
     },
     "operator": {
         "SKYSCAN_BACKLOG_TICK_SECONDS": "1",

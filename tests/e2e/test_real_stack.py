@@ -89,8 +89,7 @@ class Stack:
         trust = ssl.create_default_context(cafile=self.env["SSL_CERT_FILE"])
         return httpx.Client(
             base_url=self.env["SKYSCAN_URL"],
-            # A client retries connecting as the skyscan client does: a rollout from a chart without
-            # the shim's preStop pause leaves the Service pointing at a vanished Pod for a moment.
+            # A client retries connecting as the skyscan client does.
             transport=httpx.HTTPTransport(verify=trust, retries=3),
             headers={"Authorization": f"Bearer {self.env['SKYSCAN_USER_TOKEN']}"},
             timeout=10,
@@ -138,6 +137,19 @@ class Stack:
             return next((p for p in self.pods(f"{SCAN_LABEL}={scan_id}") if check(p)), None)
 
         return dict(poll(probe, f"scanner pod of {scan_id}: {what}", 90))
+
+    def scanner_logs(self, scan_id: str) -> str:
+        """The last lines of every container of the scan's scanner Pods, for a failure's message."""
+        out = []
+        for pod in self.pods(f"{SCAN_LABEL}={scan_id}"):
+            name = pod["metadata"]["name"]
+            for container in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]:
+                got = self.api.http.get(
+                    f"/api/v1/namespaces/{NS}/pods/{name}/log",
+                    params={"container": container["name"], "tailLines": "15"},
+                )
+                out.append(f"--- {name}/{container['name']}:\n{got.text}")
+        return "\n".join(out)
 
     def delete_scans(self) -> None:
         """Every Scan of the namespace, and wait until they are gone (their workflows aborted)."""
@@ -468,7 +480,10 @@ def test_helm_upgrade_from_the_previous_chart_version_with_scans_in_flight_loses
     for scan_id in scan_ids:
         ended = clean.wait_scan(scan_id, lambda s: s.get("status", {}).get("state", "").startswith(
             ("SCAN_HAS_FINAL_RESULT", "ABORTED", "FAILED")), "ended", timeout=180)  # fmt: skip
-        assert ended["status"]["state"] == "SCAN_HAS_FINAL_RESULT", ended["status"]["conditions"]
+        assert ended["status"]["state"] == "SCAN_HAS_FINAL_RESULT", (
+            ended["status"]["conditions"],
+            clean.scanner_logs(scan_id),
+        )
     assert not serving_pods(clean) & components, "the upgrade replaced every operator and shim Pod"
     history = json.loads(helm(clean, "history", real_stack.RELEASE, "--output", "json"))
     charts = [h["chart"] for h in history[-2:]]

@@ -177,6 +177,7 @@ def start_shim_process(
         "SKYSCAN_HOST": "127.0.0.1",
         "SKYSCAN_PORT": str(port),
         "SKYSCAN_TAGS": json.dumps(TAGS),
+        "SKYSCAN_SHUTDOWN_DELAY_SECONDS": "0",
         **settings,
     }
     command = [sys.executable, "-m", "api_shim.app", "serve"]
