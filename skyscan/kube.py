@@ -58,8 +58,9 @@ class WatchIdle(Exception):
     """A watch's stream brought nothing, not even a bookmark, for longer than the caller allows."""
 
 
-class PluginError(Exception):
-    """A kubeconfig user's exec credential plugin failed, or answered with no credential."""
+class PluginError(aiohttp.ClientOSError):
+    """A kubeconfig user's exec credential plugin failed, or answered with no credential: to callers, as
+    the API server not answering (the shim's 503, the operator's retry)."""
 
 
 class ApiError(Exception):
