@@ -3,8 +3,9 @@
 Everything we ask of the API server is a handful of REST calls on plain dicts; a generated client
 costs the operator ~36 MiB and the shim ~0.35 s of import for nothing we use. `Kube` holds one
 aiohttp session (no `trust_env`: the API server is reached directly, and netrc/proxy lookups would
-hop to a thread on every call), authenticated by the kubeconfig's client certificate or bearer token,
-or in-cluster by the pod's service-account token (re-read as the kubelet rotates it).
+hop to a thread on every call), authenticated by the kubeconfig's client certificate or bearer token
+(inline or from files), by its exec credential plugin (run as a subprocess, its answer kept until it
+expires), or in-cluster by the pod's service-account token (re-read as the kubelet rotates it).
 
     async with await connect(kubeconfig) as kube:
         scan = await kube.request("GET", scan_path("ns", "s-1"))
@@ -15,13 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as dt
 import json
 import os
+import signal
 import ssl
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -40,12 +45,22 @@ READ_BUFSIZE = 2**21
 # they expire (client-go re-reads every minute too).
 TOKEN_REREAD_SECONDS = 60.0
 IN_CLUSTER = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# The ExecCredential versions a credential plugin may speak (v1alpha1 is gone from Kubernetes).
+EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
+INTERACTIVE_MODES = ("Never", "IfAvailable", "Always")  # may the plugin have our terminal
+# A credential plugin answers in about a second (aws, gcloud); one that asks a person gets as long.
+EXEC_TIMEOUT_SECONDS = 60.0
 
 Params = Mapping[str, Any]  # str, int or bool values; None ones are left out
 
 
 class WatchIdle(Exception):
     """A watch's stream brought nothing, not even a bookmark, for longer than the caller allows."""
+
+
+class PluginError(aiohttp.ClientOSError):
+    """A kubeconfig user's exec credential plugin failed, or answered with no credential: to callers, as
+    the API server not answering (the shim's 503, the operator's retry)."""
 
 
 class ApiError(Exception):
@@ -117,6 +132,18 @@ def lines(pending: list[bytes], chunk: bytes) -> Iterator[bytes]:
 
 # ------------------------------------------------------------------------------ credentials
 @dataclass(frozen=True)
+class Plugin:
+    """A kubeconfig user's exec credential plugin: a program printing an ExecCredential."""
+
+    user: str  # the kubeconfig user, for errors
+    command: str
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    api_version: str = EXEC_API_VERSIONS[0]
+    interactive: str = "IfAvailable"  # Never, IfAvailable or Always (a terminal on our stdin)
+
+
+@dataclass(frozen=True)
 class Endpoint:
     """Where the API server is and how to prove who we are (PEM text, or None)."""
 
@@ -127,6 +154,18 @@ class Endpoint:
     token: str | None = None
     token_file: str | None = None
     verify: bool = True
+    plugin: Plugin | None = None
+
+
+@dataclass(frozen=True)
+class Credential:
+    """What a request proves who we are with: a bearer token and/or a client certificate (PEM), good
+    until `expires` (None: no end known)."""
+
+    token: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    expires: dt.datetime | None = None
 
 
 def _named(entries: Iterable[dict[str, Any]] | None, name: str | None, kind: str) -> dict[str, Any]:
@@ -146,13 +185,40 @@ def _pem(section: dict[str, Any], key: str, base: Path) -> str | None:
     return None
 
 
+def _plugin(spec: dict[str, Any], user: str, base: Path) -> Plugin:
+    """A user's `exec` section; a command with a path separator is relative to the kubeconfig (as
+    kubectl has it), a bare name is looked up on $PATH."""
+    version, mode = spec.get("apiVersion"), spec.get("interactiveMode") or "IfAvailable"
+    who = f"kubeconfig user {user!r}"
+    if version not in EXEC_API_VERSIONS:
+        raise ValueError(f"{who}: exec apiVersion {version!r} is not one of {EXEC_API_VERSIONS}")
+    if mode not in INTERACTIVE_MODES:
+        raise ValueError(f"{who}: exec interactiveMode {mode!r} is not one of {INTERACTIVE_MODES}")
+    command = str(spec["command"])
+    return Plugin(
+        user=user,
+        command=str(base / command) if os.sep in command else command,
+        args=tuple(str(a) for a in spec.get("args") or ()),
+        env=tuple((str(e["name"]), str(e["value"])) for e in spec.get("env") or ()),
+        api_version=version,
+        interactive=mode,
+    )
+
+
 def endpoint_of_kubeconfig(doc: dict[str, Any], base: Path, context: str | None = None) -> Endpoint:
     """The current (or named) context of a parsed kubeconfig; files are read relative to `base`."""
     ctx = _named(doc.get("contexts"), context or doc.get("current-context"), "context")
     cluster = _named(doc.get("clusters"), ctx.get("cluster"), "cluster")
-    user = _named(doc.get("users"), ctx["user"], "user") if ctx.get("user") else {}
-    if "exec" in user or "auth-provider" in user:
-        raise ValueError("kubeconfig users with exec or auth-provider plugins are not supported")
+    name = ctx.get("user")
+    user = _named(doc.get("users"), name, "user") if name else {}
+    if provider := user.get("auth-provider"):
+        # Deprecated upstream (gcp and azure removed in 1.26); oidc's id-token would work only until it
+        # expires, as refreshing it is the identity provider's flow: an exec plugin does that.
+        raise ValueError(
+            f"kubeconfig user {name!r} logs in with the auth-provider {provider.get('name')!r}, which "
+            "Kubernetes deprecated and skyscan does not support: switch it to an exec credential plugin "
+            "(kubelogin for OIDC or Azure, gke-gcloud-auth-plugin for GKE)"
+        )
     token_file = user.get("tokenFile")
     return Endpoint(
         server=str(cluster["server"]).rstrip("/"),
@@ -162,6 +228,7 @@ def endpoint_of_kubeconfig(doc: dict[str, Any], base: Path, context: str | None 
         token=str(user["token"]) if user.get("token") else None,
         token_file=str(base / token_file) if token_file else None,
         verify=not cluster.get("insecure-skip-tls-verify", False),
+        plugin=_plugin(user["exec"], str(name), base) if user.get("exec") else None,
     )
 
 
@@ -194,17 +261,107 @@ def ssl_context(endpoint: Endpoint) -> ssl.SSLContext | None:
     return context
 
 
-class _Token:
-    """A bearer token: fixed, or a file re-read every TOKEN_REREAD_SECONDS."""
+def exec_credential(raw: bytes, plugin: Plugin) -> Credential:
+    """The credential in a plugin's answer: an ExecCredential of the plugin's apiVersion whose status
+    holds a token or a client certificate and key (PEM), and maybe an expirationTimestamp."""
+    who = f"kubeconfig user {plugin.user!r}: {plugin.command}"
+    try:
+        doc = json.loads(raw)
+        status = doc["status"] if doc.get("kind") == "ExecCredential" else None
+        if doc.get("apiVersion") != plugin.api_version or not isinstance(status, dict):
+            raise ValueError(f"not an ExecCredential of {plugin.api_version} with a status")
+        stamp = status.get("expirationTimestamp")
+        expires = dt.datetime.fromisoformat(stamp) if stamp else None
+        found = Credential(
+            token=status.get("token") or None,
+            cert=status.get("clientCertificateData") or None,
+            key=status.get("clientKeyData") or None,
+            expires=expires.replace(tzinfo=expires.tzinfo or dt.UTC) if expires else None,  # RFC 3339: UTC
+        )
+    except (ValueError, TypeError, AttributeError, KeyError) as e:
+        raise PluginError(f"{who} answered no ExecCredential: {e}") from e
+    if bool(found.cert) != bool(found.key) or not (found.token or found.cert):
+        raise PluginError(f"{who} answered neither status.token nor clientCertificateData with clientKeyData")
+    return found
 
-    def __init__(self, value: str | None, file: str | None) -> None:
-        self._value, self._file, self._read_at = value, file, 0.0
 
-    def header(self) -> str | None:
-        if self._file and time.monotonic() - self._read_at > TOKEN_REREAD_SECONDS:
-            self._value = Path(self._file).read_text().strip()
+async def run_plugin(plugin: Plugin) -> Credential:
+    """Run a credential plugin as a subprocess (the event loop goes on), bounded by
+    EXEC_TIMEOUT_SECONDS. It gets our stdin and stderr only if it may be interactive and stdin is a
+    terminal; otherwise its stderr is kept for the error if it fails."""
+    who = f"kubeconfig user {plugin.user!r}: {plugin.command}"
+    interactive = plugin.interactive != "Never" and sys.stdin is not None and sys.stdin.isatty()
+    if plugin.interactive == "Always" and not interactive:
+        raise PluginError(f"{who} needs a terminal (interactiveMode Always) and there is none")
+    info = {"apiVersion": plugin.api_version, "kind": "ExecCredential", "spec": {"interactive": interactive}}
+    env = {**os.environ, **dict(plugin.env), "KUBERNETES_EXEC_INFO": json.dumps(info)}
+    pipe, devnull = asyncio.subprocess.PIPE, asyncio.subprocess.DEVNULL
+    try:
+        process = await asyncio.create_subprocess_exec(
+            plugin.command, *plugin.args, env=env, stdout=pipe,
+            stdin=None if interactive else devnull, stderr=None if interactive else pipe,
+            process_group=None if interactive else 0,  # its own, so a stop reaches what it started
+        )  # fmt: skip
+    except OSError as e:
+        raise PluginError(f"{who} cannot be run: {e}") from e
+    try:
+        async with asyncio.timeout(EXEC_TIMEOUT_SECONDS):
+            out, err = await process.communicate()
+    except TimeoutError:
+        raise PluginError(f"{who} did not answer within {EXEC_TIMEOUT_SECONDS:g} s") from None
+    finally:
+        if process.returncode is None:
+            # The whole group: a child still holding the pipes would hold up the wait.
+            if interactive:
+                process.kill()
+            else:
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+    if process.returncode:
+        said = (err or b"").decode(errors="replace").strip()[-2000:]
+        raise PluginError(f"{who} failed (exit {process.returncode}): {said or 'no message'}")
+    return exec_credential(out, plugin)
+
+
+class Credentials:
+    """An endpoint's current credential: its fixed token or certificate, its token file (re-read every
+    TOKEN_REREAD_SECONDS), or its plugin's answer, kept until it expires; one plugin run at a time,
+    however many requests wait for it. `ssl` is the TLS context presenting the current certificate."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self._endpoint = endpoint
+        self._now = Credential(endpoint.token, endpoint.cert, endpoint.key)
+        self._read_at = 0.0
+        self._lock = asyncio.Lock()
+        self.ssl = ssl_context(endpoint)
+        self._stale = endpoint.plugin is not None
+
+    def _reread(self) -> None:
+        file = self._endpoint.token_file
+        if file and time.monotonic() - self._read_at > TOKEN_REREAD_SECONDS:
+            self._now = replace(self._now, token=Path(file).read_text().strip())
             self._read_at = time.monotonic()
-        return f"Bearer {self._value}" if self._value else None
+
+    async def current(self) -> Credential:
+        self._reread()
+        if (plugin := self._endpoint.plugin) is None:
+            return self._now
+        async with self._lock:
+            expires = self._now.expires
+            if self._stale or (expires is not None and dt.datetime.now(dt.UTC) >= expires):
+                self._now = await run_plugin(plugin)
+                self._stale = False
+                if self._now.cert:
+                    self.ssl = ssl_context(replace(self._endpoint, cert=self._now.cert, key=self._now.key))
+            return self._now
+
+    def renew(self, rejected: Credential) -> bool:
+        """The API server answered 401 to `rejected`: whether a fresh credential may be had for one
+        more try (a plugin's: the plugin runs again, unless it has since)."""
+        if self._endpoint.plugin is None:
+            return False
+        self._stale = self._stale or rejected is self._now
+        return True
 
 
 # ------------------------------------------------------------------------------ the client
@@ -213,10 +370,9 @@ class Kube:
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.server = endpoint.server
-        self._token = _Token(endpoint.token, endpoint.token_file)
-        context = ssl_context(endpoint)
+        self._credentials = Credentials(endpoint)
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=context if context is not None else False),
+            connector=aiohttp.TCPConnector(),  # TLS: each request's (the current certificate's)
             trust_env=False,
             read_bufsize=READ_BUFSIZE,
             timeout=aiohttp.ClientTimeout(),  # none by default: a call's `timeout` bounds it
@@ -233,13 +389,27 @@ class Kube:
     async def close(self) -> None:
         await self._session.close()
 
-    def _headers(self, accept: str, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": accept}
-        if content_type:
-            headers["Content-Type"] = content_type
-        if auth := self._token.header():
-            headers["Authorization"] = auth
-        return headers
+    @asynccontextmanager
+    async def _send(
+        self, method: str, path: str, params: dict[str, str], data: bytes | None, accept: str,
+        content_type: str | None, timeout: aiohttp.ClientTimeout,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:  # fmt: skip
+        """The answer to a request with our current credential; one more try, with a fresh one, if the
+        API server answers 401 and a fresh one may be had (see Credentials.renew)."""
+        headers = {"Accept": accept} | ({"Content-Type": content_type} if content_type else {})
+        for last in (False, True):
+            credential = await self._credentials.current()
+            token = {"Authorization": f"Bearer {credential.token}"} if credential.token else {}
+            response = await self._session.request(
+                method, self.server + path, params=params, data=data, headers=headers | token,
+                timeout=timeout, ssl=self._credentials.ssl or False,
+            )  # fmt: skip
+            if response.status == 401 and not last and self._credentials.renew(credential):
+                response.release()
+                continue
+            async with response:
+                yield response
+            return
 
     async def read(
         self, method: str, path: str, *, params: Params | None = None, body: Any = None,
@@ -250,10 +420,9 @@ class Kube:
         `timeout` bounds the whole call, `idle` each wait for the answer's next bytes (a long listing
         may take its time, a server that stopped answering may not)."""
         data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
-        async with self._session.request(
-            method, self.server + path, params=query(params), data=data,
-            headers=self._headers(accept, content_type if data is not None else None),
-            timeout=aiohttp.ClientTimeout(total=timeout, sock_read=idle),
+        async with self._send(
+            method, path, query(params), data, accept, content_type if data is not None else None,
+            aiohttp.ClientTimeout(total=timeout, sock_read=idle),
         ) as response:  # fmt: skip
             raw = await response.read()
             if response.status >= 300:
@@ -280,12 +449,11 @@ class Kube:
         seconds the stream may bring nothing, not even a bookmark, before `WatchIdle`."""
         wanted = query(params) | {"watch": "true"}
         seconds = wanted.get("timeoutSeconds")
-        async with asyncio.timeout(answer):
-            response = await self._session.get(
-                self.server + path, params=wanted, headers=self._headers(JSON, None),
-                timeout=aiohttp.ClientTimeout(total=int(seconds) + 30 if seconds else None),
-            )  # fmt: skip
-        async with response:
+        total = aiohttp.ClientTimeout(total=int(seconds) + 30 if seconds else None)
+        async with AsyncExitStack() as stack:
+            async with asyncio.timeout(answer):
+                sending = self._send("GET", path, wanted, None, JSON, None, total)
+                response = await stack.enter_async_context(sending)
             if response.status >= 300:
                 raise ApiError(response.status, response.reason or "", await response.read())
             pending: list[bytes] = []

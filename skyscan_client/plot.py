@@ -2,8 +2,9 @@
 
 skyreader's `SkyScanPlotter` draws the full-sky map (`create_plot`) and the zoom around the best fit
 with its contours (`create_plot_zoomed`) and saves each as a PDF under fixed names, with side files
-(FITS maps, contour lists). We let it draw exactly as it does, in a scratch directory, and take each
-figure at the moment it saves it, as a PNG at our resolution; the two end side by side in one PNG.
+(FITS maps, contour lists; for a result of one nside it fails on those after drawing the zoom). We
+let it draw exactly as it does, in a scratch directory, and take each figure at the moment it saves
+it, as a PNG at our resolution; the two end side by side in one PNG.
 skyreader and its scientific stack come with the `plot` extra, so the service image never carries them.
 """
 
@@ -78,8 +79,25 @@ def _side_by_side(pictures: list[bytes], dpi: int) -> bytes:
     return buffer.getvalue()
 
 
-def skymap_png(scan_result: dict[str, Any], *, dpi: int = DPI) -> bytes:
-    """The full-sky map and the zoom around the best fit of a result in skyreader's format, as a PNG.
+def _zoom(plotter: Any, result: Any) -> None:
+    """skyreader's zoom around the best fit, drawn into pyplot's current figure, its legend last. For a
+    result of one nside skyreader then fails on a side file (its multi-order FITS map needs two): the
+    zoom it drew is kept if it got as far as the legend; else the full sky stands alone."""
+    from matplotlib import pyplot
+
+    try:
+        plotter.create_plot_zoomed(result, plot_bounding_box=True)
+    except ValueError:
+        if len(result.nsides) > 1:
+            raise
+        zoom = pyplot.gcf()
+        if any(axes.get_legend() for axes in zoom.axes):
+            zoom.savefig(io.BytesIO())  # taken by _saved_figures like skyreader's own
+
+
+def skymap_pictures(scan_result: dict[str, Any], *, dpi: int = DPI) -> list[bytes]:
+    """The full-sky map and the zoom around the best fit (when it can be drawn) of a result in
+    skyreader's format, each a PNG.
 
     Raises PlotExtraMissing without skyreader, ValueError for what skyreader cannot read."""
     figure_class = require_extra()
@@ -97,11 +115,16 @@ def skymap_png(scan_result: dict[str, Any], *, dpi: int = DPI) -> bytes:
         warnings.simplefilter("ignore")  # numpy/healpy chatter about masked and NaN pixels
         plotter = SkyScanPlotter(output_dir=Path(scratch))
         plotter.create_plot(result)
-        plotter.create_plot_zoomed(result, plot_bounding_box=True)
+        _zoom(plotter, result)
     from matplotlib import pyplot
 
     pyplot.close("all")
-    return _side_by_side(pictures, dpi)
+    return pictures
+
+
+def skymap_png(scan_result: dict[str, Any], *, dpi: int = DPI) -> bytes:
+    """`skymap_pictures` side by side in one PNG."""
+    return _side_by_side(skymap_pictures(scan_result, dpi=dpi), dpi)
 
 
 def write_skymap(scan_result: dict[str, Any], out: Path, *, dpi: int = DPI) -> Path:

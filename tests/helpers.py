@@ -1,13 +1,19 @@
-"""Helpers for tests: polling for a condition instead of sleeping."""
+"""Helpers for tests: polling for a condition instead of sleeping; a real exec credential plugin."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, TypeVar
 
-from skyscan.kube import ApiError
+import yaml
+
+from skyscan.kube import ApiError, Endpoint
 
 T = TypeVar("T")
 
@@ -24,3 +30,66 @@ async def eventually(probe: Callable[[], Awaitable[T]], timeout: float = 30.0, i
             last = e
         await asyncio.sleep(interval)
     raise TimeoutError(f"condition not met within {timeout}s (last error: {last!r})")
+
+
+# A real exec credential plugin (client.authentication.k8s.io/v1): it logs each run (its arguments, the
+# SKYSCAN_PLUGIN_NOTE variable and KUBERNETES_EXEC_INFO) as a line of `runs` beside it, then answers as
+# `answer.json` beside it says: {"fail": stderr text} exits 3; else `status` is printed, with an
+# expirationTimestamp `lifetime` seconds from now when that is given.
+PLUGIN = """
+import datetime as dt, json, os, pathlib, sys
+here = pathlib.Path(__file__).parent
+with open(here / "runs", "a") as runs:
+    note, info = os.environ.get("SKYSCAN_PLUGIN_NOTE"), json.loads(os.environ["KUBERNETES_EXEC_INFO"])
+    runs.write(json.dumps({"args": sys.argv[1:], "note": note, "info": info}) + "\\n")
+answer = json.loads((here / "answer.json").read_text())
+if "fail" in answer:
+    print(answer["fail"], file=sys.stderr)
+    sys.exit(3)
+status = answer["status"]
+if "lifetime" in answer:
+    expires = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=answer["lifetime"])
+    status["expirationTimestamp"] = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+version = "client.authentication.k8s.io/v1"
+print(json.dumps({"apiVersion": version, "kind": "ExecCredential", "status": status}))
+"""
+
+
+# A kubeconfig user logging in with PLUGIN beside the kubeconfig (a command relative to the kubeconfig).
+PLUGIN_USER = {
+    "exec": {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": "./plugin.py",
+        "interactiveMode": "Never",
+    }
+}
+
+
+def exec_plugin(directory: Path) -> Path:
+    """PLUGIN as an executable script in `directory` (run by this interpreter)."""
+    script = directory / "plugin.py"
+    script.write_text(f"#!{sys.executable}\n{PLUGIN}")
+    script.chmod(0o755)
+    return script
+
+
+def plugin_answers(directory: Path, answer: dict[str, object]) -> None:
+    (directory / "answer.json").write_text(json.dumps(answer))
+
+
+def plugin_runs(directory: Path) -> list[dict[str, Any]]:
+    runs = directory / "runs"
+    return [json.loads(line) for line in runs.read_text().splitlines()] if runs.exists() else []
+
+
+def kubeconfig(target: Endpoint, directory: Path, user: dict[str, Any]) -> str:
+    """A kubeconfig in `directory` for `target`'s API server (and CA), its user `user`."""
+    ca = {"certificate-authority-data": base64.b64encode(target.ca.encode()).decode()} if target.ca else {}
+    doc = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "here",
+        "clusters": [{"name": "here", "cluster": {"server": target.server, **ca}}],
+        "contexts": [{"name": "here", "context": {"cluster": "here", "user": "robot"}}],
+        "users": [{"name": "robot", "user": user}],
+    }  # fmt: skip
+    (directory / "kubeconfig").write_text(yaml.safe_dump(doc))
+    return str(directory / "kubeconfig")

@@ -46,9 +46,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
 
 @kopf.on.login()
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """The in-cluster service account, else the kubeconfig in $KUBECONFIG (set from SKYSCAN_KUBECONFIG)."""
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+    """kopf logs in as our own client does (`kube.endpoint`): SKYSCAN_KUBECONFIG, else in-cluster, else
+    $KUBECONFIG, with its token and certificate files and its exec plugin (kopf's own kubeconfig login
+    runs no plugin); kopf logs in again once the credential expires, or on a 401."""
+    found = kube.endpoint(controller_of(memo).settings.kubeconfig)
+    now = await kube.Credentials(found).current()
+    return kopf.ConnectionInfo(
+        server=found.server, ca_data=found.ca, insecure=not found.verify, token=now.token,
+        certificate_data=now.cert, private_key_data=now.key, expiration=now.expires,
+    )  # fmt: skip
 
 
 @kopf.on.cleanup()
@@ -94,8 +101,6 @@ def main(argv: list[str] | None = None) -> int:
             "the shim over TLS (SKYSCAN_TLS_CERT_FILE, SKYSCAN_REST_CA_CONFIGMAP) unless a mesh encrypts",
             settings.rest_address,
         )
-    if settings.kubeconfig:
-        os.environ["KUBECONFIG"] = settings.kubeconfig  # for kopf's own kubeconfig login
     asyncio.run(operate(settings))
     return 0
 

@@ -3,9 +3,17 @@ its TLS client-certificate and token handling against a real local HTTPS server.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
+import io
+import json
 import ssl
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from skyscan import kube
+from tests import helpers
 
 
 def test_paths() -> None:
@@ -70,19 +79,126 @@ def test_kubeconfig_data_forms() -> None:
 
 
 def test_kubeconfig_file_forms_are_relative_to_the_kubeconfig(tmp_path: Path) -> None:
-    for name, text in {"ca.crt": "CA", "tok": "secret\n"}.items():
+    for name, text in {"ca.crt": "CA", "tok": "secret\n", "me.crt": "CERT", "me.key": "KEY"}.items():
         (tmp_path / name).write_text(text)
-    doc = _config({"certificate-authority": "ca.crt", "insecure-skip-tls-verify": True}, {"tokenFile": "tok"})
+    user = {"tokenFile": "tok", "client-certificate": "me.crt", "client-key": str(tmp_path / "me.key")}
+    doc = _config({"certificate-authority": "ca.crt", "insecure-skip-tls-verify": True}, user)
     found = kube.endpoint_of_kubeconfig(doc, tmp_path)
     assert (found.ca, found.token_file, found.verify) == ("CA", str(tmp_path / "tok"), False)
+    assert (found.cert, found.key) == ("CERT", "KEY")  # relative, or absolute
     assert kube.endpoint_of_kubeconfig(_config({}, {"token": "t"}), tmp_path).token == "t"
+
+
+def test_kubeconfig_exec_plugin(tmp_path: Path) -> None:
+    spec = {
+        "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "bin/plugin", "args": ["token", 7],
+        "env": [{"name": "REGION", "value": "eu"}], "interactiveMode": "Never",
+    }  # fmt: skip
+    found = kube.endpoint_of_kubeconfig(_config({}, {"exec": spec}), tmp_path).plugin
+    assert found == kube.Plugin(
+        user="u", command=str(tmp_path / "bin/plugin"), args=("token", "7"), env=(("REGION", "eu"),),
+        api_version="client.authentication.k8s.io/v1beta1", interactive="Never",
+    )  # fmt: skip
+    bare = {"apiVersion": "client.authentication.k8s.io/v1", "command": "aws"}
+    found = kube.endpoint_of_kubeconfig(_config({}, {"exec": bare}), tmp_path).plugin
+    assert found == kube.Plugin(user="u", command="aws")  # looked up on $PATH; IfAvailable by default
 
 
 def test_kubeconfig_errors() -> None:
     with pytest.raises(ValueError, match="no context 'gone'"):
         kube.endpoint_of_kubeconfig(_config({}, {}), Path("."), context="gone")
-    with pytest.raises(ValueError, match="not supported"):
-        kube.endpoint_of_kubeconfig(_config({}, {"exec": {"command": "x"}}), Path("."))
+    oidc = {"auth-provider": {"name": "oidc", "config": {"id-token": "t"}}}
+    with pytest.raises(ValueError, match=r"user 'u' .* auth-provider 'oidc'.* exec credential plugin"):
+        kube.endpoint_of_kubeconfig(_config({}, oidc), Path("."))
+    old = {"exec": {"apiVersion": "client.authentication.k8s.io/v1alpha1", "command": "x"}}
+    with pytest.raises(ValueError, match=r"user 'u': exec apiVersion .*v1alpha1"):
+        kube.endpoint_of_kubeconfig(_config({}, old), Path("."))
+    odd = {"exec": {"apiVersion": V1, "command": "x", "interactiveMode": "Often"}}
+    with pytest.raises(ValueError, match="interactiveMode 'Often'"):
+        kube.endpoint_of_kubeconfig(_config({}, odd), Path("."))
+
+
+PLUGIN = kube.Plugin(user="u", command="p")
+V1 = "client.authentication.k8s.io/v1"
+
+
+def _answer(status: dict[str, object], version: str = V1) -> bytes:
+    return json.dumps({"apiVersion": version, "kind": "ExecCredential", "status": status}).encode()
+
+
+def test_exec_credential_token_certificate_and_expiry() -> None:
+    answer = _answer({"token": "t", "expirationTimestamp": "2030-01-02T03:04:05Z"})
+    found = kube.exec_credential(answer, PLUGIN)
+    assert found == kube.Credential(token="t", expires=dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
+    found = kube.exec_credential(_answer({"clientCertificateData": "C", "clientKeyData": "K"}), PLUGIN)
+    assert found == kube.Credential(cert="C", key="K")
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (b"Password:", "answered no ExecCredential"),
+        (_answer({"token": "t"}, "client.authentication.k8s.io/v1beta1"), "not an ExecCredential of .*/v1 "),
+        (b"[]", "answered no ExecCredential"),
+        (_answer({"token": "t", "expirationTimestamp": "soon"}), "answered no ExecCredential"),
+        (_answer({}), "neither status.token nor clientCertificateData"),
+        (_answer({"clientCertificateData": "C"}), "neither status.token nor clientCertificateData"),
+    ],
+)
+def test_exec_credential_refuses_what_is_no_credential(raw: bytes, says: str) -> None:
+    with pytest.raises(kube.PluginError, match=f"kubeconfig user 'u': p .*{says}"):
+        kube.exec_credential(raw, PLUGIN)
+
+
+async def test_plugin_gets_its_args_env_and_exec_info(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO())  # no terminal, whatever runs the tests
+    plugin = kube.Plugin(
+        user="u", command=str(helpers.exec_plugin(tmp_path)), args=("get-token", "--region=eu"),
+        env=(("SKYSCAN_PLUGIN_NOTE", "hi"),),
+    )  # fmt: skip
+    helpers.plugin_answers(tmp_path, {"status": {"token": "t"}})
+    assert await kube.run_plugin(plugin) == kube.Credential(token="t")
+    info = {"apiVersion": V1, "kind": "ExecCredential", "spec": {"interactive": False}}
+    args = ["get-token", "--region=eu"]
+    assert helpers.plugin_runs(tmp_path) == [{"args": args, "note": "hi", "info": info}]
+    with pytest.raises(kube.PluginError, match="needs a terminal"):
+        await kube.run_plugin(replace(plugin, interactive="Always"))
+    assert len(helpers.plugin_runs(tmp_path)) == 1
+
+
+async def test_failing_plugin_is_a_clear_error(tmp_path: Path) -> None:
+    plugin = kube.Plugin(user="eks-admin", command=str(helpers.exec_plugin(tmp_path)))
+    helpers.plugin_answers(tmp_path, {"fail": "Unable to locate credentials. Run aws configure."})
+    with pytest.raises(kube.PluginError, match=r"user 'eks-admin': .*plugin.py failed \(exit 3\): Unable to"):
+        await kube.run_plugin(plugin)
+    with pytest.raises(kube.PluginError, match=r"user 'eks-admin': .*/gone cannot be run: .*No such file"):
+        await kube.run_plugin(replace(plugin, command=str(tmp_path / "gone")))
+
+
+async def test_a_slow_plugin_is_stopped_and_never_blocks_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "slow.sh"
+    script.write_text("#!/bin/sh\nsleep 30\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(kube, "EXEC_TIMEOUT_SECONDS", 1.0)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.05)
+            ticks += 1
+
+    ticking = asyncio.create_task(tick())
+    started = time.monotonic()
+    with pytest.raises(kube.PluginError, match="did not answer within 1 s"):
+        await kube.run_plugin(kube.Plugin(user="u", command=str(script)))
+    ticking.cancel()
+    assert time.monotonic() - started < 10  # killed, not waited for
+    assert ticks >= 10  # the loop went on meanwhile
 
 
 def test_in_cluster(tmp_path: Path) -> None:
@@ -127,16 +243,14 @@ def _issue(
     return builder.sign(signer, hashes.SHA256())
 
 
-async def test_client_certificate_and_rotated_token_over_tls(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A real HTTPS server that demands a client certificate from its CA sees ours, and the bearer
-    token from a file, re-read once it changes."""
+@asynccontextmanager
+async def _whoami_server(tmp_path: Path) -> AsyncIterator[tuple[str, tuple[x509.Certificate, Key]]]:
+    """A real HTTPS server on localhost that demands a client certificate from its CA: GET /whoami
+    answers the certificate's common name and the Authorization header. Yields its URL and CA."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = _issue("test-ca", ca_key, None)
-    server_key, client_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    server_key = ec.generate_private_key(ec.SECP256R1())
     server_cert = _issue("localhost", server_key, (ca.subject, ca_key), server=True)
-    client_cert = _issue("me", client_key, (ca.subject, ca_key))
     (tmp_path / "s.crt").write_text(_pem(server_cert))
     (tmp_path / "s.key").write_text(_key_pem(server_key))
     serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cadata=_pem(ca))
@@ -156,14 +270,28 @@ async def test_client_certificate_and_rotated_token_over_tls(
     await runner.setup()
     site = web.TCPSite(runner, "localhost", 0, ssl_context=serving)
     await site.start()
-    port = runner.addresses[0][1]
+    try:
+        yield f"https://localhost:{runner.addresses[0][1]}", (ca, ca_key)
+    finally:
+        await runner.cleanup()
+
+
+def _client(name: str, ca: tuple[x509.Certificate, Key]) -> tuple[str, str]:
+    """A client certificate of `ca` for `name` and its key, as PEM."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    return _pem(_issue(name, key, (ca[0].subject, ca[1]))), _key_pem(key)
+
+
+async def test_client_certificate_and_rotated_token_over_tls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real HTTPS server that demands a client certificate from its CA sees ours, and the bearer
+    token from a file, re-read once it changes."""
     token = tmp_path / "token"
     token.write_text("one\n")
-    try:
-        endpoint = kube.Endpoint(
-            f"https://localhost:{port}", ca=_pem(ca), cert=_pem(client_cert), key=_key_pem(client_key),
-            token_file=str(token),
-        )  # fmt: skip
+    async with _whoami_server(tmp_path) as (url, ca):
+        cert, key = _client("me", ca)
+        endpoint = kube.Endpoint(url, ca=_pem(ca[0]), cert=cert, key=key, token_file=str(token))
         async with kube.Kube(endpoint) as client:
             assert await client.request("GET", "/whoami") == {"cn": "me", "auth": "Bearer one"}
             token.write_text("two\n")
@@ -172,8 +300,24 @@ async def test_client_certificate_and_rotated_token_over_tls(
             with pytest.raises(kube.ApiError) as caught:
                 await client.request("GET", "/nothing")
             assert caught.value.status == 404
-        async with kube.Kube(kube.Endpoint(f"https://localhost:{port}")) as stranger:
+        async with kube.Kube(kube.Endpoint(url)) as stranger:
             with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
                 await stranger.request("GET", "/whoami")  # our CA is not a system one
-    finally:
-        await runner.cleanup()
+
+
+async def test_plugin_certificate_over_tls_renewed_once_expired(tmp_path: Path) -> None:
+    """A plugin answering a client certificate: the server sees it; once it has expired the plugin
+    runs again and the next request presents the new one."""
+    plugin = kube.Plugin(user="u", command=str(helpers.exec_plugin(tmp_path)))
+    async with _whoami_server(tmp_path) as (url, ca):
+        async with kube.Kube(kube.Endpoint(url, ca=_pem(ca[0]), plugin=plugin)) as client:
+            cert, key = _client("first", ca)
+            answer = {"clientCertificateData": cert, "clientKeyData": key}
+            helpers.plugin_answers(tmp_path, {"status": answer, "lifetime": -60})
+            assert await client.request("GET", "/whoami") == {"cn": "first", "auth": None}
+            cert, key = _client("second", ca)
+            answer = {"clientCertificateData": cert, "clientKeyData": key}
+            helpers.plugin_answers(tmp_path, {"status": answer})
+            assert (await client.request("GET", "/whoami"))["cn"] == "second"
+            assert (await client.request("GET", "/whoami"))["cn"] == "second"
+    assert len(helpers.plugin_runs(tmp_path)) == 2  # no expiry given: kept
