@@ -15,9 +15,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from api_shim.errors import ApiError, bad_request
-from api_shim.models import ScanRequestBody, finite, validation_reason
+from api_shim.models import ScanRequestBody, validation_reason
 from api_shim.sizes import InvalidSize, SizeTooLarge, parse_size
 from api_shim.tags import TagError, resolve_tag
+from skyscan.manifest import finite
 from skyscan.model import (
     INTEGER_MAX,
     N_WORKERS_MAX,

@@ -10,16 +10,21 @@ number (`91.0`) is an integer; integers are int64s (the Scan CRD's bounds); numb
 from __future__ import annotations
 
 import json
-import math
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from skyscan.manifest import (
+    ClassifiersOut,
+    HeldJsonObject,
+    JsonObject,
+    Progress,
+    Threshold,
+)
+from skyscan.manifest import Manifest as Manifest  # the REST manifest is the domain's
 from skyscan.model import (
-    INTEGER_MAX,
-    INTEGER_MIN,
     Classifiers,
     DebugMode,
     EventMetadata,
@@ -41,7 +46,6 @@ RequestClusters = (
     Annotated[dict[Location, NWorkers], Field(min_length=1)]
     | Annotated[list[tuple[Location, NWorkers]], Field(min_length=1)]
 )
-Threshold = Annotated[float, Field(ge=0, le=1)]
 # The largest progress, event_metadata or scan_metadata a PATCH may store, as compact JSON: the Scan
 # holds them (and their field ownership), and etcd caps the whole object near 1.5 MiB; the scanner's
 # reports are a few KB.
@@ -60,51 +64,8 @@ ManifestProjection = (
 )
 
 
-def finite(value: dict[str, Any]) -> dict[str, Any]:
-    """JSON has no NaN or Infinity (nor a number beyond a double), so neither may a stored object."""
-    stack: list[Any] = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise ValueError("must not contain NaN or an infinite number (JSON has neither)")
-    return value
-
-
-FreeForm = Annotated[dict[str, Any], AfterValidator(finite)]
-
-
-def within_int64(value: dict[str, Any]) -> dict[str, Any]:
-    """A free-form object the Scan holds: the API server keeps an integer as an int64 and would round
-    a larger one to a float, silently; refused instead, naming where."""
-    stack: list[tuple[str, Any]] = [("", value)]
-    while stack:
-        path, item = stack.pop()
-        if isinstance(item, dict | list):
-            pairs = item.items() if isinstance(item, dict) else enumerate(item)
-            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in pairs)
-        elif isinstance(item, int) and not isinstance(item, bool) and not INTEGER_MIN <= item <= INTEGER_MAX:
-            where = path if len(path) <= 100 else path[:100] + "..."
-            raise ValueError(f"integers are at most {INTEGER_MAX} and at least {INTEGER_MIN} (at '{where}')")
-    return value
-
-
-# A free-form object stored in the Scan (the scanner's progress and scan_metadata).
-HeldFreeForm = Annotated[dict[str, Any], AfterValidator(finite), AfterValidator(within_int64)]
-ClassifiersOut = dict[str, str | bool | int | float | list[str | bool | int | float | None] | None]
-
-
 class Body(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
-
-
-class Lenient(BaseModel):
-    """Nested scanner-written objects: unknown keys are dropped, as the reference does."""
-
-    model_config = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------------------------------- requests
@@ -122,9 +83,9 @@ class ScanRequestBody(Body):
     request_clusters: RequestClusters | None = None
     cluster: RequestClusters | None = Field(default=None, json_schema_extra={"deprecated": True})
     reco_algo: RecoAlgo
-    event_live_json: Annotated[str, Field(min_length=2, pattern=r"^\s*\{[\s\S]*\}\s*$")] | FreeForm | None = (
-        None
-    )
+    event_live_json: (
+        Annotated[str, Field(min_length=2, pattern=r"^\s*\{[\s\S]*\}\s*$")] | JsonObject | None
+    ) = None
     sensor_event_id: (
         Annotated[str, Field(max_length=48, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")] | None
     ) = None
@@ -141,7 +102,7 @@ class ScanRequestBody(Body):
 
 
 class FindBody(Body):
-    filter: FreeForm
+    filter: JsonObject
     include_deleted: bool = False
     manifest_projection: ManifestProjection = "*"
 
@@ -165,32 +126,12 @@ class DeleteBody(Body):
     manifest_projection: ManifestProjection = "*"
 
 
-class ProcessingStats(Lenient):
-    start: HeldFreeForm
-    runtime: HeldFreeForm
-    rate: HeldFreeForm = Field(default_factory=dict)
-    end: str = ""
-    finished: bool = False
-    predictions: HeldFreeForm = Field(default_factory=dict)
-
-
-class Progress(Lenient):
-    summary: str
-    epilogue: str
-    tallies: HeldFreeForm
-    processing_stats: ProcessingStats
-    predictive_scanning_threshold: Threshold
-    last_updated: str
-    start: Integer | None = None
-    end: Integer | None = None
-
-
 class PatchManifestBody(Body):
     """Each of the three is at most `MANIFEST_FIELD_MAX_BYTES` as compact JSON (else 413)."""
 
     progress: Progress | None = None
     event_metadata: EventMetadata | None = None
-    scan_metadata: HeldFreeForm | None = None
+    scan_metadata: HeldJsonObject | None = None
 
     def oversized(self) -> tuple[str, int] | None:
         """The first field larger than the limit, and its size."""
@@ -206,7 +147,7 @@ class PatchManifestBody(Body):
 
 
 class PutResultBody(Body):
-    scan_result: FreeForm
+    scan_result: JsonObject
     is_final: bool
 
 
@@ -216,26 +157,6 @@ class WorkflowIdBody(Body):
 
 
 # --------------------------------------------------------------------------------------- responses
-class Manifest(BaseModel):
-    scan_id: str
-    timestamp: float
-    is_deleted: bool
-    scanner_server_args: str
-    wms_workflow_id: str | None
-    wms_address: str | None
-    wms_task: str | FreeForm = Field(json_schema_extra={"deprecated": True})
-    priority: int
-    classifiers: ClassifiersOut
-    sensor_event_id: str
-    event_live_json_dict: str | FreeForm = Field(json_schema_extra={"deprecated": True})
-    event_live_json_dict__hash: str | None = Field(json_schema_extra={"deprecated": True})
-    event_metadata: EventMetadata | None
-    scan_metadata: FreeForm | None
-    progress: Progress | None
-    replaced_by_scan_id: str | None
-    last_updated: float
-
-
 class ProjectedManifest(BaseModel):
     """A Manifest restricted to the requested fields."""
 
@@ -244,7 +165,7 @@ class ProjectedManifest(BaseModel):
 
 class Result(BaseModel):
     scan_id: str
-    scan_result: FreeForm
+    scan_result: JsonObject
     is_final: bool
 
 
@@ -299,7 +220,7 @@ class ScanRequestObj(BaseModel):
     priority: int
     debug_mode: list[str]
     sensor_event_id: str
-    scanner_server_env_from_user: FreeForm
+    scanner_server_env_from_user: JsonObject
 
 
 class LogUrlLink(BaseModel):
@@ -309,9 +230,9 @@ class LogUrlLink(BaseModel):
 class Workforce(BaseModel):
     model_config = ConfigDict(extra="allow")
     workflow_id: str | None
-    statuses: FreeForm
+    statuses: JsonObject
     n_running: int
-    top_errors: FreeForm
+    top_errors: JsonObject
 
 
 class StatusResponse(BaseModel):
@@ -328,7 +249,7 @@ class LogsResponse(BaseModel):
 
 
 class SensorEventResponse(BaseModel):
-    sensor_event: FreeForm
+    sensor_event: JsonObject
 
 
 class WorkflowIdResponse(BaseModel):
@@ -339,7 +260,7 @@ class WorkflowIdResponse(BaseModel):
 
 
 class TaskforcesResponse(BaseModel):
-    taskforces: list[FreeForm]
+    taskforces: list[JsonObject]
 
 
 class AddWorkersResponse(BaseModel):
@@ -347,7 +268,7 @@ class AddWorkersResponse(BaseModel):
     n_workers: int
 
 
-class StartupJson(RootModel[FreeForm]):
+class StartupJson(RootModel[JsonObject]):
     """The scanner's startup.json (100-530 KB): a JSON object, stored and served byte for byte."""
 
 

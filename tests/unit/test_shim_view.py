@@ -53,7 +53,8 @@ def test_new_scan_manifest() -> None:
     assert m["scanner_server_args"].split("--nsides ")[1].startswith("8:0 64:12 512:24 ")
     assert "--simulated-event" in m["scanner_server_args"]
     assert m["scanner_server_args"].endswith("--predictive-scanning-threshold 1.0 ")
-    assert tuple(m) == manifest.MANIFEST_FIELDS
+    assert tuple(m) == manifest.MANIFEST_FIELDS  # every field of the model, computed
+    assert manifest.Manifest.model_validate(m).model_dump() == m  # of the model's types
 
 
 def test_timestamp_falls_back_to_creation_time() -> None:
