@@ -30,10 +30,11 @@ check-crds: venv
 chart-schema: venv      ## regenerate the `settings` of charts/skyscan/values.schema.json from the settings classes
 	$(PY) -m skyscan_local.chart_schema
 
-lint: venv              ## ruff, mypy strict, and the layering contracts (pyproject's [tool.importlinter])
+lint: venv              ## ruff, mypy strict, the layering contracts (pyproject's [tool.importlinter]), Scans read through accessors
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) tools/raw_access.py
 
 test: lint              ## lint, then the whole suite against a real control plane (or SKYSCAN_TEST_KUBECONFIG)
 	bin=$$(bash tools/k8s/build.sh) && SKYSCAN_K8S_BIN_READY=$$bin $(PY) -m pytest $(PYTEST_ARGS)

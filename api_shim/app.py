@@ -111,7 +111,7 @@ async def _maybe_redirect(request: web.Request, route: Route) -> None:
     if scan is None:
         return
     request[FOUND] = scan  # the handler reads the same copy (one archive query per request)
-    new = scan["spec"].get("replacedBy")
+    new = ScanRecord(scan).replaced_by
     if not new:
         return
     if query_bool(request, "no_redirect") or (

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from skyscan import manifest
+from skyscan.status import ScanRecord
 
 RUN_ID = "event_metadata.run_id"
 EVENT_ID = "event_metadata.event_id"
@@ -45,8 +46,8 @@ def entries(scan: Mapping[str, Any]) -> list[tuple[str, Any]]:
     that is not a plain number there (the manifest's model converts it) is read through the manifest's
     own code. Classifiers are `manifest.classifiers`: the request's, plus a rescan's own."""
     found: list[tuple[str, Any]] = []
-    status = scan.get("status")
-    stored = status.get("eventMetadata") if isinstance(status, dict) else None
+    record = ScanRecord(scan)
+    stored = record.status.get("eventMetadata")
     if stored and isinstance(stored, dict):
         run, event = stored.get("runId"), stored.get("eventId")
         if not (_plain_number(run) and _plain_number(event)):
@@ -57,10 +58,9 @@ def entries(scan: Mapping[str, Any]) -> list[tuple[str, Any]]:
             run, event = converted.get("run_id"), converted.get("event_id")
         _add(found, RUN_ID, run)
         _add(found, EVENT_ID, event)
-    spec = scan.get("spec") or {}
-    classifiers = dict(spec.get("classifiers") or {})
-    if spec.get("rescanOf"):
-        classifiers.update(rescan=True, origin_scan_id=spec["rescanOf"])
+    classifiers = record.classifiers
+    if record.rescan_of:
+        classifiers.update(rescan=True, origin_scan_id=record.rescan_of)
     for key, value in classifiers.items():
         _add(found, CLASSIFIER + key, value)
     return found

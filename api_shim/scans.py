@@ -36,8 +36,9 @@ def archived(scan: Obj) -> bool:
 
 def marked(scan: Obj, spec: dict[str, Any], at: float) -> Obj:
     """An archived scan with `spec` merged in and its manifest change recorded (pure)."""
-    status = {**(scan.get("status") or {}), **model.ScanStatus(last_updated=at).to_patch()}
-    return {**scan, "spec": {**scan["spec"], **spec}, "status": status}
+    record = ScanRecord(scan)
+    status = {**record.status, **model.ScanStatus(last_updated=at).to_patch()}
+    return {**scan, "spec": {**record.spec, **spec}, "status": status}
 
 
 async def unpacked(data: bytes) -> Any:

@@ -138,7 +138,7 @@ def backlog_entry(scan: Scan) -> dict[str, Any] | None:
         "scan_id": scan_id(scan),
         "timestamp": backlog.entered_at,
         "pickled_k8s_job": None,
-        "priority": int(scan["spec"].get("priority", 0)),
+        "priority": ScanRecord(scan).priority,
         "pending_timestamp": backlog.pending_since,
         "next_attempt": backlog.attempts,
     }

@@ -71,7 +71,7 @@ class ScanWrites:
     async def rescan(self, original: Obj, *, abort_first: bool, replace_scan: bool) -> Obj:
         """A new scan from the original's request; then, if asked, abort and/or replace the original."""
         origin_id = view.scan_id(original)
-        new = await self.scans.create(model.rescan_spec(original["spec"], origin_id))
+        new = await self.scans.create(model.rescan_spec(ScanRecord(original).spec, origin_id))
         if abort_first or replace_scan:
             # After the new scan exists, so a failure never leaves the original aborted with no rescan.
             marks: dict[str, Any] = {}
@@ -123,7 +123,7 @@ class ScanWrites:
                 raise ApiError(422, "a WMS workflow has not been assigned--cannot add workers")
             if view.has_final_result(scan):
                 raise ApiError(422, "this scan has a final result--cannot add workers")
-            existing = list(scan["spec"].get("workerRequests") or [])
+            existing = ScanRecord(scan).worker_asks
             ask = model.WorkerRequest(id=request_id, location=location, n_workers=n_workers)
             return Change(spec={"workerRequests": [*existing, ask.to_kube()]})
 

@@ -24,7 +24,7 @@ from typing import Any, ParamSpec, TypeVar
 import asyncpg
 
 from skyscan import manifest
-from skyscan.status import resource_version
+from skyscan.status import ScanRecord, resource_version
 
 SCHEMA_V1 = """
 CREATE TABLE sensor_events (
@@ -111,14 +111,14 @@ def _bigint(value: Any) -> int | None:
 
 def with_archived_at(scan: Mapping[str, Any], archived_at: float) -> dict[str, Any]:
     """A copy of `scan` whose status says when it was archived."""
-    return {**scan, "status": {**(scan.get("status") or {}), "archivedAt": archived_at}}
+    return {**scan, "status": {**ScanRecord(scan).status, "archivedAt": archived_at}}
 
 
 def _searched(scan: Mapping[str, Any], manifest: Mapping[str, Any]) -> dict[str, Any]:
     """The columns derived from the Scan and its manifest that searches filter on."""
     event = manifest.get("event_metadata") or {}
     return {
-        "rescan_of": (scan.get("spec") or {}).get("rescanOf") or None,
+        "rescan_of": ScanRecord(scan).rescan_of,
         "last_updated": manifest["last_updated"],
         "is_deleted": bool(manifest["is_deleted"]),
         "run_id": _bigint(event.get("run_id")),
@@ -293,7 +293,8 @@ class Archive:
                 return None
             scan = change(stored)
             searched = _searched(scan, manifest.of(scan))
-            status = scan.get("status") or {}  # jsonb_set needs the parent object to exist
+            # jsonb_set needs the parent object to exist
+            status = ScanRecord(scan).status
             values = (searched[c] for c in REPLACED_COLUMNS)
             await conn.execute(_REPLACE, namespace, scan_id, *values, {**scan, "status": status})
-            return with_archived_at(scan, float(stored["status"]["archivedAt"]))
+            return with_archived_at(scan, ScanRecord(stored).archived_at or 0.0)

@@ -267,7 +267,7 @@ def exec_credential(raw: bytes, plugin: Plugin) -> Credential:
     who = f"kubeconfig user {plugin.user!r}: {plugin.command}"
     try:
         doc = json.loads(raw)
-        status = doc["status"] if doc.get("kind") == "ExecCredential" else None
+        status = doc["status"] if doc.get("kind") == "ExecCredential" else None  # raw: ExecCredential
         if doc.get("apiVersion") != plugin.api_version or not isinstance(status, dict):
             raise ValueError(f"not an ExecCredential of {plugin.api_version} with a status")
         stamp = status.get("expirationTimestamp")
@@ -502,8 +502,8 @@ async def list_scans(kube: Kube, namespace: str, page_size: int = 500) -> AsyncI
 
 
 def is_established(crd: dict[str, Any]) -> bool:
-    conditions = (crd.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+    conditions = (crd.get("status") or {}).get("conditions") or []  # raw: CRD
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)  # raw: CRD
 
 
 async def apply_crd(kube: Kube, body: dict[str, Any], timeout: float = 60.0) -> None:

@@ -115,7 +115,7 @@ Scan = Mapping[str, Any]
 
 
 def spec_of(scan: Scan) -> model.ScanSpec:
-    return model.ScanSpec.model_validate(scan["spec"], context=model.STORED)
+    return ScanRecord(scan).scan_spec()
 
 
 def classifiers(spec: model.ScanSpec) -> dict[str, Any]:

@@ -62,11 +62,17 @@ def holds_workflow(workflow: model.WorkflowStatus) -> bool:
 class ScanRecord:
     """Reads of one Scan object (metadata, spec flags the views need, and status)."""
 
-    __slots__ = ("_st", "obj")
+    __slots__ = ("_st", "obj", "spec")
 
     def __init__(self, obj: Obj) -> None:
         self.obj = obj
+        self.spec: dict[str, Any] = obj.get("spec") or {}  # as stored (camelCase); `scan_spec()` is its model
         self._st: Obj = obj.get("status") or {}
+
+    @property
+    def status(self) -> Obj:
+        """The stored status (camelCase), for code that copies it whole; read keys through the properties."""
+        return self._st
 
     # --- metadata and spec
     @property
@@ -87,16 +93,38 @@ class ScanRecord:
 
     @property
     def deleted(self) -> bool:
-        return bool(self.obj["spec"].get("deleted"))
+        return bool(self.spec.get("deleted"))
 
     @property
     def sensor_event_id(self) -> str:
-        return str(self.obj["spec"]["sensorEventId"])
+        return str(self.spec["sensorEventId"])
 
     @property
     def rescan_of(self) -> str | None:
-        parent = self.obj["spec"].get("rescanOf")
+        parent = self.spec.get("rescanOf")
         return str(parent) if parent else None
+
+    @property
+    def replaced_by(self) -> str | None:
+        new = self.spec.get("replacedBy")
+        return str(new) if new else None
+
+    @property
+    def priority(self) -> int:
+        return int(self.spec.get("priority", 0))
+
+    @property
+    def classifiers(self) -> dict[str, Any]:
+        return dict(self.spec.get("classifiers") or {})
+
+    @property
+    def worker_asks(self) -> list[dict[str, Any]]:
+        """The worker requests asked through REST (`spec.workerRequests`), in order."""
+        return list(self.spec.get("workerRequests") or [])
+
+    def scan_spec(self) -> model.ScanSpec:
+        """The spec's model; the request policies were checked when it was admitted (`model.STORED`)."""
+        return model.ScanSpec.model_validate(self.spec, context=model.STORED)
 
     # --- operator keys
     @property

@@ -438,14 +438,15 @@ class Run:
             granted = await self.a.api.request(
                 "POST", core_path("serviceaccounts", s.namespace, account, "token"), body=request
             )
+            token = granted["status"]["token"]  # raw: TokenRequest
             await self.a.api.request(
                 "PATCH", core_path("secrets", s.namespace, name),
-                body={"stringData": {names.SCANNER_TOKEN_KEY: granted["status"]["token"]}},
+                body={"stringData": {names.SCANNER_TOKEN_KEY: token}},
                 content_type=kube.STRATEGIC_MERGE_PATCH,
             )  # fmt: skip
         except KUBE_ERRORS as e:
             await self.kube_refused(e, f"issuing a token for ServiceAccount {account}")
-        expires = cond.epoch(granted["status"].get("expirationTimestamp"))
+        expires = cond.epoch(granted["status"].get("expirationTimestamp"))  # raw: TokenRequest
         self.draft.credential = model.ScannerCredential(secret=name, expires_at=expires)
         await self.patch_status()
         self.event("ScannerCredentialIssued", f"the scanner's own token, bound to Secret {name}")

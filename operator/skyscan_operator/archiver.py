@@ -138,7 +138,7 @@ class Archiver:
         if due > self._clock():
             self.queue.schedule(key, due)
             return
-        event_id = str(obj["spec"].get("sensorEventId") or "")
+        event_id = str(record.spec.get("sensorEventId") or "")
         event = await payloads.stored(self._api, namespace, names.event_object_name(event_id))
         archive = await self._connected()
         if event is None:

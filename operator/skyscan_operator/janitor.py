@@ -19,6 +19,7 @@ from typing import Any
 
 from skyscan import conditions as cond
 from skyscan import names
+from skyscan.status import ScanRecord
 
 Ref = tuple[str, str]  # (namespace, ConfigMap name)
 
@@ -45,7 +46,7 @@ def referenced(scans: Iterable[Mapping[str, Any]]) -> dict[Ref, list[dict[str, A
         namespace, scan_id = meta["namespace"], meta["name"]
         owner = names.owner_reference(scan_id, meta["uid"], controller=False)
         objects = [names.result_object_name(scan_id), names.startup_object_name(scan_id)]
-        if event := (scan.get("spec") or {}).get("sensorEventId"):
+        if event := ScanRecord(scan).spec.get("sensorEventId"):
             objects.append(names.event_object_name(str(event)))
         for name in objects:
             refs.setdefault((namespace, name), []).append(owner)

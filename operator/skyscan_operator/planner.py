@@ -131,7 +131,7 @@ class ScanView:
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> ScanView:
-        meta = body["metadata"]
+        meta, record = body["metadata"], ScanRecord(body)
         return cls(
             name=meta["name"],
             namespace=meta["namespace"],
@@ -141,9 +141,9 @@ class ScanView:
             deleting=bool(meta.get("deletionTimestamp")),
             finalizers=tuple(meta.get("finalizers") or ()),
             labels=dict(meta.get("labels") or {}),
-            spec=model.ScanSpec.model_validate(body["spec"]),
-            raw_spec=body["spec"],
-            record=ScanRecord(body),
+            spec=model.ScanSpec.model_validate(record.spec),
+            raw_spec=record.spec,
+            record=record,
             resource_version=meta.get("resourceVersion", ""),
         )
 

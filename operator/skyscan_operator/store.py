@@ -42,7 +42,7 @@ def key_of(body: dict[str, Any]) -> Key:
 
 
 def pod_view(body: dict[str, Any]) -> PodView:
-    status = body.get("status") or {}
+    status = body.get("status") or {}  # raw: Pod
     reason, exit_code, message = status.get("reason"), None, None
     for cs in status.get("containerStatuses") or []:
         state = cs.get("state") or {}
@@ -70,7 +70,7 @@ def pod_view(body: dict[str, Any]) -> PodView:
 
 
 def job_view(body: dict[str, Any]) -> JobView:
-    conditions = (body.get("status") or {}).get("conditions") or []  # a Job's, of the same convention
+    conditions = (body.get("status") or {}).get("conditions") or []  # raw: Job (conditions as a Scan's)
     failed = cond.is_true(conditions, "Failed")
     return JobView(
         name=body["metadata"]["name"],
@@ -103,13 +103,13 @@ def kept(body: dict[str, Any]) -> dict[str, Any]:
     """What the operator reads of a Scan: its compact form less the scanner's reports, of which only
     the progress rate stays (the REST state, which the operator writes, is computed from it)."""
     obj = compact(body)
-    if status := obj.get("status"):
+    if status := ScanRecord(obj).status:
         status = {k: v for k, v in status.items() if k not in UNREAD_STATUS}
         if progress := status.get("progress"):
             status["progress"] = {
                 "processing_stats": {"rate": (progress.get("processing_stats") or {}).get("rate")}
             }
-        obj["status"] = status
+        obj["status"] = status  # raw: the compact copy being made
     return obj
 
 
@@ -232,7 +232,7 @@ class Store:
         shown = shown_hold(scan)
         candidate = Candidate(
             key=key,
-            priority=int(scan.obj["spec"].get("priority", 0)),
+            priority=scan.priority,
             entered_at=entry.entered_at,
             pending_since=entry.pending_since,
             attempts=entry.attempts,
