@@ -429,10 +429,9 @@ class ResultStatus(StatusPart):
     updated_at: float
 
 
-class ScanStatus(KubeModel):
-    """Operator keys and shim keys are disjoint; each writes only its own through the status subresource."""
+class OperatorStatus(KubeModel):
+    """The status keys the operator writes (and no one else)."""
 
-    # operator
     observed_generation: int | None = None
     conditions: list[Condition] = Field(
         default_factory=list,
@@ -449,9 +448,17 @@ class ScanStatus(KubeModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
     )
     scanner_credential: ScannerCredential | None = None
-    # shim
+
+
+class ShimStatus(KubeModel):
+    """The status keys the shim writes: what the scanner reports, and when the manifest changed."""
+
     progress: FreeForm | None = None
     event_metadata: EventMetadataStatus | None = None
     scan_metadata: FreeForm | None = None
     result: ResultStatus | None = None
     last_updated: float | None = Field(default=None, description="Unix seconds of the last manifest change.")
+
+
+class ScanStatus(ShimStatus, OperatorStatus):
+    """Operator keys and shim keys are disjoint; each writes only its own through the status subresource."""

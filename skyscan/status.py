@@ -18,10 +18,7 @@ from skyscan.state import NOT_YET_REQUESTED, scan_state
 Obj = Mapping[str, Any]
 
 # The status keys each writer owns; the operator writes only its own, the shim only the others.
-OPERATOR_KEYS = (
-    "observedGeneration", "conditions", "state", "backlog", "workflow", "job", "workforce", "taskforces",
-    "workerRequests", "scannerCredential",
-)  # fmt: skip
+OPERATOR_KEYS = tuple(str(f.alias) for f in model.OperatorStatus.model_fields.values())
 ENDED_JOB_STATES = ("Succeeded", "Failed", "Deleted")
 
 
