@@ -13,6 +13,9 @@ from skyscan import model
 SCAN_ID_LABEL = "skyscan.io/scan-id"  # on every object made for one scan (Job, Secret, Pods)
 PAYLOAD_LABEL = "skyscan.io/payload"  # on payload ConfigMaps: "event", "result" or "startup"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "skyscan"}
+# On every scanner Job and Pod (with the scan's id): what the operator watches and the simulator selects.
+SCANNER_LABELS = {"app.kubernetes.io/name": "skyscan", "app.kubernetes.io/component": "scanner"}
+SCANNER_SELECTOR = ",".join(f"{k}={v}" for k, v in SCANNER_LABELS.items())
 
 # --- annotations
 TIMESTAMP_ANNOTATION = "skyscan.io/timestamp"  # sub-second creation time (Unix seconds, as a string)
@@ -24,6 +27,9 @@ SCANNER_TOKEN_KEY = "token"  # the key of the token in the per-scan Secret
 
 # --- the WMS
 WORKFLOW_MARKER_ENV = "SKYSCAN_REQUEST_ID"  # in a workflow's pilot environment: the Scan's uid, to find it by
+
+# --- server-side apply: one field manager per component
+SHIM_FIELD_MANAGER = "skyscan-shim"
 
 # --- finalizers
 WORKFLOW_FINALIZER = "skyscan.io/wms-workflow"  # present only while the scan may hold a live WMS workflow
