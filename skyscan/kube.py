@@ -39,6 +39,7 @@ from skyscan import model
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply; a JSON body is YAML
 # A watch event or a payload ConfigMap can carry an object up to etcd's request limit (1.5 MiB).
 READ_BUFSIZE = 2**21
 # Re-read a token file this often: the kubelet rotates projected service-account tokens well before
