@@ -29,6 +29,10 @@ from skyscan.status import resource_version
 
 Obj = dict[str, Any]
 MERGE = kube.MERGE_PATCH
+# Every write names the shim as its field manager (the Scan's managedFields say who wrote what); an
+# apply takes over a field another wrote (force): the shim's keys have no other writer.
+AS_SHIM = {"fieldManager": names.SHIM_FIELD_MANAGER}
+APPLY = {**AS_SHIM, "force": True}
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class ScanStore:
             "spec": spec,
         }
         obj: Obj = await self._api.request(
-            "POST", scan_path(self.namespace), body=body, timeout=self._timeout
+            "POST", scan_path(self.namespace), params=AS_SHIM, body=body, timeout=self._timeout
         )
         self.cache.observe(obj)
         wrote(obj)
@@ -73,14 +77,12 @@ class ScanStore:
         self.cache.observe(obj)
         return obj
 
-    async def _patch(
-        self, name: str, body: Any, *, status: bool, content_type: str = MERGE,
-        params: kube.Params | None = None,
-    ) -> Obj:  # fmt: skip
+    async def _patch(self, name: str, body: Any, *, status: bool, content_type: str = MERGE) -> Obj:
         path = scan_path(self.namespace, name, "status" if status else None)
         try:
             obj: Obj = await self._api.request(
-                "PATCH", path, params=params, body=body, content_type=content_type, timeout=self._timeout
+                "PATCH", path, params=APPLY if content_type == kube.APPLY_PATCH else AS_SHIM, body=body,
+                content_type=content_type, timeout=self._timeout,
             )
         except kube.ApiError as e:
             if e.status == 404:
@@ -110,8 +112,7 @@ class ScanStore:
             "metadata": {"name": name},
             "status": model.ScanStatus(progress=progress, last_updated=now()).to_patch(),
         }
-        params = {"fieldManager": names.SHIM_FIELD_MANAGER, "force": True}
-        return await self._patch(name, body, status=True, content_type=kube.APPLY_PATCH, params=params)
+        return await self._patch(name, body, status=True, content_type=kube.APPLY_PATCH)
 
     async def _guarded(self, name: str, change: Change, rv: str) -> Obj:
         current: Obj | None = None

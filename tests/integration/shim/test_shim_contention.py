@@ -7,7 +7,7 @@ import asyncio
 import copy
 from typing import Any
 
-from skyscan import kube
+from skyscan import kube, names
 from skyscan.kube import scan_path
 from tests.integration.shim.conftest import ShimUnderTest
 from tests.integration.shim.test_shim_writes import EVENT_METADATA, PROGRESS
@@ -114,3 +114,7 @@ async def test_progress_on_a_scan_with_no_status_yet_is_stored_and_the_rest_kept
     written = await store.replace_progress(scan_id, {"summary": "t"})
     assert written["status"]["progress"] == {"summary": "t"}
     assert written["status"]["scanMetadata"] == {"k": 1}
+    managers = written["metadata"]["managedFields"]
+    owners = {(f["manager"], f["operation"], f.get("subresource")) for f in managers}
+    assert (names.SHIM_FIELD_MANAGER, "Apply", "status") in owners
+    assert (names.SHIM_FIELD_MANAGER, "Update", None) in owners  # the launch
