@@ -13,12 +13,12 @@ backoff, until its deadline.
 
 from __future__ import annotations
 
-import asyncio
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import tenacity
 
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, not_found
@@ -68,28 +68,24 @@ class ScanStore:
         await self._api.request("DELETE", scan_path(self.namespace, name), timeout=self._timeout)
 
     async def read(self, name: str) -> Obj:
-        try:
-            obj: Obj = await self._api.request("GET", scan_path(self.namespace, name), timeout=self._timeout)
-        except kube.ApiError as e:
-            if e.status == 404:
-                raise not_found() from None
-            raise
-        self.cache.observe(obj)
-        return obj
+        return await self._request("GET", scan_path(self.namespace, name))
 
     async def _patch(self, name: str, body: Any, *, status: bool, content_type: str = MERGE) -> Obj:
         path = scan_path(self.namespace, name, "status" if status else None)
+        params = APPLY if content_type == kube.APPLY_PATCH else AS_SHIM
+        obj = await self._request("PATCH", path, params=params, body=body, content_type=content_type)
+        wrote(obj)
+        return obj
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Obj:
+        """A read or write of one Scan, the answer noted in the cache; no such Scan is the REST 404."""
         try:
-            obj: Obj = await self._api.request(
-                "PATCH", path, params=APPLY if content_type == kube.APPLY_PATCH else AS_SHIM, body=body,
-                content_type=content_type, timeout=self._timeout,
-            )
+            obj: Obj = await self._api.request(method, path, timeout=self._timeout, **kwargs)
         except kube.ApiError as e:
             if e.status == 404:
                 raise not_found() from None
             raise
         self.cache.observe(obj)
-        wrote(obj)
         return obj
 
     async def merge(self, name: str, change: Change) -> Obj:
@@ -131,34 +127,41 @@ class ScanStore:
     async def update(self, name: str, decide: Callable[[Obj], Change], budget: float | None = None) -> Obj:
         """Apply `decide(current)` only to the version it saw; `decide` may raise ApiError to refuse.
         On a conflict, decide again on a newer version: the cache's when it already holds one (a write
-        through this replica, or the watch, brought it), else a fresh read; until `budget` seconds
-        (default: the write timeout, at least 10 s) have passed."""
+        through this replica, or the watch, brought it), else a fresh read; with jittered, doubling
+        pauses (the contenders spread out) until `budget` seconds (default: the write timeout, at
+        least 10 s) have passed."""
         current = self.cache.get(name) or await self.read(name)
-        deadline = time.monotonic() + (budget if budget is not None else max(self._timeout, 10.0))
-        pause = 0.01
-        while True:
-            change = decide(current)
-            if not (change.spec or change.status):
-                return current
-            try:
-                return await self._guarded(name, change, current["metadata"]["resourceVersion"])
-            except kube.ApiError as e:
-                if e.status != 409:
-                    raise
-            if time.monotonic() >= deadline:
-                raise ApiError(
-                    503,
-                    "too many concurrent updates",
-                    f"Scan {name} kept changing; try again.",
-                    headers={"Retry-After": "1"},
-                )
-            await asyncio.sleep(random.uniform(0, pause))  # jitter: the contenders spread out
-            pause = min(pause * 2, 0.5)
-            cached = self.cache.get(name)
-            if cached is not None and resource_version(cached) > resource_version(current):
-                current = cached
-            else:
-                current = await self.read(name)
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_delay(budget if budget is not None else max(self._timeout, 10.0)),
+            wait=tenacity.wait_random_exponential(multiplier=0.01, max=0.5),
+            retry=tenacity.retry_if_exception(lambda e: isinstance(e, kube.ApiError) and e.status == 409),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:
+                        current = await self._newer(name, current)
+                    change = decide(current)
+                    if not (change.spec or change.status):
+                        return current
+                    return await self._guarded(name, change, current["metadata"]["resourceVersion"])
+        except kube.ApiError as e:
+            if e.status != 409:
+                raise
+        raise ApiError(
+            503,
+            "too many concurrent updates",
+            f"Scan {name} kept changing; try again.",
+            headers={"Retry-After": "1"},
+        )
+
+    async def _newer(self, name: str, seen: Obj) -> Obj:
+        """A version newer than `seen`: the cache's if it holds one, else the API server's."""
+        cached = self.cache.get(name)
+        if cached is not None and resource_version(cached) > resource_version(seen):
+            return cached
+        return await self.read(name)
 
 
 def now() -> float:

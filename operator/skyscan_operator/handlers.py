@@ -68,12 +68,12 @@ async def scan_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event("batch", "v1", "jobs", labels=names.SCANNER_LABELS)
 async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    controller_of(memo).on_job(event.get("type"), dict(event["object"]))
+    controller_of(memo).on_child("Job", event.get("type"), dict(event["object"]))
 
 
 @kopf.on.event("", "v1", "pods", labels=names.SCANNER_LABELS)
 async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    controller_of(memo).on_pod(event.get("type"), dict(event["object"]))
+    controller_of(memo).on_child("Pod", event.get("type"), dict(event["object"]))
 
 
 def main(argv: list[str] | None = None) -> int:

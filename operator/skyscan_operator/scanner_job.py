@@ -25,19 +25,25 @@ def credential_lifetime(settings: OperatorSettings) -> int:
     return int(settings.start_timeout_seconds + settings.job_active_deadline_seconds + 3600)
 
 
-def credential_secret(scan_id: str, uid: str, namespace: str) -> dict[str, Any]:
-    """The per-scan Secret the scanner's token is bound to; the token is written into it afterwards."""
+def _secret(name: str, scan_id: str, uid: str, namespace: str, **content: Any) -> dict[str, Any]:
+    """A per-scan Secret: labelled as the scan's, owned by its Scan (deleted with it)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": names.scanner_token_secret_name(scan_id),
+            "name": name,
             "namespace": namespace,
             "labels": child_labels(scan_id),
             "ownerReferences": [names.owner_reference(scan_id, uid)],
         },
         "type": "Opaque",
+        **content,
     }
+
+
+def credential_secret(scan_id: str, uid: str, namespace: str) -> dict[str, Any]:
+    """The per-scan Secret the scanner's token is bound to; the token is written into it afterwards."""
+    return _secret(names.scanner_token_secret_name(scan_id), scan_id, uid, namespace)
 
 
 def token_request(secret_name: str, secret_uid: str, lifetime_seconds: int) -> dict[str, Any]:
@@ -160,18 +166,9 @@ def ewms_connection(profiles: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def build_secret(scan_id: str, uid: str, namespace: str, connection: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": names.wms_secret_name(scan_id),
-            "namespace": namespace,
-            "labels": child_labels(scan_id),
-            "ownerReferences": [names.owner_reference(scan_id, uid)],
-        },
-        "type": "Opaque",
-        "stringData": {EWMS_FILE: json.dumps(connection)},
-    }
+    """The scanner's WMS connection (`ewms.json`)."""
+    stored = {EWMS_FILE: json.dumps(connection)}
+    return _secret(names.wms_secret_name(scan_id), scan_id, uid, namespace, stringData=stored)
 
 
 def scanner_auth_env(scan_id: str) -> dict[str, Any]:

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from typing import Any
 
+import pytest
+
+from api_shim.errors import ApiError
+from api_shim.store import Change
 from skyscan import kube, names
 from skyscan.kube import scan_path
 from tests.integration.shim.conftest import ShimUnderTest
@@ -118,3 +123,64 @@ async def test_progress_on_a_scan_with_no_status_yet_is_stored_and_the_rest_kept
     owners = {(f["manager"], f["operation"], f.get("subresource")) for f in managers}
     assert (names.SHIM_FIELD_MANAGER, "Apply", "status") in owners
     assert (names.SHIM_FIELD_MANAGER, "Update", None) in owners  # the launch
+
+
+# -- the retry rule of guarded writes, against the real API server ----------------------------------
+
+
+async def stale_and_current(shim: ShimUnderTest) -> tuple[str, str, str]:
+    """A scan, a version of it that has been replaced (another writer came in between), and the
+    current one."""
+    scan_id = (await shim.launch())["scan_id"]
+    stale = (await shim.kube_scan(scan_id))["metadata"]["resourceVersion"]
+    await shim.operator_writes(scan_id, {"lastUpdated": 1.0})
+    return scan_id, stale, (await shim.kube_scan(scan_id))["metadata"]["resourceVersion"]
+
+
+async def test_a_write_on_a_replaced_version_is_decided_again_on_the_current_one(shim: ShimUnderTest) -> None:
+    scan_id, stale, current = await stale_and_current(shim)
+    seen: list[str] = []
+
+    def decide(scan: dict[str, Any]) -> Change:
+        if not seen:  # the first decision is on the replaced version: the API server says 409
+            scan["metadata"]["resourceVersion"] = stale
+        seen.append(scan["metadata"]["resourceVersion"])
+        return Change(spec={"deleted": True})
+
+    written = await shim.state.scans.store.update(scan_id, decide)
+    assert seen[0] == stale and len(seen) == 2 and int(seen[1]) >= int(current)
+    assert written["spec"]["deleted"] is True
+    assert (await shim.kube_scan(scan_id))["spec"]["deleted"] is True
+
+
+async def test_conflicts_are_retried_until_the_budget_then_503(shim: ShimUnderTest) -> None:
+    scan_id, stale, _ = await stale_and_current(shim)
+    tries = 0
+
+    def decide(scan: dict[str, Any]) -> Change:
+        nonlocal tries
+        tries += 1
+        scan["metadata"]["resourceVersion"] = stale  # always decided on a replaced version
+        return Change(spec={"deleted": True})
+
+    started = time.monotonic()
+    with pytest.raises(ApiError) as caught:
+        await shim.state.scans.store.update(scan_id, decide, budget=0.5)
+    assert 0.5 <= time.monotonic() - started < 5.0
+    assert (caught.value.status, caught.value.headers) == (503, {"Retry-After": "1"})
+    assert tries > 2  # pauses start at 10 ms: many tries fit in the budget
+    assert not (await shim.kube_scan(scan_id))["spec"].get("deleted")  # nothing written
+
+
+async def test_a_refusal_by_the_api_server_other_than_409_is_not_retried(shim: ShimUnderTest) -> None:
+    scan_id = (await shim.launch())["scan_id"]
+    tries = 0
+
+    def decide(scan: dict[str, Any]) -> Change:
+        nonlocal tries
+        tries += 1
+        return Change(spec={"deleted": "not a boolean"})  # the CRD's schema refuses it: 422
+
+    with pytest.raises(kube.ApiError) as caught:
+        await shim.state.scans.store.update(scan_id, decide, budget=5.0)
+    assert caught.value.status == 422 and tries == 1
