@@ -14,6 +14,11 @@ SCAN_ID_LABEL = "skyscan.io/scan-id"  # on every object made for one scan (Job, 
 PAYLOAD_LABEL = "skyscan.io/payload"  # on payload ConfigMaps: "event", "result" or "startup"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "skyscan"}
 
+# --- field managers (server-side apply): each component owns the fields it applies, and only those
+OPERATOR_MANAGER = "skyscan-operator"
+SHIM_MANAGER = "skyscan-shim"
+INSTALL_MANAGER = "skyscan-install"  # the CRD and the scanners' ServiceAccount (`skyscan.install`)
+
 # --- annotations
 TIMESTAMP_ANNOTATION = "skyscan.io/timestamp"  # sub-second creation time (Unix seconds, as a string)
 
