@@ -1,0 +1,53 @@
+"""How often the operator writes a Scan while starting it: every write is sent to every watcher of
+Scans (the shim's cache, kubectl, GitOps tools), so a start should take as few as its safety needs."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+from skyscan.kube import Kube, scan_path
+from tests.helpers import eventually
+from tests.integration.operator.conftest import HOLD, OperatorFactory, Simulator, create_scan, fresh_id, st
+from tests.integration.operator.test_lifecycle import record
+
+
+def writes_until_job(snapshots: list[dict[str, Any]]) -> list[str]:
+    """What each write of the Scan changed, from its creation (not counted) up to and including the
+    write that records its Job: "metadata" (the finalizer) or the status keys that changed."""
+    changes: list[str] = []
+    for before, after in itertools.pairwise(snapshots):
+        if before["metadata"].get("finalizers") != after["metadata"].get("finalizers"):
+            changes.append("metadata")
+        keys = sorted(k for k in {*st(before), *st(after)} if st(before).get(k) != st(after).get(k))
+        if keys:
+            changes.append("status:" + ",".join(keys))
+        if st(after).get("job"):
+            break
+    return changes
+
+
+async def test_a_scan_is_written_at_most_five_times_before_its_job_is_recorded(
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    name = fresh_id()
+    snapshots: list[dict[str, Any]] = []
+    listed = await api.request("GET", scan_path(namespace))
+    recorder = asyncio.create_task(
+        record(api, namespace, name, snapshots, listed["metadata"]["resourceVersion"])
+    )
+    operator(**HOLD)
+    await create_scan(api, namespace, name, priority=5)
+
+    async def job_recorded() -> bool:
+        return any(st(s).get("job") for s in snapshots)
+
+    await eventually(job_recorded, timeout=60)
+    recorder.cancel()
+    await asyncio.gather(recorder, return_exceptions=True)
+    changes = writes_until_job(snapshots)
+    print(f"{len(changes)} writes of the Scan until its Job is recorded: {changes}")
+    # Queued; the finalizer and the workflow intent before the WMS request; the workflow id the
+    # moment the WMS answers; the queues, the scanner's credential and the Job in one.
+    assert len(changes) <= 5, changes
