@@ -29,7 +29,10 @@ from skyscan.status import resource_version
 
 Obj = dict[str, Any]
 MERGE = kube.MERGE_PATCH
-JSON_PATCH = "application/json-patch+json"
+# Every write names the shim as its field manager (the Scan's managedFields say who wrote what); an
+# apply takes over a field another wrote (force): the shim's keys have no other writer.
+AS_SHIM = {"fieldManager": names.SHIM_MANAGER}
+APPLY = {**AS_SHIM, "force": True}
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class ScanStore:
             "spec": spec,
         }
         obj: Obj = await self._api.request(
-            "POST", scan_path(self.namespace), body=body, timeout=self._timeout
+            "POST", scan_path(self.namespace), params=AS_SHIM, body=body, timeout=self._timeout
         )
         self.cache.observe(obj)
         wrote(obj)
@@ -78,7 +81,8 @@ class ScanStore:
         path = scan_path(self.namespace, name, "status" if status else None)
         try:
             obj: Obj = await self._api.request(
-                "PATCH", path, body=body, content_type=content_type, timeout=self._timeout
+                "PATCH", path, params=APPLY if content_type == kube.APPLY_PATCH else AS_SHIM, body=body,
+                content_type=content_type, timeout=self._timeout,
             )
         except kube.ApiError as e:
             if e.status == 404:
@@ -98,20 +102,17 @@ class ScanStore:
             current = await self._patch(name, {"status": change.status}, status=True)
         return current if current is not None else self.cache.get(name) or await self.read(name)
 
-    async def replace_status(self, name: str, values: Obj) -> Obj:
-        """Set these status keys to exactly these values, with no precondition: an object replaces
-        the stored one whole (JSON Patch `add`), where a merge patch would keep keys it does not name."""
-        ops = [{"op": "add", "path": f"/status/{key}", "value": value} for key, value in values.items()]
-        cached = self.cache.get(name)
-        if cached is not None and "status" not in cached:  # `add` needs the parent: make it first
-            await self._patch(name, {"status": {"lastUpdated": now()}}, status=True)
-        try:
-            return await self._patch(name, ops, status=True, content_type=JSON_PATCH)
-        except kube.ApiError as e:
-            if e.status != 422:  # a status the cache did not know was missing
-                raise
-        await self._patch(name, {"status": {"lastUpdated": now()}}, status=True)
-        return await self._patch(name, ops, status=True, content_type=JSON_PATCH)
+    async def replace_progress(self, name: str, progress: Obj) -> Obj:
+        """Replace the scanner's progress whole (and move lastUpdated), with no precondition: a
+        server-side apply of always these two keys as the shim, so a key the new progress lacks is gone
+        (an atomic map in the CRD) and no other key of the status is touched."""
+        body = {
+            "apiVersion": model.API_VERSION,
+            "kind": model.KIND,
+            "metadata": {"name": name},
+            "status": model.ScanStatus(progress=progress, last_updated=now()).to_patch(),
+        }
+        return await self._patch(name, body, status=True, content_type=kube.APPLY_PATCH)
 
     async def _guarded(self, name: str, change: Change, rv: str) -> Obj:
         current: Obj | None = None

@@ -353,6 +353,13 @@ class EventMetadataStatus(EventMetadata, KubeModel):
 
 
 FreeForm = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
+# A free-form object replaced whole by each write (server-side apply owns it as one value).
+Replaced = Annotated[
+    dict[str, Any],
+    Field(
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "x-kubernetes-map-type": "atomic"}
+    ),
+]
 
 
 class WorkflowStatus(StatusPart):
@@ -453,7 +460,7 @@ class OperatorStatus(KubeModel):
 class ShimStatus(KubeModel):
     """The status keys the shim writes: what the scanner reports, and when the manifest changed."""
 
-    progress: FreeForm | None = None
+    progress: Replaced | None = None
     event_metadata: EventMetadataStatus | None = None
     scan_metadata: FreeForm | None = None
     result: ResultStatus | None = None

@@ -68,11 +68,7 @@ def token_request(secret_name: str, secret_uid: str, lifetime_seconds: int) -> d
 
 def child_labels(scan_id: str) -> dict[str, str]:
     """An explicit label set (the Scan's own labels are deliberately not copied)."""
-    return {
-        "app.kubernetes.io/name": "skyscan",
-        "app.kubernetes.io/component": "scanner",
-        names.SCAN_ID_LABEL: scan_id,
-    }
+    return {**names.SCANNER_LABELS, names.SCAN_ID_LABEL: scan_id}
 
 
 def startup_url_lifetime(settings: OperatorSettings) -> int:

@@ -7,6 +7,7 @@ import asyncio
 import copy
 from typing import Any
 
+from skyscan import kube, names
 from skyscan.kube import scan_path
 from tests.integration.shim.conftest import ShimUnderTest
 from tests.integration.shim.test_shim_writes import EVENT_METADATA, PROGRESS
@@ -97,18 +98,23 @@ async def test_concurrent_workflow_ids_and_worker_requests(shim: ShimUnderTest) 
     assert sorted(r["nWorkers"] for r in scan["spec"]["workerRequests"]) == list(range(1, 21))
 
 
-async def test_progress_on_a_scan_whose_status_the_cache_has_not_seen(shim: ShimUnderTest) -> None:
-    """A progress report needs the status to exist (JSON Patch `add`); a cache that believes it does
-    while it does not (a Scan made elsewhere, not yet watched) still gets the report stored."""
+async def test_progress_on_a_scan_with_no_status_yet_is_stored_and_the_rest_kept(shim: ShimUnderTest) -> None:
+    """The progress is applied (server-side) as the shim's own key: it needs no status to exist first,
+    replaces the last progress whole, and leaves every other key of the status as it was."""
     scan_id = (await shim.launch())["scan_id"]
     scan = await shim.api.request("GET", scan_path(shim.namespace, scan_id))
     assert "status" not in scan
-    believed = {**scan, "status": {"lastUpdated": 1.0}}
     store = shim.state.scans.store
-    real_get = store.cache.get
-    store.cache.get = lambda name: believed if name == scan_id else real_get(name)  # type: ignore[method-assign]
-    try:
-        written = await store.replace_status(scan_id, {"progress": {"summary": "s"}})
-    finally:
-        store.cache.get = real_get  # type: ignore[method-assign]
-    assert written["status"]["progress"] == {"summary": "s"}
+    written = await store.replace_progress(scan_id, {"summary": "s", "extra": {"a": 1}})
+    assert written["status"]["progress"] == {"summary": "s", "extra": {"a": 1}}
+    await shim.api.request(
+        "PATCH", scan_path(shim.namespace, scan_id, "status"), body={"status": {"scanMetadata": {"k": 1}}},
+        content_type=kube.MERGE_PATCH,
+    )  # fmt: skip
+    written = await store.replace_progress(scan_id, {"summary": "t"})
+    assert written["status"]["progress"] == {"summary": "t"}
+    assert written["status"]["scanMetadata"] == {"k": 1}
+    managers = written["metadata"]["managedFields"]
+    owners = {(f["manager"], f["operation"], f.get("subresource")) for f in managers}
+    assert (names.SHIM_MANAGER, "Apply", "status") in owners
+    assert (names.SHIM_MANAGER, "Update", None) in owners  # the launch
