@@ -192,16 +192,21 @@ class Run:
         return ScanView.from_body(body)
 
     async def flush(self) -> None:
-        """Write the operator's keys if they changed since last written (Stop if the Scan is gone)."""
+        """Write the operator's keys if they changed since last written (Stop if the Scan is gone): a
+        server-side apply of all of them as the operator, so a key it leaves out is removed. A key
+        another writer left (an older operator's merge patches, a kubectl edit) is not the operator's
+        to drop by apply: what still differs afterwards is put right by one merge patch."""
         wanted = self.wanted()
-        delta = merge_patch(self.written, wanted)
-        if not delta:
+        if not merge_patch(self.written, wanted):
             return
         s = self.scan
+        path = scan_path(s.namespace, s.name, "status")
+        applied = {k: v for k, v in wanted.items() if v is not None}
+        body = {"apiVersion": model.API_VERSION, "kind": model.KIND, "metadata": {"name": s.name}}
         try:
-            new = await self.a.api.request(
-                "PATCH", scan_path(s.namespace, s.name, "status"), body={"status": delta}, content_type=MERGE
-            )
+            new = await self.a.api.apply(path, {**body, "status": applied}, names.OPERATOR_MANAGER)
+            if left := merge_patch(ScanRecord(new).operator_keys(), wanted):
+                new = await self.a.api.request("PATCH", path, body={"status": left}, content_type=MERGE)
         except ApiError as e:
             if e.status == 404:
                 self.gone = True

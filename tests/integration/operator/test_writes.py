@@ -7,6 +7,7 @@ import asyncio
 import itertools
 from typing import Any
 
+from skyscan import kube, names
 from skyscan.kube import Kube, scan_path
 from tests.helpers import eventually
 from tests.integration.operator.conftest import HOLD, OperatorFactory, Simulator, create_scan, fresh_id, st
@@ -49,5 +50,31 @@ async def test_a_scan_is_written_at_most_five_times_before_its_job_is_recorded(
     changes = writes_until_job(snapshots)
     print(f"{len(changes)} writes of the Scan until its Job is recorded: {changes}")
     # Queued; the finalizer and the workflow intent before the WMS request; the workflow id the
-    # moment the WMS answers; the queues, the scanner's credential and the Job in one.
-    assert len(changes) <= 5, changes
+    # moment the WMS answers; the queues, the scanner's credential and the Job in one. The WMS's
+    # batched poll may report the new workflow's taskforces meanwhile: that write is the poll's,
+    # whatever the start does (it came in between in about half the runs, before as after).
+    start = [c for c in changes if c != "status:taskforces,workforce"]
+    assert len(start) <= 5, changes
+
+
+async def test_the_operator_applies_its_keys_and_drops_those_an_older_writer_left(
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    """The operator's keys are server-side applied as skyscan-operator; a key it no longer wants that
+    another field manager wrote (here a backlog entry an older operator wrote by merge patch) is gone
+    once the scan starts, not kept because the apply did not own it."""
+    name = await create_scan(api, namespace, priority=5)
+    await api.request(
+        "PATCH", scan_path(namespace, name, "status"), params={"fieldManager": "an-older-operator"},
+        body={"status": {"backlog": {"enteredAt": 1.0, "attempts": 0}}}, content_type=kube.MERGE_PATCH,
+    )  # fmt: skip
+    operator(**HOLD)
+
+    async def started() -> dict[str, Any] | None:
+        scan = await api.request("GET", scan_path(namespace, name))
+        return scan if st(scan).get("job") else None
+
+    scan = await eventually(started, timeout=60)
+    assert "backlog" not in st(scan)
+    appliers = {f["manager"] for f in scan["metadata"]["managedFields"] if f["operation"] == "Apply"}
+    assert names.OPERATOR_MANAGER in appliers
