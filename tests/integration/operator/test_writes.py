@@ -7,7 +7,7 @@ import asyncio
 import itertools
 from typing import Any
 
-from skyscan import kube, names
+from skyscan import kube, model, names
 from skyscan.kube import Kube, scan_path
 from tests.helpers import eventually
 from tests.integration.operator.conftest import HOLD, OperatorFactory, Simulator, create_scan, fresh_id, st
@@ -78,3 +78,15 @@ async def test_the_operator_applies_its_keys_and_drops_those_an_older_writer_lef
     assert "backlog" not in st(scan)
     appliers = {f["manager"] for f in scan["metadata"]["managedFields"] if f["operation"] == "Apply"}
     assert names.OPERATOR_MANAGER in appliers
+
+
+async def test_an_apply_empties_the_workforce_it_filled(api: Kube, namespace: str) -> None:
+    """The workforce's maps are atomic in the CRD: applying them empty after full replaces them (as a
+    granular map the API server would make them null, which the schema refuses with a 422)."""
+    name = await create_scan(api, namespace, priority=5)
+    path = scan_path(namespace, name, "status")
+    head = {"apiVersion": model.API_VERSION, "kind": model.KIND, "metadata": {"name": name}}
+    for statuses in ({"RUNNING": {"a": 1}}, {}):
+        workforce = model.Workforce(statuses=statuses, n_running=len(statuses)).to_kube()
+        applied = await api.apply(path, {**head, "status": {"workforce": workforce}}, names.OPERATOR_MANAGER)
+        assert applied["status"]["workforce"]["statuses"] == statuses
