@@ -31,7 +31,7 @@ Obj = dict[str, Any]
 MERGE = kube.MERGE_PATCH
 # Every write names the shim as its field manager (the Scan's managedFields say who wrote what); an
 # apply takes over a field another wrote (force): the shim's keys have no other writer.
-AS_SHIM = {"fieldManager": names.SHIM_FIELD_MANAGER}
+AS_SHIM = {"fieldManager": names.SHIM_MANAGER}
 APPLY = {**AS_SHIM, "force": True}
 
 

@@ -405,9 +405,9 @@ class JobStatus(StatusPart):
 class Workforce(StatusPart):
     """Summed over the workflow's taskforces (compound statuses, running workers, top errors)."""
 
-    statuses: FreeForm = Field(default_factory=dict)
+    statuses: Replaced = Field(default_factory=dict)  # atomic: an apply may empty them
     n_running: int = 0
-    top_errors: FreeForm = Field(default_factory=dict)
+    top_errors: Replaced = Field(default_factory=dict)
 
 
 class WorkerRequestOutcome(StatusPart):

@@ -17,6 +17,11 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "skyscan"}
 SCANNER_LABELS = {"app.kubernetes.io/name": "skyscan", "app.kubernetes.io/component": "scanner"}
 SCANNER_SELECTOR = ",".join(f"{k}={v}" for k, v in SCANNER_LABELS.items())
 
+# --- field managers (server-side apply): each component owns the fields it applies, and only those
+OPERATOR_MANAGER = "skyscan-operator"
+SHIM_MANAGER = "skyscan-shim"
+INSTALL_MANAGER = "skyscan-install"  # the CRD and the scanners' ServiceAccount (`skyscan.install`)
+
 # --- annotations
 TIMESTAMP_ANNOTATION = "skyscan.io/timestamp"  # sub-second creation time (Unix seconds, as a string)
 
@@ -27,9 +32,6 @@ SCANNER_TOKEN_KEY = "token"  # the key of the token in the per-scan Secret
 
 # --- the WMS
 WORKFLOW_MARKER_ENV = "SKYSCAN_REQUEST_ID"  # in a workflow's pilot environment: the Scan's uid, to find it by
-
-# --- server-side apply: one field manager per component
-SHIM_FIELD_MANAGER = "skyscan-shim"
 
 # --- finalizers
 WORKFLOW_FINALIZER = "skyscan.io/wms-workflow"  # present only while the scan may hold a live WMS workflow

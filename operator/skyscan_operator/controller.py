@@ -208,9 +208,12 @@ class Controller:
         now = self.clock()
         if self._job_not_seen_yet(key, scan, now):
             return 1.0  # planning now would take the Job for deleted
-        plan = planner.plan(scan, self.observe(key, scan, now), now, self.settings)
+
+        def replan(view: ScanView) -> planner.Plan:
+            return planner.plan(view, self.observe(key, view, now), now, self.settings)
+
         try:
-            wake = await self.applier.apply(scan, body, plan)
+            wake = await self.applier.apply(scan, body, replan(scan), replan)
         except kube.ApiError as e:
             if e.status == 404:
                 return None

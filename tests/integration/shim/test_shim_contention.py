@@ -121,8 +121,8 @@ async def test_progress_on_a_scan_with_no_status_yet_is_stored_and_the_rest_kept
     assert written["status"]["scanMetadata"] == {"k": 1}
     managers = written["metadata"]["managedFields"]
     owners = {(f["manager"], f["operation"], f.get("subresource")) for f in managers}
-    assert (names.SHIM_FIELD_MANAGER, "Apply", "status") in owners
-    assert (names.SHIM_FIELD_MANAGER, "Update", None) in owners  # the launch
+    assert (names.SHIM_MANAGER, "Apply", "status") in owners
+    assert (names.SHIM_MANAGER, "Update", None) in owners  # the launch
 
 
 # -- the retry rule of guarded writes, against the real API server ----------------------------------
