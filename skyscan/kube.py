@@ -19,6 +19,7 @@ import base64
 import datetime as dt
 import json
 import os
+import re
 import signal
 import ssl
 import sys
@@ -106,6 +107,22 @@ def core_path(plural: str, namespace: str | None = None, name: str | None = None
 
 def scan_path(namespace: str, name: str | None = None, subresource: str | None = None) -> str:
     return path(f"{model.GROUP}/{model.VERSION}", model.PLURAL, namespace, name, subresource)
+
+
+# What the API server's YAML reader refuses raw or folds (C1 controls, NEL, the Unicode line and paragraph
+# separators, non-characters): written as \u escapes instead. Surrogates it refuses even escaped.
+YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufffe\uffff]")
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def as_yaml(body: Any) -> bytes:
+    """A body for server-side apply (YAML, of which JSON is a subset), so that any text survives it:
+    non-ASCII as UTF-8 rather than escaped (a character beyond the BMP would be a surrogate pair, which
+    YAML refuses), what YAML cannot hold raw escaped, and a lone surrogate (JSON lets a client send
+    one) as U+FFFD, as the API server's JSON reader makes it."""
+    text = json.dumps(body, ensure_ascii=False)
+    text = SURROGATE.sub("\ufffd", YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+    return text.encode()
 
 
 def query(params: Params | None) -> dict[str, str]:
@@ -420,7 +437,10 @@ class Kube:
         """The raw body of a 2xx answer (else `ApiError`); `body` is sent as JSON unless bytes.
         `timeout` bounds the whole call, `idle` each wait for the answer's next bytes (a long listing
         may take its time, a server that stopped answering may not)."""
-        data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
+        if body is None or isinstance(body, bytes):
+            data = body
+        else:
+            data = as_yaml(body) if content_type == APPLY_PATCH else json.dumps(body).encode()
         async with self._send(
             method, path, query(params), data, accept, content_type if data is not None else None,
             aiohttp.ClientTimeout(total=timeout, sock_read=idle),

@@ -132,12 +132,15 @@ async def test_each_component_gets_least_privilege(cluster: Cluster, namespace: 
         ("shim", "create", "scans.skyscan.io"): True,
         ("shim", "delete", "scans.skyscan.io"): True,
         ("shim", "patch", "scans.skyscan.io/status"): True,
-        ("shim", "update", "configmaps"): True,
+        ("shim", "patch", "configmaps"): True,  # payloads are server-side applied
+        ("shim", "update", "configmaps"): False,
         ("shim", "create", "jobs.batch"): False,
         ("shim", "get", "secrets"): False,
         ("shim", "update", "scans.skyscan.io"): False,
         ("shim", "list", "namespaces"): False,
         ("operator", "create", "jobs.batch"): True,
+        ("operator", "patch", "jobs.batch"): True,  # server-side apply
+        ("operator", "get", "jobs.batch"): False,
         ("operator", "delete", "jobs.batch"): True,
         ("operator", "watch", "pods"): True,
         ("operator", "create", "secrets"): True,

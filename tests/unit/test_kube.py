@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -321,3 +322,11 @@ async def test_plugin_certificate_over_tls_renewed_once_expired(tmp_path: Path) 
             assert (await client.request("GET", "/whoami"))["cn"] == "second"
             assert (await client.request("GET", "/whoami"))["cn"] == "second"
     assert len(helpers.plugin_runs(tmp_path)) == 2  # no expiry given: kept
+
+
+def test_an_apply_body_is_yaml_that_keeps_any_text() -> None:
+    """What the API server's YAML reader refuses or folds is escaped, characters beyond the BMP are
+    sent as UTF-8 (YAML refuses surrogate escapes), a lone surrogate becomes U+FFFD."""
+    text = 'a\x00b\x0e\x7f\x85\x86\x9f\u2028\u2029\ufffe😀\u00e9 \\ " /'
+    body = {"status": {"progress": {text: text, "lone": "x\udaa8y"}}}
+    assert yaml.safe_load(kube.as_yaml(body)) == {"status": {"progress": {text: text, "lone": "x\ufffdy"}}}

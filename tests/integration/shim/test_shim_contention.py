@@ -184,3 +184,18 @@ async def test_a_refusal_by_the_api_server_other_than_409_is_not_retried(shim: S
     with pytest.raises(kube.ApiError) as caught:
         await shim.state.scans.store.update(scan_id, decide, budget=5.0)
     assert caught.value.status == 422 and tries == 1
+
+
+async def test_a_progress_of_any_text_is_applied_as_sent(shim: ShimUnderTest) -> None:
+    """The progress goes to the API server as YAML (server-side apply): text YAML cannot hold raw (C1
+    controls, NEL, line separators), characters beyond the BMP and control characters arrive as sent."""
+    scan_id = (await shim.launch())["scan_id"]
+    text = 'a\x00b\x0e\x7f\x85\x86\x9f\u2028\u2029\ufffe😀\u00e9 \\ " /'
+    stats = {**PROGRESS["processing_stats"], "predictions": {text: text}}
+    progress = {**PROGRESS, "summary": text, "processing_stats": stats}
+    reply = await shim.call(
+        "PATCH", f"/scan/{scan_id}/manifest", as_="system", json_body={"progress": progress}
+    )
+    assert reply.status == 200, reply.body
+    stored = (await shim.kube_scan(scan_id))["status"]["progress"]
+    assert (stored["summary"], stored["processing_stats"]["predictions"]) == (text, {text: text})
