@@ -124,7 +124,7 @@ def test_hey_is_pinned_to_one_cpu_where_there_are_two(
 def test_a_profiles_parts_are_shares_of_all_samples() -> None:
     top, middleware = "<module> (api_shim/app.py:1)", "metrics_middleware (/x/api_shim/metrics.py:3)"
     raw = "\n".join([
-        f"{top};_run_once (asyncio/base_events.py:9);log_access (aiohttp/web_protocol.py:5);"
+        f"{top};_run_once (asyncio/base_events.py:9);RequestHandler.log_access (aiohttp/web_protocol.py:5);"
         "format (logging/__init__.py:7) 30",
         f"{top};{middleware};observe (/x/api_shim/metrics.py:4);inc (prometheus_client/metrics.py:2) 10",
         f"{top};{middleware};guarded (/x/api_shim/app.py:6) 60",
@@ -132,8 +132,13 @@ def test_a_profiles_parts_are_shares_of_all_samples() -> None:
     got = profile_get.shares(profile_get.samples(raw))
     assert got["samples"] == 100
     assert got["parts_pct"] == {"access log": 30.0, "metrics": 10.0}
-    assert got["top_inclusive_pct"]["<module> (api_shim/app.py)"] == 100.0
-    assert got["top_inclusive_pct"]["metrics_middleware (/x/api_shim/metrics.py)"] == 70.0
+    assert got["top_product_inclusive_pct"]["<module> (api_shim/app.py)"] == 100.0
+    assert got["top_product_inclusive_pct"]["metrics_middleware (api_shim/metrics.py)"] == 70.0
+    assert "inc (prometheus_client/metrics.py)" not in got["top_product_inclusive_pct"]
+    assert got["top_own_pct"] == {
+        "format (logging/__init__.py)": 30.0, "inc (prometheus_client/metrics.py)": 10.0,
+        "guarded (api_shim/app.py)": 60.0,
+    }  # fmt: skip
 
 
 async def test_own_process_figures() -> None:

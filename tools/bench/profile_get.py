@@ -29,9 +29,10 @@ import loadgen
 
 from skyscan import kube
 
+PRODUCT = ("api_shim/", "skyscan/")
 # A part of a request: a test of one sample's frames (outermost first), each "function (file:line)".
 PARTS = {
-    "access log": lambda frames: any(f.startswith("log_access (") for f in frames),
+    "access log": lambda frames: any(function(f).endswith("log_access") for f in frames),
     "metrics": lambda frames: innermost_shim_file(frames) == "api_shim/metrics.py",
 }
 
@@ -44,10 +45,15 @@ def samples(raw: str) -> Iterator[tuple[list[str], int]]:
             yield stack.split(";"), int(count)
 
 
+def function(frame: str) -> str:
+    """`RequestHandler.log_access (aiohttp/web_protocol.py:541)` -> `RequestHandler.log_access`."""
+    return frame.rpartition(" (")[0]
+
+
 def frame_file(frame: str) -> str:
     """`f (path/to/api_shim/x.py:12)` -> `api_shim/x.py` (the path from its package on)."""
     path = frame.rpartition(" (")[2].rstrip(")").rpartition(":")[0]
-    for package in ("api_shim/", "skyscan/"):
+    for package in PRODUCT:
         if package in path:
             return package + path.split(package, 1)[1]
     return path
@@ -55,18 +61,21 @@ def frame_file(frame: str) -> str:
 
 def innermost_shim_file(frames: list[str]) -> str | None:
     files = [frame_file(f) for f in frames]
-    return next((f for f in reversed(files) if f.startswith(("api_shim/", "skyscan/"))), None)
+    return next((f for f in reversed(files) if f.startswith(PRODUCT)), None)
 
 
-def shares(stacks: Iterable[tuple[list[str], int]], top: int = 25) -> dict[str, Any]:
-    """Each part's share of all samples (%), and the `top` functions by inclusive share."""
-    total, parts, inclusive = 0, Counter[str](), Counter[str]()
+def shares(stacks: Iterable[tuple[list[str], int]], top: int = 15) -> dict[str, Any]:
+    """Each part's share of all samples (%), the `top` functions by their own share (the innermost
+    frame), and the `top` functions of the product (api_shim, skyscan) by inclusive share."""
+    total, parts, own, inclusive = 0, Counter[str](), Counter[str](), Counter[str]()
     for frames, count in stacks:
         total += count
         for name, test in PARTS.items():
             if test(frames):
                 parts[name] += count
-        for frame in {f.rpartition(":")[0] + ")" for f in frames}:  # once a sample, whatever the line
+        unlined = [f"{function(f)} ({frame_file(f)})" for f in frames]  # whatever the line
+        own[unlined[-1]] += count
+        for frame in {f for f in unlined if f.endswith(".py)") and f.split(" (")[-1].startswith(PRODUCT)}:
             inclusive[frame] += count
 
     def pct(n: int) -> float:
@@ -75,7 +84,8 @@ def shares(stacks: Iterable[tuple[list[str], int]], top: int = 25) -> dict[str, 
     return {
         "samples": total,
         "parts_pct": {name: pct(parts[name]) for name in PARTS},
-        "top_inclusive_pct": {f: pct(n) for f, n in inclusive.most_common(top)},
+        "top_own_pct": {f: pct(n) for f, n in own.most_common(top)},
+        "top_product_inclusive_pct": {f: pct(n) for f, n in inclusive.most_common(top)},
     }
 
 
