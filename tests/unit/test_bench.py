@@ -105,6 +105,12 @@ def test_heys_csv_gives_each_latency_status_and_the_runs_end() -> None:
     assert loadgen.parse_csv(HEY_CSV.splitlines()[0]) == loadgen.Run([], Counter(), 0.0)
 
 
+def test_hey_sends_a_multiple_of_its_concurrency() -> None:
+    assert [loadgen.sent(n, 16) for n in (16, 1000, 1008)] == [16, 992, 1008]
+    with pytest.raises(ValueError):
+        loadgen.sent(15, 16)
+
+
 def test_hey_is_pinned_to_one_cpu_where_there_are_two(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

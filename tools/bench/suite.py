@@ -65,8 +65,10 @@ class Size:
     deadline_seconds: float  # a safety net: a quiet machine needs a third of it
 
 
-FULL = Size(10_000, 1_000_000, 20_000, 800, 1000, 20, 10.0, 3600.0)
-QUICK = Size(1_000, 10_000, 4000, 200, 200, 5, 5.0, 600.0)
+# hey's rounds (a quarter of `requests` each) last seconds: a round of the bare server is not over
+# before the machine's load has had a chance to change.
+FULL = Size(10_000, 1_000_000, 40_000, 800, 1000, 20, 10.0, 3600.0)
+QUICK = Size(1_000, 10_000, 8000, 200, 200, 5, 5.0, 600.0)
 CONCURRENCY = 16
 OPERATOR_SETTINGS = {
     "SKYSCAN_WORKERS": "16",  # reconciles the stored Scans in minutes, not tens of them
