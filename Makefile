@@ -37,6 +37,8 @@ lint: venv              ## ruff, mypy strict, the layering contracts (pyproject'
 	$(PY) tools/raw_access.py
 
 test: lint              ## lint, then the whole suite against a real control plane (or SKYSCAN_TEST_KUBECONFIG)
+	@# As root with apt, the real node's Debian packages come first, so its tests run (README, Tests).
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then bash tools/node/packages.sh; fi
 	bin=$$(bash tools/k8s/build.sh) && SKYSCAN_K8S_BIN_READY=$$bin $(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: venv

@@ -14,6 +14,7 @@ import ssl
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TypedDict
 
 from aiohttp import web
 
@@ -123,6 +124,23 @@ async def _maybe_redirect(request: web.Request, route: Route) -> None:
     raise web.HTTPTemporaryRedirect(location)
 
 
+class VerifierOptions(TypedDict):
+    leeway: float
+    refetch_interval: float
+    jwks_max_age: float
+    cache_size: int
+
+
+def verifier_options(settings: ShimSettings) -> VerifierOptions:
+    """How a JWT verifier is tuned: the same for people's tokens (OIDC) and scanners' (the cluster's)."""
+    return {
+        "leeway": settings.oidc_leeway_seconds,
+        "refetch_interval": settings.oidc_jwks_refetch_seconds,
+        "jwks_max_age": settings.oidc_jwks_max_age_seconds,
+        "cache_size": settings.oidc_token_cache_size,
+    }
+
+
 def authenticators(settings: ShimSettings) -> list[auth.Authenticator]:
     """Static tokens (local use) first, a dictionary lookup; then people's OIDC JWTs."""
     if settings.auth_disabled:
@@ -131,13 +149,7 @@ def authenticators(settings: ShimSettings) -> list[auth.Authenticator]:
     if settings.token_file is not None:
         found.append(auth.StaticTokens.load(settings.token_file))
     if settings.oidc_issuers:
-        verifier = oidc.OIDCVerifier(
-            settings.oidc_issuers,
-            leeway=settings.oidc_leeway_seconds,
-            refetch_interval=settings.oidc_jwks_refetch_seconds,
-            jwks_max_age=settings.oidc_jwks_max_age_seconds,
-            cache_size=settings.oidc_token_cache_size,
-        )
+        verifier = oidc.OIDCVerifier(settings.oidc_issuers, **verifier_options(settings))
         found.append(auth.OIDCPeople(verifier))
     if not found:
         raise SystemExit(
@@ -169,13 +181,7 @@ async def create_app(
             # Scanners' own tokens, verified against the cluster's service-account issuer.
             app[AUTHENTICATORS].append(
                 ScannerTokens(
-                    api,
-                    settings.namespace,
-                    settings.scanner_service_account,
-                    leeway=settings.oidc_leeway_seconds,
-                    refetch_interval=settings.oidc_jwks_refetch_seconds,
-                    jwks_max_age=settings.oidc_jwks_max_age_seconds,
-                    cache_size=settings.oidc_token_cache_size,
+                    api, settings.namespace, settings.scanner_service_account, **verifier_options(settings)
                 )
             )
         cache = ScanCache(api, settings.namespace, settings.watch_timeout)

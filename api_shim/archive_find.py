@@ -25,7 +25,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from api_shim.filters import is_operator_doc, scalar_key
 from api_shim.find_index import CLASSIFIER, EVENT_ID, RUN_ID
@@ -87,24 +87,25 @@ def _safe(value: Any) -> bool:
     return True
 
 
-def _and(parts: Sequence[Sql]) -> Sql:
-    texts = [p.text for p in parts if p.text != "TRUE"]
+def _join(parts: Sequence[Sql], op: Literal["AND", "OR"]) -> Sql:
+    """`parts` joined by AND or OR, constants folded: a part equal to the operator's absorbing constant
+    (FALSE for AND, TRUE for OR) decides the whole, one equal to its identity drops out."""
+    identity, absorbing = ("TRUE", "FALSE") if op == "AND" else ("FALSE", "TRUE")
+    texts = [p.text for p in parts if p.text != identity]
     exact = all(p.exact for p in parts)
-    if "FALSE" in texts:
-        return Sql("FALSE", exact)
+    if absorbing in texts:
+        return Sql(absorbing, exact)
     if not texts:
-        return Sql("TRUE", exact)
-    return Sql(texts[0] if len(texts) == 1 else " AND ".join(f"({t})" for t in texts), exact)
+        return Sql(identity, exact)
+    return Sql(texts[0] if len(texts) == 1 else f" {op} ".join(f"({t})" for t in texts), exact)
+
+
+def _and(parts: Sequence[Sql]) -> Sql:
+    return _join(parts, "AND")
 
 
 def _or(parts: Sequence[Sql]) -> Sql:
-    texts = [p.text for p in parts if p.text != "FALSE"]
-    exact = all(p.exact for p in parts)
-    if "TRUE" in texts:
-        return Sql("TRUE", exact)
-    if not texts:
-        return Sql("FALSE", exact)
-    return Sql(texts[0] if len(texts) == 1 else " OR ".join(f"({t})" for t in texts), exact)
+    return _join(parts, "OR")
 
 
 def _not(part: Sql) -> Sql:

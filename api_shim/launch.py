@@ -31,6 +31,9 @@ from skyscan.model import (
 # The largest normalised scan request a Scan holds, as JSON: the largest valid one (25 environment
 # variables of 4096 characters) is about 110 KB; etcd caps the whole object near 1.5 MiB.
 SPEC_MAX_BYTES = 256 * 1024
+# Request fields the spec takes as they are (those normalise() computes override them): a field added
+# to both models needs no line here.
+_AS_GIVEN = tuple(ScanSpec.model_fields.keys() & ScanRequestBody.model_fields.keys())
 
 
 @dataclass(frozen=True)
@@ -161,24 +164,18 @@ def normalise(body: ScanRequestBody, tags: Iterable[str], defaults: Defaults) ->
                     f"Too many workers: Cluster '{name}' can only have {cap} workers "
                     "when 'debug_mode' includes 'client-logs'"
                 )
+    normalised = {
+        "docker_tag": docker_tag,
+        "sensor_event_id": body.sensor_event_id or "pending",
+        "request_clusters": [{"location": n, "n_workers": w} for n, w in clusters],
+        "scanner_server_memory_bytes": scanner_memory,
+        "worker_memory_bytes": worker_memory,
+        "worker_disk_bytes": worker_disk,
+        "debug_mode": debug_mode,
+        "scanner_server_env_from_user": _scanner_env(body, defaults.scanner_env_allowed),
+    }
     try:
-        spec = ScanSpec(
-            docker_tag=docker_tag,
-            reco_algo=body.reco_algo,
-            sensor_event_id=body.sensor_event_id or "pending",
-            nsides=body.nsides,
-            real_or_simulated_event=body.real_or_simulated_event,
-            max_pixel_reco_time=body.max_pixel_reco_time,
-            request_clusters=[{"location": n, "n_workers": w} for n, w in clusters],  # type: ignore[misc]
-            scanner_server_memory_bytes=scanner_memory,
-            worker_memory_bytes=worker_memory,
-            worker_disk_bytes=worker_disk,
-            predictive_scanning_threshold=body.predictive_scanning_threshold,
-            priority=body.priority,
-            debug_mode=debug_mode,
-            classifiers=body.classifiers,
-            scanner_server_env_from_user=_scanner_env(body, defaults.scanner_env_allowed),
-        )
+        spec = ScanSpec(**{**{f: getattr(body, f) for f in _AS_GIVEN}, **normalised})
     except ValidationError as e:  # the request model mirrors ScanSpec; this guards drift
         raise ApiError(400, validation_reason(e) or "unspecified validation error") from None
     _check_size(spec)

@@ -13,12 +13,12 @@ backoff, until its deadline.
 
 from __future__ import annotations
 
-import asyncio
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import tenacity
 
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, not_found
@@ -29,7 +29,10 @@ from skyscan.status import resource_version
 
 Obj = dict[str, Any]
 MERGE = kube.MERGE_PATCH
-JSON_PATCH = "application/json-patch+json"
+# Every write names the shim as its field manager (the Scan's managedFields say who wrote what); an
+# apply takes over a field another wrote (force): the shim's keys have no other writer.
+AS_SHIM = {"fieldManager": names.SHIM_MANAGER}
+APPLY = {**AS_SHIM, "force": True}
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class ScanStore:
             "spec": spec,
         }
         obj: Obj = await self._api.request(
-            "POST", scan_path(self.namespace), body=body, timeout=self._timeout
+            "POST", scan_path(self.namespace), params=AS_SHIM, body=body, timeout=self._timeout
         )
         self.cache.observe(obj)
         wrote(obj)
@@ -65,27 +68,24 @@ class ScanStore:
         await self._api.request("DELETE", scan_path(self.namespace, name), timeout=self._timeout)
 
     async def read(self, name: str) -> Obj:
-        try:
-            obj: Obj = await self._api.request("GET", scan_path(self.namespace, name), timeout=self._timeout)
-        except kube.ApiError as e:
-            if e.status == 404:
-                raise not_found() from None
-            raise
-        self.cache.observe(obj)
-        return obj
+        return await self._request("GET", scan_path(self.namespace, name))
 
     async def _patch(self, name: str, body: Any, *, status: bool, content_type: str = MERGE) -> Obj:
         path = scan_path(self.namespace, name, "status" if status else None)
+        params = APPLY if content_type == kube.APPLY_PATCH else AS_SHIM
+        obj = await self._request("PATCH", path, params=params, body=body, content_type=content_type)
+        wrote(obj)
+        return obj
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Obj:
+        """A read or write of one Scan, the answer noted in the cache; no such Scan is the REST 404."""
         try:
-            obj: Obj = await self._api.request(
-                "PATCH", path, body=body, content_type=content_type, timeout=self._timeout
-            )
+            obj: Obj = await self._api.request(method, path, timeout=self._timeout, **kwargs)
         except kube.ApiError as e:
             if e.status == 404:
                 raise not_found() from None
             raise
         self.cache.observe(obj)
-        wrote(obj)
         return obj
 
     async def merge(self, name: str, change: Change) -> Obj:
@@ -98,20 +98,17 @@ class ScanStore:
             current = await self._patch(name, {"status": change.status}, status=True)
         return current if current is not None else self.cache.get(name) or await self.read(name)
 
-    async def replace_status(self, name: str, values: Obj) -> Obj:
-        """Set these status keys to exactly these values, with no precondition: an object replaces
-        the stored one whole (JSON Patch `add`), where a merge patch would keep keys it does not name."""
-        ops = [{"op": "add", "path": f"/status/{key}", "value": value} for key, value in values.items()]
-        cached = self.cache.get(name)
-        if cached is not None and "status" not in cached:  # `add` needs the parent: make it first
-            await self._patch(name, {"status": {"lastUpdated": now()}}, status=True)
-        try:
-            return await self._patch(name, ops, status=True, content_type=JSON_PATCH)
-        except kube.ApiError as e:
-            if e.status != 422:  # a status the cache did not know was missing
-                raise
-        await self._patch(name, {"status": {"lastUpdated": now()}}, status=True)
-        return await self._patch(name, ops, status=True, content_type=JSON_PATCH)
+    async def replace_progress(self, name: str, progress: Obj) -> Obj:
+        """Replace the scanner's progress whole (and move lastUpdated), with no precondition: a
+        server-side apply of always these two keys as the shim, so a key the new progress lacks is gone
+        (an atomic map in the CRD) and no other key of the status is touched."""
+        body = {
+            "apiVersion": model.API_VERSION,
+            "kind": model.KIND,
+            "metadata": {"name": name},
+            "status": model.ScanStatus(progress=progress, last_updated=now()).to_patch(),
+        }
+        return await self._patch(name, body, status=True, content_type=kube.APPLY_PATCH)
 
     async def _guarded(self, name: str, change: Change, rv: str) -> Obj:
         current: Obj | None = None
@@ -130,34 +127,41 @@ class ScanStore:
     async def update(self, name: str, decide: Callable[[Obj], Change], budget: float | None = None) -> Obj:
         """Apply `decide(current)` only to the version it saw; `decide` may raise ApiError to refuse.
         On a conflict, decide again on a newer version: the cache's when it already holds one (a write
-        through this replica, or the watch, brought it), else a fresh read; until `budget` seconds
-        (default: the write timeout, at least 10 s) have passed."""
+        through this replica, or the watch, brought it), else a fresh read; with jittered, doubling
+        pauses (the contenders spread out) until `budget` seconds (default: the write timeout, at
+        least 10 s) have passed."""
         current = self.cache.get(name) or await self.read(name)
-        deadline = time.monotonic() + (budget if budget is not None else max(self._timeout, 10.0))
-        pause = 0.01
-        while True:
-            change = decide(current)
-            if not (change.spec or change.status):
-                return current
-            try:
-                return await self._guarded(name, change, current["metadata"]["resourceVersion"])
-            except kube.ApiError as e:
-                if e.status != 409:
-                    raise
-            if time.monotonic() >= deadline:
-                raise ApiError(
-                    503,
-                    "too many concurrent updates",
-                    f"Scan {name} kept changing; try again.",
-                    headers={"Retry-After": "1"},
-                )
-            await asyncio.sleep(random.uniform(0, pause))  # jitter: the contenders spread out
-            pause = min(pause * 2, 0.5)
-            cached = self.cache.get(name)
-            if cached is not None and resource_version(cached) > resource_version(current):
-                current = cached
-            else:
-                current = await self.read(name)
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_delay(budget if budget is not None else max(self._timeout, 10.0)),
+            wait=tenacity.wait_random_exponential(multiplier=0.01, max=0.5),
+            retry=tenacity.retry_if_exception(lambda e: isinstance(e, kube.ApiError) and e.status == 409),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:
+                        current = await self._newer(name, current)
+                    change = decide(current)
+                    if not (change.spec or change.status):
+                        return current
+                    return await self._guarded(name, change, current["metadata"]["resourceVersion"])
+        except kube.ApiError as e:
+            if e.status != 409:
+                raise
+        raise ApiError(
+            503,
+            "too many concurrent updates",
+            f"Scan {name} kept changing; try again.",
+            headers={"Retry-After": "1"},
+        )
+
+    async def _newer(self, name: str, seen: Obj) -> Obj:
+        """A version newer than `seen`: the cache's if it holds one, else the API server's."""
+        cached = self.cache.get(name)
+        if cached is not None and resource_version(cached) > resource_version(seen):
+            return cached
+        return await self.read(name)
 
 
 def now() -> float:

@@ -182,8 +182,7 @@ class ScanWrites:
         if not body.progress:
             return scan
         # Always written (even unchanged), so lastUpdated moves with every progress report.
-        progress = model.ScanStatus(progress=body.progress.model_dump(mode="json"), last_updated=now())
-        return await self.store.replace_status(name, progress.to_patch())
+        return await self.store.replace_progress(name, body.progress.model_dump(mode="json"))
 
     async def store_result(self, scan: Obj, scan_result: dict[str, Any], is_final: bool) -> None:
         """Write the result payload, then record it in status."""

@@ -23,16 +23,13 @@ def scanner_account() -> dict[str, Any]:
 
 
 async def ensure_scanner_account(api: kube.Kube, namespace: str) -> None:
-    try:
-        await api.request("POST", kube.core_path("serviceaccounts", namespace), body=scanner_account())
-    except kube.ApiError as e:
-        if e.status != 409:
-            raise
+    account = kube.core_path("serviceaccounts", namespace, names.SCANNER_SERVICE_ACCOUNT)
+    await api.apply(account, scanner_account(), names.INSTALL_MANAGER)
 
 
 async def install(kubeconfig: str | None) -> None:
     async with await kube.connect(kubeconfig) as api:
-        await kube.apply_crd(api, crd.build_crd())
+        await kube.apply_crd(api, crd.build_crd(), names.INSTALL_MANAGER)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,7 @@ from skyscan import model
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply; a JSON body is valid YAML
 # A watch event or a payload ConfigMap can carry an object up to etcd's request limit (1.5 MiB).
 READ_BUFSIZE = 2**21
 # Re-read a token file this often: the kubelet rotates projected service-account tokens well before
@@ -439,6 +440,21 @@ class Kube:
         )
         return json.loads(raw) if raw else None
 
+    async def apply(
+        self, path: str, body: dict[str, Any], field_manager: str, *, force: bool = True,
+        timeout: float | None = None, parse: bool = True,
+    ) -> Any:  # fmt: skip
+        """Server-side apply `body` at `path` (the object's own path: created if absent) as
+        `field_manager`, which then owns exactly the fields `body` sets: a field it set before and
+        leaves out now is removed. `force` takes over fields another manager set to other values
+        (each component is the one writer of its fields) instead of answering 409. The object as
+        applied (None unless `parse`: a payload's answer echoes the payload)."""
+        raw = await self.read(
+            "PATCH", path, params={"fieldManager": field_manager, "force": force}, body=body,
+            content_type=APPLY_PATCH, timeout=timeout,
+        )  # fmt: skip
+        return json.loads(raw) if parse and raw else None
+
     async def watch(
         self, path: str, params: Params | None = None, *,
         answer: float | None = None, idle: float | None = None,
@@ -506,22 +522,11 @@ def is_established(crd: dict[str, Any]) -> bool:
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)  # raw: CRD
 
 
-async def apply_crd(kube: Kube, body: dict[str, Any], timeout: float = 60.0) -> None:
-    """Create or replace a CRD and wait until the API server serves it."""
+async def apply_crd(kube: Kube, body: dict[str, Any], field_manager: str, timeout: float = 60.0) -> None:
+    """Create or update a CRD (server-side apply) and wait until the API server serves it."""
     crds = path("apiextensions.k8s.io/v1", "customresourcedefinitions")
     name = body["metadata"]["name"]
-    try:
-        await kube.request("POST", crds, body=body)
-    except ApiError as e:
-        if e.status != 409:
-            raise
-        current = await kube.request("GET", f"{crds}/{name}")
-        version = current["metadata"]["resourceVersion"]
-        await kube.request(
-            "PUT",
-            f"{crds}/{name}",
-            body={**body, "metadata": {**body["metadata"], "resourceVersion": version}},
-        )
+    await kube.apply(f"{crds}/{name}", body, field_manager)
     deadline = time.monotonic() + timeout
     while not is_established(await kube.request("GET", f"{crds}/{name}")):
         if time.monotonic() > deadline:

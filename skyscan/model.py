@@ -353,6 +353,13 @@ class EventMetadataStatus(EventMetadata, KubeModel):
 
 
 FreeForm = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
+# A free-form object replaced whole by each write (server-side apply owns it as one value).
+Replaced = Annotated[
+    dict[str, Any],
+    Field(
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "x-kubernetes-map-type": "atomic"}
+    ),
+]
 
 
 class WorkflowStatus(StatusPart):
@@ -398,9 +405,9 @@ class JobStatus(StatusPart):
 class Workforce(StatusPart):
     """Summed over the workflow's taskforces (compound statuses, running workers, top errors)."""
 
-    statuses: FreeForm = Field(default_factory=dict)
+    statuses: Replaced = Field(default_factory=dict)  # atomic: an apply may empty them
     n_running: int = 0
-    top_errors: FreeForm = Field(default_factory=dict)
+    top_errors: Replaced = Field(default_factory=dict)
 
 
 class WorkerRequestOutcome(StatusPart):
@@ -453,7 +460,7 @@ class OperatorStatus(KubeModel):
 class ShimStatus(KubeModel):
     """The status keys the shim writes: what the scanner reports, and when the manifest changed."""
 
-    progress: FreeForm | None = None
+    progress: Replaced | None = None
     event_metadata: EventMetadataStatus | None = None
     scan_metadata: FreeForm | None = None
     result: ResultStatus | None = None

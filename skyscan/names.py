@@ -13,6 +13,14 @@ from skyscan import model
 SCAN_ID_LABEL = "skyscan.io/scan-id"  # on every object made for one scan (Job, Secret, Pods)
 PAYLOAD_LABEL = "skyscan.io/payload"  # on payload ConfigMaps: "event", "result" or "startup"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "skyscan"}
+# On every scanner Job and Pod (with the scan's id): what the operator watches and the simulator selects.
+SCANNER_LABELS = {"app.kubernetes.io/name": "skyscan", "app.kubernetes.io/component": "scanner"}
+SCANNER_SELECTOR = ",".join(f"{k}={v}" for k, v in SCANNER_LABELS.items())
+
+# --- field managers (server-side apply): each component owns the fields it applies, and only those
+OPERATOR_MANAGER = "skyscan-operator"
+SHIM_MANAGER = "skyscan-shim"
+INSTALL_MANAGER = "skyscan-install"  # the CRD and the scanners' ServiceAccount (`skyscan.install`)
 
 # --- annotations
 TIMESTAMP_ANNOTATION = "skyscan.io/timestamp"  # sub-second creation time (Unix seconds, as a string)

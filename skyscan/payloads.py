@@ -211,12 +211,7 @@ async def _write_owned(
     api: Kube, namespace: str, scan: dict[str, Any], name: str, kind: str, data: bytes
 ) -> None:
     body = configmap(name, kind, data, [owner_reference(scan)])
-    try:
-        await api.read("POST", _configmap_path(namespace), body=body)
-    except ApiError as e:
-        if e.status != 409:
-            raise
-        await api.read("PUT", _configmap_path(namespace, name), body=body)
+    await api.apply(_configmap_path(namespace, name), body, names.SHIM_MANAGER, parse=False)
 
 
 async def read_result(api: Kube, namespace: str, scan_id: str) -> Any | None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 
 import httpx
+import tenacity
 
 DEFAULT_PATH = "/common-space/startup.json"
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -75,28 +76,39 @@ def upload(
     request_timeout: float,
     first_delay: float = 0.5,
 ) -> httpx.Response:
-    """PUT the file; retry what may heal (connection errors, 408/429/5xx) with exponential backoff."""
+    """PUT the file; retry what may heal (connection errors, 408/429/5xx) with exponential backoff
+    (`first_delay`, doubling, at most 30 s), as long as the next try starts within `retry_seconds`."""
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    deadline = time.monotonic() + retry_seconds
-    delay = first_delay
+
+    def exhausted(state: tenacity.RetryCallState) -> None:
+        raise UploadFailed(f"still failing after {retry_seconds:g}s: {_why(state)}")
+
+    def again(state: tenacity.RetryCallState) -> None:
+        log.warning("upload failed (%s); retrying in %.1fs", _why(state), state.upcoming_sleep)
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_before_delay(retry_seconds),
+        wait=tenacity.wait_exponential(multiplier=first_delay, max=30.0),
+        retry=tenacity.retry_if_exception_type(httpx.TransportError)
+        | tenacity.retry_if_result(lambda r: r.status_code in RETRY_STATUSES),
+        retry_error_callback=exhausted,
+        before_sleep=again,
+    )
     with httpx.Client(timeout=request_timeout) as http:
-        while True:
-            try:
-                response = http.put(url, content=data, headers=headers)
-                if response.status_code not in RETRY_STATUSES:
-                    if response.is_error:
-                        raise UploadFailed(f"HTTP {response.status_code}: {response.text[:300]}")
-                    return response
-                why = f"HTTP {response.status_code}"
-            except httpx.TransportError as e:
-                why = repr(e)
-            if time.monotonic() + delay > deadline:
-                raise UploadFailed(f"still failing after {retry_seconds:g}s: {why}")
-            log.warning("upload failed (%s); retrying in %.1fs", why, delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 30.0)
+        response: httpx.Response = retrying(http.put, url, content=data, headers=headers)
+    if response.is_error:
+        raise UploadFailed(f"HTTP {response.status_code}: {response.text[:300]}")
+    return response
+
+
+def _why(state: tenacity.RetryCallState) -> str:
+    """What went wrong with the last try."""
+    assert state.outcome is not None
+    if state.outcome.failed:
+        return repr(state.outcome.exception())
+    return f"HTTP {state.outcome.result().status_code}"
 
 
 def _terminated(signum: int, frame: FrameType | None) -> None:

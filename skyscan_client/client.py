@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any, cast
 
 import httpx
+import tenacity
 
 from skyscan_client import config
 from skyscan_client.events import ScanEvent, SseMessage, parse_sse
@@ -43,6 +44,7 @@ from skyscan_client.types import (
 )
 
 RETRY_STATUSES = frozenset({502, 503, 504})
+UNSENT = (httpx.ConnectError, httpx.ConnectTimeout)  # the request never reached the server
 NO_STREAM_STATUSES = frozenset({404, 405})  # a shim without the events route (or an unknown scan)
 # Read-your-writes across shim replicas: a write answers with the Scan version it wrote, and every
 # later request asks for at least the highest such version, so no replica answers from an older cache.
@@ -344,41 +346,59 @@ class Client:
         json: Any = None,
         idempotent: bool | None = None,
     ) -> Any:
-        """Send, retrying as the request allows (by default: everything but POST and PATCH)."""
+        """Send, retrying as the request allows (by default: everything but POST and PATCH): a request
+        that never reached the server always, a repeatable one also on a broken connection or a
+        502/503/504 answer; `retries` times at most, pausing as `_wait` says."""
         repeatable = method not in ("POST", "PATCH") if idempotent is None else idempotent
-        attempt = 0
-        while True:
-            try:
-                response = self._http.request(
-                    method, path, params=params, json=json, headers=self._freshness()
-                )
-            except httpx.TransportError as e:
-                unsent = isinstance(e, httpx.ConnectError | httpx.ConnectTimeout)
-                if (repeatable or unsent) and attempt < self.retries:
-                    self._pause(attempt)
-                    attempt += 1
-                    continue
-                raise Unreachable(f"{method} {self.base_url}{path}: {e!r}") from e
-            if response.status_code in RETRY_STATUSES and repeatable and attempt < self.retries:
-                self._pause(attempt, response.headers.get("Retry-After"))
-                attempt += 1
-                continue
-            if not response.is_success:
-                raise SkyscanError.from_response(response)
-            written = response.headers.get(WRITTEN_HEADER, "")
-            if written.isdigit():
-                self.written_version = max(self.written_version, int(written))
-            return response.json() if response.content else {}
+
+        def again(e: BaseException) -> bool:
+            return isinstance(e, httpx.TransportError) and (repeatable or isinstance(e, UNSENT))
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(1 + self.retries),
+            wait=self._wait,
+            retry=tenacity.retry_if_exception(again)
+            | tenacity.retry_if_result(lambda r: repeatable and r.status_code in RETRY_STATUSES),
+            retry_error_callback=_last,
+        )
+        try:
+            response: httpx.Response = retrying(
+                self._http.request, method, path, params=params, json=json, headers=self._freshness()
+            )
+        except httpx.TransportError as e:
+            raise Unreachable(f"{method} {self.base_url}{path}: {e!r}") from e
+        if not response.is_success:
+            raise SkyscanError.from_response(response)
+        written = response.headers.get(WRITTEN_HEADER, "")
+        if written.isdigit():
+            self.written_version = max(self.written_version, int(written))
+        return response.json() if response.content else {}
 
     def _freshness(self) -> dict[str, str]:
         return {MIN_VERSION_HEADER: str(self.written_version)} if self.written_version else {}
 
-    def _pause(self, attempt: int, retry_after: str | None = None) -> None:
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        """The pause after a failed try: the server's Retry-After if it answered with one."""
+        outcome, retry_after = state.outcome, None
+        if outcome is not None and not outcome.failed:
+            retry_after = outcome.result().headers.get("Retry-After")
+        return self._delay(state.attempt_number - 1, retry_after)
+
+    def _pause(self, attempt: int) -> None:
+        time.sleep(self._delay(attempt))
+
+    def _delay(self, attempt: int, retry_after: str | None = None) -> float:
         """Exponential backoff with jitter, or the server's Retry-After, never above `max_backoff`."""
-        delay = self.backoff * 2**attempt * random.uniform(0.5, 1.0)
+        delay = self.backoff * 2.0**attempt * random.uniform(0.5, 1.0)
         if retry_after:
             delay = _retry_after_seconds(retry_after, delay)
-        time.sleep(min(delay, self.max_backoff))
+        return min(delay, self.max_backoff)
+
+
+def _last(state: tenacity.RetryCallState) -> Any:
+    """Past the retries: the last answer, or the last error raised again."""
+    assert state.outcome is not None
+    return state.outcome.result()
 
 
 def _retry_after_seconds(value: str, default: float) -> float:

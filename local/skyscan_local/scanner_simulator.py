@@ -51,14 +51,13 @@ import httpx
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from skyscan import kube
+from skyscan import kube, names
 from skyscan.scanner_args import COMMON_SPACE
 from skyscan_local import control_plane as localcluster
 from skyscan_local import processes, scanner_report, skymap
 from skyscan_local.scanner_report import ScanTally
 
 log = logging.getLogger("skyscan_local.scanner_simulator")
-SCANNER_SELECTOR = "app.kubernetes.io/name=skyscan,app.kubernetes.io/component=scanner"
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 READY_LINE = "scanner simulator watching scanner pods"
 BASELINE_GCD_DIR = "/cvmfs/icecube.opensciencegrid.org/users/RealTime/GCD/PoleBaseGCDs"
@@ -481,7 +480,7 @@ class PodPlayer:
             try:
                 if not version:
                     listed = await self.api.request(
-                        "GET", self.pods, params={"labelSelector": SCANNER_SELECTOR}
+                        "GET", self.pods, params={"labelSelector": names.SCANNER_SELECTOR}
                     )
                     version = listed["metadata"]["resourceVersion"]
                     for pod in listed["items"]:
@@ -490,8 +489,8 @@ class PodPlayer:
                         print(f"{READY_LINE} in namespace {self.settings.namespace}", flush=True)
                         ready.set()
                 params: kube.Params = {
-                    "labelSelector": SCANNER_SELECTOR, "resourceVersion": version, "timeoutSeconds": 300,
-                    "allowWatchBookmarks": True,
+                    "labelSelector": names.SCANNER_SELECTOR, "resourceVersion": version,
+                    "timeoutSeconds": 300, "allowWatchBookmarks": True,
                 }  # fmt: skip
                 async for event in self.api.watch(self.pods, params):
                     obj = event["object"]

@@ -1,18 +1,21 @@
-"""Carrying out a `Plan`: the status patch first, then each action, recording every outcome at once.
+"""Carrying out a `Plan`: each action in turn, its outcome recorded in the draft of the operator's
+status keys, which is written once a pass (and before an action that must find its intent recorded).
 
-Every side effect is idempotent: the Job and Secret have deterministic names and AlreadyExists
-counts as success once their owner is checked; a WMS workflow id is written to status the moment
-the WMS returns it; a lost answer is recovered by looking the workflow up by its marker.
+Every side effect is idempotent: the Job and Secrets have deterministic names and are server-side
+applied, once their owner is checked; a WMS workflow id is written to status the moment the WMS
+returns it; a lost answer is recovered by looking the workflow up by its marker. A failure is
+recorded by one of `kube_refused`/`wms_refused`, which end the pass through `stop`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
+import contextlib
 import copy
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
 import aiohttp
@@ -51,10 +54,13 @@ MERGE = kube.MERGE_PATCH
 JSON_PATCH = "application/json-patch+json"
 
 
-def secret_data(string_data: dict[str, str]) -> dict[str, str]:
-    """A Secret's `data` (base64) from `stringData`, for patches that cannot use stringData."""
-    return {k: base64.b64encode(v.encode()).decode() for k, v in string_data.items()}
-
+# Actions that must find the plan's status written before they act: the intent markers that make
+# a workflow request or a replacement happen once (and the finalizer guarding the workflow).
+MARKED = (SetFinalizer, RequestWorkflow, RecoverWorkflow, Replace)
+# Actions after whose success the scan is planned again at once, from the unwritten draft (their
+# outcome is an object that exists or not, found again by the next pass if this one is lost).
+CARRIED = (ProvisionQueues,)
+CARRY_LIMIT = 3  # plans in one pass
 
 # What a Kubernetes API call raises: an answer (ApiError), or none (connection, timeout).
 KUBE_ERRORS = (ApiError, aiohttp.ClientError, asyncio.TimeoutError)
@@ -96,6 +102,13 @@ class Stop(Exception):
         self.retry_after = retry_after
 
 
+def sooner(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+Replan = Callable[[ScanView], Plan]
+
+
 class Applier:
     def __init__(
         self,
@@ -109,41 +122,51 @@ class Applier:
         self.api = api
         self.wms, self.store, self.events, self.settings, self.clock = wms, store, events, settings, clock
 
-    async def apply(self, scan: ScanView, body: dict[str, Any], plan: Plan) -> float | None:
-        """Returns seconds until the scan wants another pass (None: only when something changes)."""
+    async def apply(
+        self, scan: ScanView, body: dict[str, Any], plan: Plan, replan: Replan | None = None
+    ) -> float | None:
+        """Returns seconds until the scan wants another pass (None: only when something changes).
+        `replan` plans the scan again (from its unwritten draft) after a CARRIED action succeeded."""
         run = Run(self, scan, body, plan)
-        try:
-            await run.patch_status()
-        except Stop:
-            return None  # the scan is gone
-        for e in plan.events:
-            self.events.post(run.body, e.type, e.reason, e.message, self.clock())
-            if e.reason == "StartTimedOut":  # the planner's failure of a start attempt
-                metrics.START_FAILURES.labels(e.reason).inc()
-        wake = plan.requeue_after
-        for action in plan.actions:
+        for carry in range(CARRY_LIMIT):
             try:
-                again = await run.do(action)
+                wake, carried = await run.pass_(plan)
             except Stop as stop:
-                return (
-                    stop.retry_after
-                    if wake is None or stop.retry_after is None
-                    else min(wake, stop.retry_after)
-                )
-            if again is not None:
-                wake = again if wake is None else min(wake, again)
+                return None if run.gone or stop.retry_after is None else sooner(run.wake, stop.retry_after)
+            except Exception:
+                with contextlib.suppress(Exception):  # what was recorded before the failure is kept
+                    await run.flush()
+                raise
+            if not carried or replan is None or carry == CARRY_LIMIT - 1:
+                break
+            plan = replan(run.preview())
+            run = Run(self, scan, body, plan, written=run.written, body_now=run.body)
+        try:
+            await run.flush()
+        except Stop:
+            return None
         return wake
 
 
 class Run:
     """One plan's application to one scan: `draft` holds the operator's keys as they should be,
-    `written` as last written; each outcome updates the draft and is written at once."""
+    `written` as last written; outcomes update the draft, `flush` writes it."""
 
-    def __init__(self, applier: Applier, scan: ScanView, body: dict[str, Any], plan: Plan) -> None:
-        self.a, self.scan, self.body = applier, scan, body
+    def __init__(
+        self,
+        applier: Applier,
+        scan: ScanView,
+        body: dict[str, Any],
+        plan: Plan,
+        written: dict[str, Any] | None = None,
+        body_now: dict[str, Any] | None = None,
+    ) -> None:
+        self.a, self.scan, self.body = applier, scan, body_now or body
         self.draft = plan.draft
         self.head = {k: plan.status.get(k) for k in ("observedGeneration", "state")}
-        self.written = ScanRecord(body).operator_keys()
+        self.written = ScanRecord(body).operator_keys() if written is None else written
+        self.wake: float | None = plan.requeue_after
+        self.gone = False  # the Scan was deleted meanwhile
 
     @property
     def settings(self) -> OperatorSettings:
@@ -159,23 +182,108 @@ class Run:
         self.draft.now = self.now()
         self.draft.set(type_, status, reason, message)
 
-    async def patch_status(self) -> None:
-        wanted = {**self.head, "state": self.draft.state(self.scan.record), **self.draft.wire()}
-        delta = merge_patch(self.written, wanted)
-        if not delta:
+    def wanted(self) -> dict[str, Any]:
+        return {**self.head, "state": self.draft.state(self.scan.record), **self.draft.wire()}
+
+    def preview(self) -> ScanView:
+        """The scan as it will be once the draft is written: what a carried pass plans from."""
+        status = {**ScanRecord(self.body).status, **self.wanted()}
+        body = {**self.body, "status": {k: v for k, v in status.items() if v is not None}}
+        return ScanView.from_body(body)
+
+    async def flush(self) -> None:
+        """Write the operator's keys if they changed since last written (Stop if the Scan is gone): a
+        server-side apply of all of them as the operator, so a key it leaves out is removed. A key
+        another writer left (an older operator's merge patches, a kubectl edit) is not the operator's
+        to drop by apply: what still differs afterwards is put right by one merge patch."""
+        wanted = self.wanted()
+        if not merge_patch(self.written, wanted):
             return
         s = self.scan
+        path = scan_path(s.namespace, s.name, "status")
+        applied = {k: v for k, v in wanted.items() if v is not None}
+        body = {"apiVersion": model.API_VERSION, "kind": model.KIND, "metadata": {"name": s.name}}
         try:
-            new = await self.a.api.request(
-                "PATCH", scan_path(s.namespace, s.name, "status"), body={"status": delta}, content_type=MERGE
-            )
+            new = await self.a.api.apply(path, {**body, "status": applied}, names.OPERATOR_MANAGER)
+            if left := merge_patch(ScanRecord(new).operator_keys(), wanted):
+                new = await self.a.api.request("PATCH", path, body={"status": left}, content_type=MERGE)
         except ApiError as e:
             if e.status == 404:
+                self.gone = True
                 raise Stop() from e
             raise
         self.written = copy.deepcopy(wanted)
         self.body = new
         self.a.store.put_scan(new)
+
+    async def stop(self, retry_after: float | None = None) -> NoReturn:
+        """End the pass: what was recorded is written, the rest of the plan waits for the next pass."""
+        await self.flush()
+        raise Stop(retry_after)
+
+    async def pass_(self, plan: Plan) -> tuple[float | None, bool]:
+        """Post the plan's events and carry out its actions; (wake, whether a CARRIED action succeeded)."""
+        for e in plan.events:
+            self.event(e.reason, e.message, warning=e.type == "Warning")
+            if e.reason == "StartTimedOut":  # the planner's failure of a start attempt
+                metrics.START_FAILURES.labels(e.reason).inc()
+        if any(isinstance(a, MARKED) for a in plan.actions):
+            await self.flush()
+        carried = False
+        for action in plan.actions:
+            again = await self.do(action)
+            self.wake = sooner(self.wake, again)
+            carried = carried or (isinstance(action, CARRIED) and again == 0.0)
+        return self.wake, carried
+
+    # --- one mechanism for failures: record, then stop ---
+    @asynccontextmanager
+    async def kube_call(self, what: str) -> AsyncIterator[None]:
+        """A Kubernetes call of a start: a refusal (or no answer) is recorded and stops the pass."""
+        try:
+            yield
+        except KUBE_ERRORS as e:
+            await self.kube_refused(e, what)
+
+    async def kube_refused(self, e: BaseException, what: str) -> NoReturn:
+        """The API server did not take an object of the start (or did not answer): interrupt the
+        attempt, or fail it if the object itself was refused (`api_refusal`); then stop the plan."""
+        reason, detail = api_refusal(e), f"{what}: {describe(e)}"
+        if reason == "StartFailed":
+            self.fail_attempt(reason, detail)
+        else:
+            if reason == "APIUnavailable":
+                self.a.store.outage_at = self.now()
+            self.interrupt_attempt(reason, detail)
+        self.event(reason, detail, warning=True)
+        await self.stop()
+
+    @asynccontextmanager
+    async def wms_call(self, *, attempt: bool = False, wait: float | None = None) -> AsyncIterator[None]:
+        """A WMS call: its failure is recorded (`attempt`: it ends the start attempt) and stops the pass."""
+        try:
+            yield
+        except WMSError as e:
+            await self.wms_refused(e, attempt=attempt, wait=wait)
+
+    async def wms_refused(self, e: WMSError, *, attempt: bool, wait: float | None = None) -> NoReturn:
+        """Record a WMS failure and stop; `attempt`: it ends the current start attempt (back to the
+        backlog), counted if the WMS refused the request, not counted if it could not be reached."""
+        unavailable = isinstance(e, WMSUnavailable)
+        if unavailable:
+            self.a.store.outage_at = self.now()
+            self.condition(cond.WMS_AVAILABLE, False, "WMSUnavailable", str(e))
+        if attempt and unavailable:
+            self.interrupt_attempt("WMSUnavailable", f"the WMS is unavailable: {e}")
+        elif attempt:
+            self.fail_attempt("WMSRejected", str(e))
+        self.event("WMSError", str(e), warning=True)
+        await self.stop(wait)
+
+    async def refuse(self, message: str) -> NoReturn:
+        """The scan's start cannot go on (its object is someone else's): a failed attempt."""
+        self.fail_attempt("StartFailed", message)
+        await self.stop()
 
     # --- actions ---
     async def do(self, action: Action) -> float | None:
@@ -209,23 +317,8 @@ class Run:
     async def need_wms(self) -> WMSClient:
         if self.a.wms is None:
             self.condition(cond.WMS_AVAILABLE, False, "NotConfigured", "no WMS address is configured")
-            await self.patch_status()
-            raise Stop()
+            await self.stop()
         return self.a.wms
-
-    async def wms_failed(self, e: WMSError, *, attempt: bool) -> None:
-        """Record a WMS failure; `attempt`: it ends the current start attempt (back to the backlog),
-        counted if the WMS refused the request, not counted if the WMS could not be reached."""
-        unavailable = isinstance(e, WMSUnavailable)
-        if unavailable:
-            self.a.store.outage_at = self.now()
-            self.condition(cond.WMS_AVAILABLE, False, "WMSUnavailable", str(e))
-        if attempt and unavailable:
-            self.interrupt_attempt("WMSUnavailable", f"the WMS is unavailable: {e}")
-        elif attempt:
-            self.fail_attempt("WMSRejected", str(e))
-        self.event("WMSError", str(e), warning=True)
-        await self.patch_status()
 
     def wms_ok(self) -> None:
         if cond.find(self.draft.conditions, cond.WMS_AVAILABLE):
@@ -260,20 +353,6 @@ class Run:
             f"{self.settings.max_start_attempts} used), retrying in {delay:g}s",
         )
 
-    async def kube_refused(self, e: Exception, what: str) -> NoReturn:
-        """The API server did not take an object of the start (or did not answer): interrupt the
-        attempt, or fail it if the object itself was refused (`api_refusal`); then stop the plan."""
-        reason, detail = api_refusal(e), f"{what}: {describe(e)}"
-        if reason == "StartFailed":
-            self.fail_attempt(reason, detail)
-        else:
-            if reason == "APIUnavailable":
-                self.a.store.outage_at = self.now()
-            self.interrupt_attempt(reason, detail)
-        self.event(reason, detail, warning=True)
-        await self.patch_status()
-        raise Stop() from e
-
     def workflow(self) -> model.WorkflowStatus:
         return self.draft.workflow
 
@@ -302,30 +381,29 @@ class Run:
     async def request_workflow(self, body: dict[str, Any]) -> None:
         wms = await self.need_wms()
         self.event("WorkflowRequested", f"requesting a WMS workflow from {wms.base_url}")
-        try:
-            resp = await wms.request_workflow(body)
-        except WMSError as e:
-            if not isinstance(e, WMSUnavailable):
-                self.workflow().requested_at = None  # a definite refusal: nothing was created
-            await self.wms_failed(e, attempt=True)
-            raise Stop() from e
+        async with self.wms_call(attempt=True):
+            try:
+                resp = await wms.request_workflow(body)
+            except WMSError as e:
+                if not isinstance(e, WMSUnavailable):
+                    self.workflow().requested_at = None  # a definite refusal: nothing was created
+                raise
         await self.record_workflow(str(resp["workflow"]["workflow_id"]), "WorkflowCreated")
 
     async def record_workflow(self, workflow_id: str, reason: str) -> None:
+        """The workflow id goes to status the moment the WMS returns it."""
         wf = self.workflow()
         wf.id, wf.address = workflow_id, self.a.wms.base_url if self.a.wms else wf.address
-        self.condition(cond.WORKFLOW_READY, False, "WaitingForQueues", f"workflow {workflow_id} requested")
+        message = f"workflow {workflow_id}: message queues not activated"  # as the next plan says
+        self.condition(cond.WORKFLOW_READY, False, "WaitingForQueues", message)
         self.wms_ok()
-        await self.patch_status()
+        await self.flush()
         self.event(reason, f"WMS workflow {workflow_id}")
 
     async def recover_workflow(self, body: dict[str, Any], marker: str, create: bool) -> None:
         wms = await self.need_wms()
-        try:
+        async with self.wms_call(attempt=create):
             found = await wms.find_workflows_by_marker(marker)
-        except WMSError as e:
-            await self.wms_failed(e, attempt=create)
-            raise Stop() from e
         if found:
             keep, *extra = found
             for other in extra:  # should not happen; never leave a duplicate running
@@ -336,11 +414,10 @@ class Run:
         wf = self.workflow()
         if not create:
             wf.requested_at = None  # nothing was created: nothing to release
-            await self.patch_status()
             return
         self.event("WorkflowNotFound", "the earlier workflow request left no workflow; requesting again")
         wf.requested_at = cond.iso(self.now())  # a fresh intent marker before the new request
-        await self.patch_status()
+        await self.flush()
         await self.request_workflow(body)
 
     async def provision_queues(self, workflow_id: str) -> float | None:
@@ -348,67 +425,42 @@ class Run:
         try:
             connection = scanner_job.ewms_connection(await wms.public_mq_profiles(workflow_id))
         except WMSError as e:  # unreachable: back to the backlog; refused: poll again (until the timeout)
-            await self.wms_failed(e, attempt=isinstance(e, WMSUnavailable))
             wait = self.settings.queue_poll_seconds
             if e.status == 404:  # unknown to the WMS: the batched poll tells if it is lost; no tight loop
                 wait = max(wait, self.settings.wms_poll_interval_seconds)
-            raise Stop(wait) from e
+            await self.wms_refused(e, attempt=isinstance(e, WMSUnavailable), wait=wait)
         if connection is None:
             return self.settings.queue_poll_seconds
         s = self.scan
-        secret = scanner_job.build_secret(s.name, s.uid, s.namespace, connection)
-        try:
-            await self.a.api.request("POST", core_path("secrets", s.namespace), body=secret)
-        except KUBE_ERRORS as e:
-            if not (isinstance(e, ApiError) and e.status == 409):
-                await self.kube_refused(e, f"creating Secret {secret['metadata']['name']}")
-            await self.adopt_secret(secret["metadata"]["name"], {"data": secret_data(secret["stringData"])})
+        await self.apply_owned(scanner_job.build_secret(s.name, s.uid, s.namespace, connection))
         self.workflow().queues_activated = True
         self.condition(cond.WORKFLOW_READY, True, "QueuesActivated", f"workflow {workflow_id} is ready")
         self.wms_ok()
-        await self.patch_status()
         self.event("QueuesActivated", f"message queues of workflow {workflow_id} are activated")
         return 0.0
 
-    async def adopt_secret(self, name: str, replace: dict[str, Any] | None = None) -> Any:
-        """Take over a Secret a previous pass created, only if this scan owns it; optionally replace
-        some of its top-level fields. The operator may not read Secrets: the ownership check is a JSON
-        patch `test`, which fails unless the owner is this scan."""
-        ops: list[dict[str, Any]] = [
-            {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": self.scan.uid}
-        ]
-        ops += [{"op": "add", "path": f"/{k}", "value": v} for k, v in (replace or {}).items()]
+    async def apply_owned(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply an object of the scan's start (a Secret or the Job; created if absent),
+        unless it exists and is someone else's. The operator may not read Secrets: ownership is a JSON
+        patch `test` that changes nothing, and fails unless the owner is this scan (404: absent)."""
+        kind, name = body["kind"], body["metadata"]["name"]
+        where = kube.path(body["apiVersion"], f"{kind.lower()}s", self.scan.namespace, name)
+        probe = [{"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": self.scan.uid}]
         try:
-            return await self.a.api.request(
-                "PATCH", core_path("secrets", self.scan.namespace, name), body=ops, content_type=JSON_PATCH
-            )
+            await self.a.api.request("PATCH", where, body=probe, content_type=JSON_PATCH)
         except KUBE_ERRORS as e:
-            if not (isinstance(e, ApiError) and e.status in (404, 422)):
-                await self.kube_refused(e, f"adopting Secret {name}")
-            self.fail_attempt("StartFailed", f"Secret {name} exists and belongs to someone else")
-            await self.patch_status()
-            raise Stop() from e
-
-    async def check_owner(self, meta: dict[str, Any], kind: str) -> None:
-        owners = [o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")]
-        if owners != [self.scan.uid]:
-            self.fail_attempt("StartFailed", f"{kind} {meta['name']} exists and belongs to someone else")
-            await self.patch_status()
-            raise Stop()
+            if isinstance(e, ApiError) and e.status == 422:
+                await self.refuse(f"{kind} {name} exists and belongs to someone else")
+            if not (isinstance(e, ApiError) and e.status == 404):
+                await self.kube_refused(e, f"looking at {kind} {name}")
+        async with self.kube_call(f"applying {kind} {name}"):
+            applied: dict[str, Any] = await self.a.api.apply(where, body, names.OPERATOR_MANAGER)
+        return applied
 
     async def create_job(self, job: dict[str, Any]) -> None:
-        s = self.scan
+        created = await self.apply_owned(job)
         name = job["metadata"]["name"]
-        jobs = kube.path("batch/v1", "jobs", s.namespace)
-        try:
-            created = await self.a.api.request("POST", jobs, body=job)
-            created_at = cond.epoch(created["metadata"].get("creationTimestamp"))
-        except KUBE_ERRORS as e:
-            if not (isinstance(e, ApiError) and e.status == 409):
-                await self.kube_refused(e, f"creating Job {name}")
-            existing = await self.a.api.request("GET", f"{jobs}/{name}")
-            await self.check_owner(existing["metadata"], "Job")
-            created_at = cond.epoch(existing["metadata"].get("creationTimestamp"))
+        created_at = cond.epoch(created["metadata"].get("creationTimestamp"))
         self.draft.job = model.JobStatus(
             name=name,
             created_at=cond.iso(created_at or self.now()),
@@ -417,38 +469,28 @@ class Run:
         )
         self.draft.backlog = None
         self.condition(cond.ADMITTED, True, "Started", f"Job {name} created")
-        await self.patch_status()
         self.event("JobCreated", f"created Job {name}")
 
     async def issue_credential(self, lifetime_seconds: int) -> None:
         """A token for the scanner ServiceAccount, bound to a new per-scan Secret and stored in it.
         Idempotent: an existing Secret of this scan is reused (its token is replaced)."""
         s = self.scan
-        body = scanner_job.credential_secret(s.name, s.uid, s.namespace)
-        name = body["metadata"]["name"]
-        try:
-            secret = await self.a.api.request("POST", core_path("secrets", s.namespace), body=body)
-        except KUBE_ERRORS as e:
-            if not (isinstance(e, ApiError) and e.status == 409):
-                await self.kube_refused(e, f"creating Secret {name}")
-            secret = await self.adopt_secret(name)
+        secret = await self.apply_owned(scanner_job.credential_secret(s.name, s.uid, s.namespace))
+        name = secret["metadata"]["name"]
         request = scanner_job.token_request(name, secret["metadata"]["uid"], lifetime_seconds)
         account = self.settings.scanner_service_account
-        try:
+        async with self.kube_call(f"issuing a token for ServiceAccount {account}"):
             granted = await self.a.api.request(
                 "POST", core_path("serviceaccounts", s.namespace, account, "token"), body=request
             )
             token = granted["status"]["token"]  # raw: TokenRequest
-            await self.a.api.request(
-                "PATCH", core_path("secrets", s.namespace, name),
-                body={"stringData": {names.SCANNER_TOKEN_KEY: token}},
-                content_type=kube.STRATEGIC_MERGE_PATCH,
-            )  # fmt: skip
-        except KUBE_ERRORS as e:
-            await self.kube_refused(e, f"issuing a token for ServiceAccount {account}")
+            await self.a.api.apply(
+                core_path("secrets", s.namespace, name),
+                scanner_job.credential_secret(s.name, s.uid, s.namespace, token),
+                names.OPERATOR_MANAGER,
+            )
         expires = cond.epoch(granted["status"].get("expirationTimestamp"))  # raw: TokenRequest
         self.draft.credential = model.ScannerCredential(secret=name, expires_at=expires)
-        await self.patch_status()
         self.event("ScannerCredentialIssued", f"the scanner's own token, bound to Secret {name}")
 
     async def revoke_credential(self, secret: str) -> None:
@@ -459,7 +501,6 @@ class Run:
                 raise
         if self.draft.credential:
             self.draft.credential.revoked = True
-        await self.patch_status()
         self.event("ScannerCredentialRevoked", f"deleted Secret {secret}: the scanner's token is void")
 
     async def check_event(self, sensor_event_id: str) -> None:
@@ -492,7 +533,7 @@ class Run:
 
     async def deactivate(self, workflow_id: str, how: str) -> None:
         wms = await self.need_wms()
-        try:
+        async with self.wms_call(wait=self.settings.queue_poll_seconds):
             changed = await wms.deactivate(workflow_id, how)
             deactivated = "ABORTED" if how == "abort" else "FINISHED"
             if not changed:  # already deactivated: learn how, for the REST state
@@ -501,9 +542,6 @@ class Run:
                 except WMSError as e:
                     if e.status != 404:
                         raise
-        except WMSError as e:
-            await self.wms_failed(e, attempt=False)
-            raise Stop(self.settings.queue_poll_seconds) from e
         wf = self.workflow()
         wf.deactivated = deactivated
         if how == "abort":
@@ -514,7 +552,6 @@ class Run:
             cond.WORKFLOW_READY, False, deactivated.title(), f"workflow {workflow_id}: {deactivated}"
         )
         self.wms_ok()
-        await self.patch_status()
         verb = "aborted" if how == "abort" else "finished"
         self.event(
             f"Workflow{verb.title()}", f"WMS workflow {workflow_id} {verb}" + ("" if changed else " already")
@@ -539,17 +576,13 @@ class Run:
             outcome = model.WorkerRequestOutcome(id=r.request_id, state="Failed", reason=str(e))
             self.event("AddWorkersFailed", str(e), warning=True)
         self.draft.worker_requests = [*(self.draft.worker_requests or []), outcome]
-        await self.patch_status()
 
     async def replace(self, new_id: str, body: dict[str, Any]) -> None:
         s = self.scan
-        try:
-            created = await self.a.api.request("POST", scan_path(s.namespace), body=body)
+        known = self.a.store.scan((s.namespace, new_id)) is not None
+        created = await self.a.api.apply(scan_path(s.namespace, new_id), body, names.OPERATOR_MANAGER)
+        if not known:
             self.event("ReplacementCreated", f"created replacement scan {new_id}")
-        except ApiError as e:
-            if e.status != 409:
-                raise
-            created = await self.a.api.request("GET", scan_path(s.namespace, new_id))
         try:  # the shared sensor event must outlive the original scan
             await payloads.add_event_owner(self.a.api, s.namespace, s.spec.sensor_event_id, created)
         except ApiError as e:

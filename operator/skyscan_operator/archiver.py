@@ -24,7 +24,7 @@ from skyscan import conditions as cond
 from skyscan import kube, logs, manifest, names, payloads
 from skyscan.archive import Archive, ArchivedScan
 from skyscan.status import ScanRecord, compact
-from skyscan_operator.events import event_body
+from skyscan_operator.events import event_body, send_event
 from skyscan_operator.planner import GITOPS_LABEL_PREFIXES
 from skyscan_operator.settings import OperatorSettings
 
@@ -179,11 +179,4 @@ class Archiver:
     async def _post(self, scan: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Posted before the Scan goes (an Event about a deleted object is still listed), awaited so it
         exists when the move is done; a failure only logs."""
-        body = event_body(scan, type_, reason, message, self._clock())
-        try:
-            await self._api.request(
-                "POST", kube.core_path("events", scan["metadata"]["namespace"]), body=body
-            )
-        except (kube.ApiError, OSError) as e:
-            name = scan["metadata"]["name"]
-            log.warning("could not post event %s for %s: %s", reason, name, e, extra=logs.about(name))
+        await send_event(self._api, event_body(scan, type_, reason, message, self._clock()))

@@ -1,7 +1,7 @@
 """The operator's engine: watch events in, one reconcile per scan at a time, two periodic loops.
 
-- kopf event handlers call `on_scan` / `on_job` / `on_pod`, which update the `Store` and queue the
-  scan concerned.
+- kopf event handlers call `on_scan` / `on_child` (a Job or a Pod), which update the `Store` and
+  queue the scan concerned.
 - Workers take scans off the `WorkQueue`, build `Observed` from the store, run the pure planner
   and apply the plan.
 - The backlog loop admits from the head of the backlog's line (kept in the store per event) and
@@ -34,7 +34,7 @@ from skyscan_operator.archiver import Archiver
 from skyscan_operator.events import EventPoster
 from skyscan_operator.planner import Observed, ScanView, WorkflowView
 from skyscan_operator.settings import OperatorSettings
-from skyscan_operator.store import Key, Store, key_of
+from skyscan_operator.store import Child, Key, Store, key_of
 from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable
 from skyscan_operator.workqueue import WorkQueue
 
@@ -143,12 +143,8 @@ class Controller:
         if self.store.put_scan(body):
             self.queue.add(key)
 
-    def on_job(self, event_type: str | None, body: dict[str, Any]) -> None:
-        if key := self.store.put_job(body, deleted=event_type == "DELETED"):
-            self.queue.add(key)
-
-    def on_pod(self, event_type: str | None, body: dict[str, Any]) -> None:
-        if key := self.store.put_pod(body, deleted=event_type == "DELETED"):
+    def on_child(self, kind: Child, event_type: str | None, body: dict[str, Any]) -> None:
+        if key := self.store.put_child(kind, body, deleted=event_type == "DELETED"):
             self.queue.add(key)
 
     # --- reconciling ---
@@ -212,9 +208,12 @@ class Controller:
         now = self.clock()
         if self._job_not_seen_yet(key, scan, now):
             return 1.0  # planning now would take the Job for deleted
-        plan = planner.plan(scan, self.observe(key, scan, now), now, self.settings)
+
+        def replan(view: ScanView) -> planner.Plan:
+            return planner.plan(view, self.observe(key, view, now), now, self.settings)
+
         try:
-            wake = await self.applier.apply(scan, body, plan)
+            wake = await self.applier.apply(scan, body, replan(scan), replan)
         except kube.ApiError as e:
             if e.status == 404:
                 return None

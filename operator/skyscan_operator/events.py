@@ -36,6 +36,15 @@ def event_body(scan: dict[str, Any], type_: str, reason: str, message: str, now:
     }
 
 
+async def send_event(api: kube.Kube, body: dict[str, Any]) -> None:
+    """Post one Event (`event_body`); a failure only logs: an Event tells, nothing depends on it."""
+    try:
+        await api.request("POST", kube.core_path("events", body["metadata"]["namespace"]), body=body)
+    except (kube.ApiError, OSError) as e:
+        name = body["involvedObject"]["name"]
+        log.warning("could not post event %s for %s: %s", body["reason"], name, e, extra=logs.about(name))
+
+
 class EventPoster:
     """A queue drained by one task, so reconciles never wait on Events and failures only log."""
 
@@ -62,11 +71,4 @@ class EventPoster:
 
     async def _run(self) -> None:
         while True:
-            body = await self._queue.get()
-            try:
-                await self._api.request(
-                    "POST", kube.core_path("events", body["metadata"]["namespace"]), body=body
-                )
-            except (kube.ApiError, OSError) as e:
-                scan_id = body["involvedObject"]["name"]
-                log.warning("could not post event %s: %s", body["reason"], e, extra=logs.about(scan_id))
+            await send_event(self._api, await self._queue.get())

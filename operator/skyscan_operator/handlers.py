@@ -16,13 +16,11 @@ from typing import Any
 
 import kopf
 
-from skyscan import kube, logs, model
+from skyscan import kube, logs, model, names
 from skyscan_operator import leader, metrics
 from skyscan_operator.controller import Controller
 from skyscan_operator.settings import OperatorSettings
 from skyscan_operator.standby import StandbyEndpoints
-
-CHILD_LABELS = {"app.kubernetes.io/name": "skyscan", "app.kubernetes.io/component": "scanner"}
 
 
 def controller_of(memo: Any) -> Controller:
@@ -68,14 +66,14 @@ async def scan_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     controller_of(memo).on_scan(event.get("type"), dict(event["object"]))
 
 
-@kopf.on.event("batch", "v1", "jobs", labels=CHILD_LABELS)
+@kopf.on.event("batch", "v1", "jobs", labels=names.SCANNER_LABELS)
 async def job_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    controller_of(memo).on_job(event.get("type"), dict(event["object"]))
+    controller_of(memo).on_child("Job", event.get("type"), dict(event["object"]))
 
 
-@kopf.on.event("", "v1", "pods", labels=CHILD_LABELS)
+@kopf.on.event("", "v1", "pods", labels=names.SCANNER_LABELS)
 async def pod_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    controller_of(memo).on_pod(event.get("type"), dict(event["object"]))
+    controller_of(memo).on_child("Pod", event.get("type"), dict(event["object"]))
 
 
 def main(argv: list[str] | None = None) -> int:

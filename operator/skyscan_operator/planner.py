@@ -21,7 +21,7 @@ from typing import Any, Literal
 from skyscan import conditions as cond
 from skyscan import model, names
 from skyscan.state import scan_state
-from skyscan.status import ENDED_JOB_STATES, ScanRecord, holds_workflow
+from skyscan.status import ENDED_JOB_STATES, OPERATOR_KEYS, ScanRecord, holds_workflow
 from skyscan_operator import scanner_job, workforce
 from skyscan_operator.settings import OperatorSettings
 
@@ -259,6 +259,10 @@ class Plan:
         self.events.append(Event("Warning" if warning else "Normal", reason, message))
 
 
+# The operator's keys a draft writes: all but the two each pass sets beside it (Run.wanted).
+DRAFT_KEYS = tuple(k for k in OPERATOR_KEYS if k not in ("observedGeneration", "state"))
+
+
 @dataclass
 class Draft:
     """The operator's status keys being rebuilt, typed; `wire()` gives them as the status stores them."""
@@ -298,17 +302,17 @@ class Draft:
         self.conditions = cond.summarized(
             self.conditions, deleting=self.deleting, released=self.released, now=self.now, at=self.generation
         )
-        workflow = self.workflow.to_kube()
-        return {
-            "conditions": self.conditions,
-            "backlog": self.backlog.to_kube() if self.backlog else None,
-            "workflow": workflow if self.workflow != model.WorkflowStatus() else None,
-            "job": self.job.to_kube() if self.job else None,
-            "workforce": self.workforce.to_kube() if self.workforce else None,
-            "taskforces": self.taskforces,
-            "workerRequests": [o.to_kube() for o in self.worker_requests] if self.worker_requests else None,
-            "scannerCredential": self.credential.to_kube() if self.credential else None,
-        }
+        keys = model.OperatorStatus(
+            conditions=self.conditions,  # type: ignore[arg-type]  # validated into Condition
+            backlog=self.backlog,
+            workflow=self.workflow if self.workflow != model.WorkflowStatus() else None,
+            job=self.job,
+            workforce=self.workforce,
+            taskforces=self.taskforces,
+            worker_requests=self.worker_requests or None,
+            scanner_credential=self.credential,
+        ).to_kube()
+        return {k: keys.get(k) for k in DRAFT_KEYS}
 
     @property
     def released(self) -> bool:

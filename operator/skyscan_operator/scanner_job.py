@@ -3,6 +3,7 @@ WMS-connection Secret and the scanner-server Job (reference notes §9, wms-and-s
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from typing import Any, NamedTuple
@@ -25,18 +26,29 @@ def credential_lifetime(settings: OperatorSettings) -> int:
     return int(settings.start_timeout_seconds + settings.job_active_deadline_seconds + 3600)
 
 
-def credential_secret(scan_id: str, uid: str, namespace: str) -> dict[str, Any]:
-    """The per-scan Secret the scanner's token is bound to; the token is written into it afterwards."""
+def credential_secret(scan_id: str, uid: str, namespace: str, token: str | None = None) -> dict[str, Any]:
+    """The per-scan Secret the scanner's token is bound to; the token is written into it once issued."""
+    data = {names.SCANNER_TOKEN_KEY: token} if token is not None else None
+    return scan_secret(names.scanner_token_secret_name(scan_id), scan_id, uid, namespace, data)
+
+
+def scan_secret(
+    name: str, scan_id: str, uid: str, namespace: str, data: dict[str, str] | None
+) -> dict[str, Any]:
+    """A Secret of one scan, owned by its Scan; `data` as text (sent base64, as the API stores it: a
+    server-side apply of `stringData` would leave its manager owning a field the API server never keeps)."""
+    encoded = {"data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}} if data else {}
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": names.scanner_token_secret_name(scan_id),
+            "name": name,
             "namespace": namespace,
             "labels": child_labels(scan_id),
             "ownerReferences": [names.owner_reference(scan_id, uid)],
         },
         "type": "Opaque",
+        **encoded,
     }
 
 
@@ -56,11 +68,7 @@ def token_request(secret_name: str, secret_uid: str, lifetime_seconds: int) -> d
 
 def child_labels(scan_id: str) -> dict[str, str]:
     """An explicit label set (the Scan's own labels are deliberately not copied)."""
-    return {
-        "app.kubernetes.io/name": "skyscan",
-        "app.kubernetes.io/component": "scanner",
-        names.SCAN_ID_LABEL: scan_id,
-    }
+    return {**names.SCANNER_LABELS, names.SCAN_ID_LABEL: scan_id}
 
 
 def startup_url_lifetime(settings: OperatorSettings) -> int:
@@ -164,18 +172,9 @@ def ewms_connection(profiles: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def build_secret(scan_id: str, uid: str, namespace: str, connection: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": names.wms_secret_name(scan_id),
-            "namespace": namespace,
-            "labels": child_labels(scan_id),
-            "ownerReferences": [names.owner_reference(scan_id, uid)],
-        },
-        "type": "Opaque",
-        "stringData": {EWMS_FILE: json.dumps(connection)},
-    }
+    """The scanner's WMS connection (`ewms.json`), mounted into its Pod."""
+    data = {EWMS_FILE: json.dumps(connection)}
+    return scan_secret(names.wms_secret_name(scan_id), scan_id, uid, namespace, data)
 
 
 def scanner_auth_env(scan_id: str) -> dict[str, Any]:

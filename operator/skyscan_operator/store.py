@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -33,6 +33,7 @@ from skyscan_operator.planner import (
 from skyscan_operator.settings import OperatorSettings
 
 Key = tuple[str, str]  # (namespace, scan id)
+Child = Literal["Job", "Pod"]  # the kinds a scan makes that the operator watches
 
 
 def key_of(body: dict[str, Any]) -> Key:
@@ -300,34 +301,36 @@ class Store:
             del self._lineage[key]
 
     # --- children ---
-    def put_job(self, body: dict[str, Any], deleted: bool) -> Key | None:
+    def put_child(self, kind: Child, body: dict[str, Any], deleted: bool) -> Key | None:
+        """A watch event of a scan's Job or Pod; the scan's key (None: an object of no scan)."""
         scan_id = names.scan_id_of(body)
         if not scan_id:
             return None
-        key = (body["metadata"]["namespace"], scan_id)
+        key, name = (body["metadata"]["namespace"], scan_id), body["metadata"]["name"]
+        if kind == "Job":
+            self._put_job(key, name, body, deleted)
+        else:
+            self._put_pod(key, name, body, deleted)
+        return key
+
+    def _put_job(self, key: Key, name: str, body: dict[str, Any], deleted: bool) -> None:
         if deleted:
             held = self.jobs.get(key)
-            if held and held[1].name == body["metadata"]["name"]:
+            if held and held[1].name == name:
                 del self.jobs[key]
-            self.deleted_jobs[key] = body["metadata"]["name"]
+            self.deleted_jobs[key] = name
         else:
             self.jobs[key] = (owner_uid(body), job_view(body))
             self.deleted_jobs.pop(key, None)
-        return key
 
-    def put_pod(self, body: dict[str, Any], deleted: bool) -> Key | None:
-        scan_id = names.scan_id_of(body)
-        if not scan_id:
-            return None
-        key = (body["metadata"]["namespace"], scan_id)
+    def _put_pod(self, key: Key, name: str, body: dict[str, Any], deleted: bool) -> None:
         pods = self.pods.setdefault(key, {})
         if deleted:
-            pods.pop(body["metadata"]["name"], None)
+            pods.pop(name, None)
             if not pods:
                 del self.pods[key]
         else:
-            pods[body["metadata"]["name"]] = pod_view(body)
-        return key
+            pods[name] = pod_view(body)
 
     def job_of(self, key: Key, uid: str) -> JobView | None:
         held = self.jobs.get(key)

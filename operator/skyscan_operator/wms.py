@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import httpx
+import tenacity
 
 from skyscan import names
 from skyscan_operator import metrics
@@ -37,6 +38,14 @@ class WMSError(Exception):
 
 class WMSUnavailable(WMSError):
     """No answer, 5xx, 408 or 429 (or a 401 a fresh token did not cure), past the retries."""
+
+
+def retried(error: BaseException, idempotent: bool) -> bool:
+    """Whether a failed try is tried again: a refused token (a fresh one is minted), a connection that
+    never opened (nothing was sent), and, for an idempotent call, anything else `WMSUnavailable`."""
+    if not isinstance(error, WMSUnavailable):
+        return False
+    return idempotent or error.status == 401 or isinstance(error.__cause__, httpx.ConnectError)
 
 
 class TokenSource:
@@ -116,38 +125,34 @@ class WMSClient:
         await self._http.aclose()
 
     async def _call(self, method: str, path: str, body: Any = None, *, idempotent: bool = True) -> Any:
-        """One WMS call. Connection failures are always retried (nothing was sent); timeouts and 5xx
-        only for idempotent calls."""
-        last: WMSUnavailable | None = None
-        for attempt in range(1 + self._retries):
-            if attempt:
-                await asyncio.sleep(self._backoff * 2 ** (attempt - 1))
-            headers = {"Authorization": f"Bearer {await self._tokens.token()}"} if self._tokens else {}
-            started = time.monotonic()
-            try:
-                r = await self._http.request(method, path, json=body, headers=headers)
-            except httpx.TransportError as e:
-                metrics.wms_request(method, path, None, time.monotonic() - started)
-                last = WMSUnavailable(method, path, None, f"{type(e).__name__}: {e}")
-                if idempotent or isinstance(e, httpx.ConnectError):
-                    continue
-                raise last from e
-            metrics.wms_request(method, path, r.status_code, time.monotonic() - started)
-            if r.status_code == 401 and self._tokens:
-                self._tokens.invalidate()  # expired early or revoked: mint a new one and try again
-                last = WMSUnavailable(method, path, 401, r.text[:300])
-                continue
-            if r.status_code >= 500 or r.status_code in (408, 429):  # cannot now, not a refusal
-                last = WMSUnavailable(method, path, r.status_code, r.text[:300])
-                log.warning("WMS %s %s: HTTP %s (try %d)", method, path, r.status_code, attempt + 1)
-                if idempotent:
-                    continue
-                raise last
-            if r.status_code >= 400:
-                raise WMSError(method, path, r.status_code, r.text[:300])
-            return r.json()
-        assert last is not None
-        raise last
+        """One WMS call, retried (`retried`) up to `retries` times, `backoff` seconds doubling between
+        tries; past them, the last `WMSUnavailable`."""
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(1 + self._retries),
+            wait=tenacity.wait_exponential(multiplier=self._backoff),
+            retry=tenacity.retry_if_exception(lambda e: retried(e, idempotent)),
+            reraise=True,
+        )
+        return await retrying(self._send, method, path, body)
+
+    async def _send(self, method: str, path: str, body: Any) -> Any:
+        headers = {"Authorization": f"Bearer {await self._tokens.token()}"} if self._tokens else {}
+        started = time.monotonic()
+        try:
+            r = await self._http.request(method, path, json=body, headers=headers)
+        except httpx.TransportError as e:
+            metrics.wms_request(method, path, None, time.monotonic() - started)
+            raise WMSUnavailable(method, path, None, f"{type(e).__name__}: {e}") from e
+        metrics.wms_request(method, path, r.status_code, time.monotonic() - started)
+        if r.status_code == 401 and self._tokens:
+            self._tokens.invalidate()  # expired early or revoked: mint a new one and try again
+            raise WMSUnavailable(method, path, 401, r.text[:300])
+        if r.status_code >= 500 or r.status_code in (408, 429):  # cannot now, not a refusal
+            log.warning("WMS %s %s: HTTP %s", method, path, r.status_code)
+            raise WMSUnavailable(method, path, r.status_code, r.text[:300])
+        if r.status_code >= 400:
+            raise WMSError(method, path, r.status_code, r.text[:300])
+        return r.json()
 
     # --- workflows ---
     async def request_workflow(self, body: dict[str, Any]) -> dict[str, Any]:

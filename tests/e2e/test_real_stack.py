@@ -30,9 +30,9 @@ import httpx
 import pytest
 import yaml
 
+from skyscan import names
 from skyscan.archive import MIGRATIONS
 from skyscan_local import host, node, real_stack
-from skyscan_operator import scanner_job
 from tests.e2e.test_real_node import NODE_DIR
 
 UNFIT = node.unfit_reason()
@@ -42,7 +42,7 @@ pytestmark = [
 ]
 NS = real_stack.NAMESPACE
 SCANS = f"/apis/skyscan.io/v1alpha1/namespaces/{NS}/scans"
-SCAN_LABEL = "skyscan.io/scan-id"
+SCAN_LABEL = names.SCAN_ID_LABEL
 EVENT = {"value": {"data": {"run_id": 138632, "event_id": 31747601, "mjd": 59723.32}}}
 SKYSCAN = str(Path(sys.executable).parent / "skyscan")
 
@@ -342,8 +342,7 @@ def running_ip(stack: Stack, name: str) -> str | None:
 
 @pytest.mark.timeout(240)
 def test_scanner_pods_reach_only_the_shim_the_wms_and_dns_as_their_network_policy_says(clean: Stack) -> None:
-    scanner_labels = {k: v for k, v in scanner_job.child_labels("x").items() if k != SCAN_LABEL}
-    pods = {"as-scanner": scanner_labels, "other": {"app.kubernetes.io/name": "probe"}}
+    pods = {"as-scanner": names.SCANNER_LABELS, "other": {"app.kubernetes.io/name": "probe"}}
     for name, labels in pods.items():
         clean.api.http.post(f"/api/v1/namespaces/{NS}/pods", json=probe_pod(name, labels)).raise_for_status()
     ips = {name: poll(functools.partial(running_ip, clean, name), f"{name} running", 60) for name in pods}

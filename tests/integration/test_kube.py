@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from skyscan import kube, model
+from skyscan import kube, model, names
 from tests.conftest import Cluster
 from tests.unit.test_crd import minimal_spec
 
@@ -105,7 +105,7 @@ async def test_apply_crd_replaces_an_existing_one(scratch: tuple[kube.Kube, str]
     from skyscan import crd
 
     client, _ = scratch
-    await kube.apply_crd(client, crd.build_crd())  # already installed: replaced, still Established
+    await kube.apply_crd(client, crd.build_crd(), names.INSTALL_MANAGER)  # installed: applied again
     got = await client.request(
         "GET", kube.path("apiextensions.k8s.io/v1", "customresourcedefinitions", name=crd.CRD_NAME)
     )

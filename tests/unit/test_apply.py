@@ -62,16 +62,16 @@ def in_attempt(attempts: int = 1) -> Run:
     first["backlog"]["attempts"] = attempts - 1
     admitted = plan(scan(first), Observed(event=True, admission=Admission(True)), NOW - 5, SETTINGS)
 
-    async def patch_status(*args: Any, **kw: Any) -> dict[str, Any]:
+    async def apply_status(path: str, body: dict[str, Any], *args: Any, **kw: Any) -> dict[str, Any]:
         meta = {"name": "s1", "namespace": "ns", "uid": "uid-1", "resourceVersion": "9"}
-        return {"metadata": meta, "spec": {}, "status": {}}
+        return {"metadata": meta, "spec": {}, "status": body["status"]}
 
     applier = S(
         settings=SETTINGS,
         clock=lambda: NOW,
         store=Store(),
         events=S(post=lambda *a: None),
-        api=S(request=patch_status),  # the status patch is the only API call here
+        api=S(apply=apply_status),  # the status apply is the only API call here
     )
     view = scan(admitted.status)
     return Run(applier, view, {"metadata": {}, "status": {}}, admitted)  # type: ignore[arg-type]

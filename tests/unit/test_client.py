@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -167,6 +168,41 @@ def test_a_dropped_connection_retries_a_read_but_not_a_launch(serve: Callable[[P
 def test_nothing_listening_is_unreachable_after_the_retries() -> None:
     with Client("http://127.0.0.1:9", "t", retries=1, backoff=0.001) as c, pytest.raises(Unreachable):
         c.launch({})  # never sent, so a retry could not start a second scan
+
+
+@pytest.mark.parametrize("status", [400, 409, 429, 500])
+def test_other_errors_are_answers_and_sent_once(serve: Callable[[Plan], Server], status: int) -> None:
+    server = serve(failing_then_ok(1, error(status, "no")))
+    with client(server) as c, pytest.raises(SkyscanError) as caught:
+        c.status("s1")
+    assert caught.value.status == status and server.seen[("GET", "/scan/s1/status")] == 1
+
+
+def test_a_connection_that_never_opened_is_tried_again_even_for_a_launch() -> None:
+    started = time.monotonic()
+    with Client("http://127.0.0.1:9", "t", retries=2, backoff=0.4) as c, pytest.raises(Unreachable):
+        c.launch({})
+    # A refused connection fails at once: only the two pauses (at least 0.2 s and 0.4 s) take time.
+    assert time.monotonic() - started >= 0.6
+
+
+def test_the_pause_is_the_servers_retry_after_up_to_max_backoff(serve: Callable[[Plan], Server]) -> None:
+    def busy_for(seconds: str) -> Plan:
+        def plan(method: str, path: str, n: int, body: bytes) -> tuple[int, Any, dict[str, str]]:
+            if n == 0:
+                return (*error(503, "busy"), {"Retry-After": seconds})
+            return 200, {"ok": n}, {}
+
+        return plan
+
+    with client(serve(busy_for("1"))) as c:  # backoff 0.001 s: the wait is the server's
+        started = time.monotonic()
+        c.status("s1")
+        assert time.monotonic() - started >= 1.0
+    with Client(serve(busy_for("30")).url, "t", backoff=0.001, max_backoff=0.2) as c:
+        started = time.monotonic()
+        c.status("s1")
+        assert time.monotonic() - started < 5.0
 
 
 def test_the_error_body_and_status_are_carried(serve: Callable[[Plan], Server]) -> None:

@@ -127,6 +127,18 @@ async def test_an_unreachable_shim_is_retried_until_the_limit(tmp_path: Path) ->
     assert code == 1 and "still failing after 1.5s" in log and "retrying" in log
 
 
+async def test_a_5xx_is_retried_while_the_next_try_starts_within_the_limit(
+    receiver: Receiver, tmp_path: Path
+) -> None:
+    receiver.statuses = [503] * 10
+    path = tmp_path / "startup.json"
+    path.write_bytes(startup_json(10))
+    code, log = await finish(await start(receiver, path, "--exit-when-done", "--retry-seconds", "1.2"))
+    # Tries at 0 s and 0.5 s; the next would be 1 s later, past the 1.2 s limit: not made.
+    assert code == 1 and "still failing after 1.2s: HTTP 503" in log
+    assert len(receiver.received) == 2
+
+
 async def test_an_invalid_file_is_never_uploaded_and_usage_errors(receiver: Receiver, tmp_path: Path) -> None:
     path = tmp_path / "startup.json"
     path.write_bytes(b'{"half": [1, 2, ')

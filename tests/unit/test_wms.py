@@ -11,7 +11,7 @@ from aiohttp import web
 
 from skyscan import model
 from skyscan_local import wms_simulator as simulator
-from skyscan_operator import scanner_job
+from skyscan_operator import metrics, scanner_job
 from skyscan_operator.settings import OperatorSettings
 from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable, jwt_expiry
 from skyscan_operator.workforce import summarize
@@ -157,6 +157,78 @@ async def test_oidc_client_credentials(sim: Sim) -> None:
     assert len(sim.state.tokens) == 1  # minted once, reused
     await anonymous.aclose()
     await authed.aclose()
+
+
+# -- the retry rules, each over real HTTP ------------------------------------------------------------
+
+
+async def test_a_5xx_is_tried_1_plus_retries_times_and_a_4xx_once(sim: Sim) -> None:
+    wms = client(sim)  # retries=2
+    sim.state.faults.append(simulator.Fault(503, time.time() + 60, None, "/v1/workflows/WF-x", "GET"))
+    with pytest.raises(WMSUnavailable) as err:
+        await wms.get_workflow("WF-x")
+    assert err.value.status == 503
+    assert sim.state.requests.count(("GET", "/v1/workflows/WF-x")) == 3
+    for status in (400, 403, 409, 422):
+        path = f"/v1/workflows/WF-{status}"
+        sim.state.faults.append(simulator.Fault(status, time.time() + 60, None, path, "GET"))
+        with pytest.raises(WMSError) as refused:
+            await wms.get_workflow(f"WF-{status}")
+        assert refused.value.status == status and not isinstance(refused.value, WMSUnavailable)
+        assert sim.state.requests.count(("GET", path)) == 1  # a refusal is an answer
+    await wms.aclose()
+
+
+async def test_the_pauses_between_tries_double(sim: Sim) -> None:
+    wms = WMSClient(sim.url, retries=2, backoff=0.2)
+    sim.state.faults.append(simulator.Fault(502, time.time() + 60, None, "/v1/workflows/", "GET"))
+    started = time.monotonic()
+    with pytest.raises(WMSUnavailable):
+        await wms.get_workflow("WF-x")
+    # 0.2 s, then 0.4 s: equal pauses would be 0.4 s in all.
+    assert 0.6 <= time.monotonic() - started < 3.0
+    await wms.aclose()
+
+
+async def test_a_timed_out_read_is_tried_again_and_a_timed_out_post_is_not(sim: Sim) -> None:
+    """No answer in time: a read is repeated; a workflow request may have been acted on (it was:
+    the simulator answers late), so it is not sent again."""
+    wms = WMSClient(sim.url, retries=2, backoff=0.01, timeout=0.3)
+    sim.state.delays.append(simulator.Delay(1.0, "after", 1, "/v1/query/", None))
+    assert await wms.query_workflows(["WF-x"]) == []
+    assert sim.state.requests.count(("POST", "/v1/query/workflows")) == 2
+    sim.state.delays.append(simulator.Delay(1.0, "after", 1, "/v1/workflows", "POST"))
+    with pytest.raises(WMSUnavailable, match="ReadTimeout"):
+        await wms.request_workflow(request())
+    assert sim.posts("/v1/workflows") == 1
+    assert len(sim.state.workflows) == 1  # acted on once
+    await wms.aclose()
+
+
+async def test_a_refused_token_is_minted_again_and_even_a_post_is_sent_again(sim: Sim) -> None:
+    sim.state.settings = sim.state.settings.model_copy(update={"require_auth": True})
+    wms = client(sim, oidc_issuer=sim.url, client_id="skyscan", client_secret="s3cret")
+    assert await wms.query_workflows(["x"]) == []
+    sim.state.tokens.clear()  # the WMS forgets (revokes) the token the client holds
+    created = await wms.request_workflow(request())
+    assert sim.posts("/v1/workflows") == 2  # refused unread (401), then accepted
+    assert list(sim.state.workflows) == [created["workflow"]["workflow_id"]]
+    assert len(sim.state.tokens) == 1  # the fresh one
+    await wms.aclose()
+
+
+def wms_attempts(operation: str, outcome: str) -> float:
+    labels = {"operation": operation, "outcome": outcome}
+    return metrics.REGISTRY.get_sample_value("skyscan_operator_wms_requests_total", labels) or 0.0
+
+
+async def test_a_connection_that_never_opened_is_tried_again_even_for_a_post() -> None:
+    wms = WMSClient("http://127.0.0.1:9", retries=2, backoff=0.01)  # nothing listens: nothing was sent
+    before = wms_attempts("POST /v1/workflows", "unavailable")
+    with pytest.raises(WMSUnavailable, match="ConnectError"):
+        await wms.request_workflow(request())
+    assert wms_attempts("POST /v1/workflows", "unavailable") - before == 3
+    await wms.aclose()
 
 
 def test_jwt_expiry_is_read_without_verification() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import Any
 
 from skyscan.kube import Kube
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
@@ -96,12 +97,17 @@ async def test_start_attempts_are_bounded_and_the_failure_is_visible(
     await wms.call("POST", "/_sim/faults", {"status": 400, "path_prefix": "/v1/workflows", "method": "POST"})
     operator()
     name = await create_scan(api, namespace, priority=200)
-    scan = await wait_scan(api, namespace, name, lambda s: condition(s, "Failed").get("status") == "True")
+
+    def settled(s: dict[str, Any]) -> bool:  # failed, and (a write later) its finalizer released
+        return condition(s, "Failed").get("status") == "True" and FINALIZER not in (
+            s["metadata"].get("finalizers") or []
+        )
+
+    scan = await wait_scan(api, namespace, name, settled)
     failed = condition(scan, "Failed")
     assert failed["reason"] == "StartAttemptsExhausted"
     assert "3 start attempts failed" in failed["message"] and "HTTP 400" in failed["message"]
     assert scan["status"].get("backlog") is None  # off the backlog, not silently dropped
-    assert FINALIZER not in (scan["metadata"].get("finalizers") or [])
     posts = [r for r in await wms.requests() if r == ("POST", "/v1/workflows")]
     assert len(posts) == 3
     assert await wms.workflows() == []

@@ -38,10 +38,22 @@ async def event_owners(api: Kube, namespace: str, sensor_event_id: str) -> set[s
     return None if meta is None else {o["uid"] for o in meta.get("ownerReferences") or []}
 
 
+async def leading(api: Kube, namespace: str) -> bool:
+    """Some operator holds this namespace's Lease (it watches Scans a moment later)."""
+    try:
+        lease = await api.request(
+            "GET", kube.path("coordination.k8s.io/v1", "leases", namespace, "skyscan-operator")
+        )
+    except kube.ApiError:
+        return False
+    return bool(lease["spec"].get("holderIdentity"))  # raw: Lease
+
+
 async def test_a_scan_whose_event_never_comes_fails_after_the_grace_period(
     api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     operator(SKYSCAN_EVENT_GRACE_SECONDS=str(EVENT_GRACE))
+    await eventually(lambda: leading(api, namespace), timeout=30)  # the grace runs from the Scan's creation
     name = await create_scan(api, namespace, priority=200, event=False)
     scan = await wait_scan(
         api, namespace, name, lambda s: condition(s, "Admitted").get("reason") == "EventMissing"

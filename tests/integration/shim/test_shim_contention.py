@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from typing import Any
 
+import pytest
+
+from api_shim.errors import ApiError
+from api_shim.store import Change
+from skyscan import kube, names
 from skyscan.kube import scan_path
 from tests.integration.shim.conftest import ShimUnderTest
 from tests.integration.shim.test_shim_writes import EVENT_METADATA, PROGRESS
@@ -97,18 +103,84 @@ async def test_concurrent_workflow_ids_and_worker_requests(shim: ShimUnderTest) 
     assert sorted(r["nWorkers"] for r in scan["spec"]["workerRequests"]) == list(range(1, 21))
 
 
-async def test_progress_on_a_scan_whose_status_the_cache_has_not_seen(shim: ShimUnderTest) -> None:
-    """A progress report needs the status to exist (JSON Patch `add`); a cache that believes it does
-    while it does not (a Scan made elsewhere, not yet watched) still gets the report stored."""
+async def test_progress_on_a_scan_with_no_status_yet_is_stored_and_the_rest_kept(shim: ShimUnderTest) -> None:
+    """The progress is applied (server-side) as the shim's own key: it needs no status to exist first,
+    replaces the last progress whole, and leaves every other key of the status as it was."""
     scan_id = (await shim.launch())["scan_id"]
     scan = await shim.api.request("GET", scan_path(shim.namespace, scan_id))
     assert "status" not in scan
-    believed = {**scan, "status": {"lastUpdated": 1.0}}
     store = shim.state.scans.store
-    real_get = store.cache.get
-    store.cache.get = lambda name: believed if name == scan_id else real_get(name)  # type: ignore[method-assign]
-    try:
-        written = await store.replace_status(scan_id, {"progress": {"summary": "s"}})
-    finally:
-        store.cache.get = real_get  # type: ignore[method-assign]
-    assert written["status"]["progress"] == {"summary": "s"}
+    written = await store.replace_progress(scan_id, {"summary": "s", "extra": {"a": 1}})
+    assert written["status"]["progress"] == {"summary": "s", "extra": {"a": 1}}
+    await shim.api.request(
+        "PATCH", scan_path(shim.namespace, scan_id, "status"), body={"status": {"scanMetadata": {"k": 1}}},
+        content_type=kube.MERGE_PATCH,
+    )  # fmt: skip
+    written = await store.replace_progress(scan_id, {"summary": "t"})
+    assert written["status"]["progress"] == {"summary": "t"}
+    assert written["status"]["scanMetadata"] == {"k": 1}
+    managers = written["metadata"]["managedFields"]
+    owners = {(f["manager"], f["operation"], f.get("subresource")) for f in managers}
+    assert (names.SHIM_MANAGER, "Apply", "status") in owners
+    assert (names.SHIM_MANAGER, "Update", None) in owners  # the launch
+
+
+# -- the retry rule of guarded writes, against the real API server ----------------------------------
+
+
+async def stale_and_current(shim: ShimUnderTest) -> tuple[str, str, str]:
+    """A scan, a version of it that has been replaced (another writer came in between), and the
+    current one."""
+    scan_id = (await shim.launch())["scan_id"]
+    stale = (await shim.kube_scan(scan_id))["metadata"]["resourceVersion"]
+    await shim.operator_writes(scan_id, {"lastUpdated": 1.0})
+    return scan_id, stale, (await shim.kube_scan(scan_id))["metadata"]["resourceVersion"]
+
+
+async def test_a_write_on_a_replaced_version_is_decided_again_on_the_current_one(shim: ShimUnderTest) -> None:
+    scan_id, stale, current = await stale_and_current(shim)
+    seen: list[str] = []
+
+    def decide(scan: dict[str, Any]) -> Change:
+        if not seen:  # the first decision is on the replaced version: the API server says 409
+            scan["metadata"]["resourceVersion"] = stale
+        seen.append(scan["metadata"]["resourceVersion"])
+        return Change(spec={"deleted": True})
+
+    written = await shim.state.scans.store.update(scan_id, decide)
+    assert seen[0] == stale and len(seen) == 2 and int(seen[1]) >= int(current)
+    assert written["spec"]["deleted"] is True
+    assert (await shim.kube_scan(scan_id))["spec"]["deleted"] is True
+
+
+async def test_conflicts_are_retried_until_the_budget_then_503(shim: ShimUnderTest) -> None:
+    scan_id, stale, _ = await stale_and_current(shim)
+    tries = 0
+
+    def decide(scan: dict[str, Any]) -> Change:
+        nonlocal tries
+        tries += 1
+        scan["metadata"]["resourceVersion"] = stale  # always decided on a replaced version
+        return Change(spec={"deleted": True})
+
+    started = time.monotonic()
+    with pytest.raises(ApiError) as caught:
+        await shim.state.scans.store.update(scan_id, decide, budget=0.5)
+    assert 0.5 <= time.monotonic() - started < 5.0
+    assert (caught.value.status, caught.value.headers) == (503, {"Retry-After": "1"})
+    assert tries > 2  # pauses start at 10 ms: many tries fit in the budget
+    assert not (await shim.kube_scan(scan_id))["spec"].get("deleted")  # nothing written
+
+
+async def test_a_refusal_by_the_api_server_other_than_409_is_not_retried(shim: ShimUnderTest) -> None:
+    scan_id = (await shim.launch())["scan_id"]
+    tries = 0
+
+    def decide(scan: dict[str, Any]) -> Change:
+        nonlocal tries
+        tries += 1
+        return Change(spec={"deleted": "not a boolean"})  # the CRD's schema refuses it: 422
+
+    with pytest.raises(kube.ApiError) as caught:
+        await shim.state.scans.store.update(scan_id, decide, budget=5.0)
+    assert caught.value.status == 422 and tries == 1
