@@ -62,6 +62,7 @@ class Held(NamedTuple):
     version: int  # its resourceVersion
     packed: bytes  # its compact form
     rescan_of: str | None  # its spec.rescanOf, to unindex it without unpacking
+    replaced_by: str | None  # its spec.replacedBy, for the redirect check of a read without unpacking
 
 
 class ScanCache:
@@ -107,6 +108,16 @@ class ScanCache:
 
     def __iter__(self) -> Iterator[Obj]:
         return map(self._unpack, list(self._scans.values()))
+
+    def version(self, name: str) -> int | None:
+        """The resourceVersion of the Scan held as `name`, without unpacking it (None: none is held)."""
+        held = self._scans.get(name)
+        return None if held is None else held.version
+
+    def replaced_by(self, name: str) -> str | None:
+        """The scan that replaced the held Scan `name`, without unpacking it (None: none, or not held)."""
+        held = self._scans.get(name)
+        return None if held is None else held.replaced_by
 
     def __contains__(self, name: object) -> bool:
         return name in self._scans
@@ -201,7 +212,7 @@ class ScanCache:
         scan = compact(obj)
         record = ScanRecord(scan)
         self._unindex(name, old)
-        self._scans[name] = Held(version, self._packer.pack(scan), record.rescan_of)
+        self._scans[name] = Held(version, self._packer.pack(scan), record.rescan_of, record.replaced_by)
         self.find_index.put(name, scan)
         if record.rescan_of:
             self._rescans.setdefault(record.rescan_of, set()).add(name)
