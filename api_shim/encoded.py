@@ -25,8 +25,8 @@ from api_shim.cache import ScanCache
 from skyscan.status import ScanRecord, resource_version
 
 Form = tuple[Hashable, ...]  # which form: its view, then whatever else it depends on
-BUDGET_BYTES = 2 * 1024 * 1024  # ~1,400 scans' manifest and status: the scans clients are polling
-FORM_OVERHEAD = 200  # bytes a kept form costs beyond its body: its key and slot
+BUDGET_BYTES = 512 * 1024  # ~300 scans' manifest and status: the scans clients poll (RSS grows by about this)
+FORM_OVERHEAD = 260  # bytes a kept form costs beyond its body (its key, slots, the bytes header: measured)
 FORMS_PER_SCAN = 16  # projections are the client's choice: past this many, a new one is not kept
 
 

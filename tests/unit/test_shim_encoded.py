@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from api_shim.cache import ScanCache
-from api_shim.encoded import FORMS_PER_SCAN, EncodedForms
+from api_shim.encoded import FORM_OVERHEAD, FORMS_PER_SCAN, EncodedForms
 from tests.unit.test_shim_cache_packing import waiting_scan
 
 MANIFEST = ("manifest", None)
@@ -60,15 +60,17 @@ async def test_copies_that_are_not_the_cache_version_are_never_kept() -> None:
 async def test_forms_are_bounded_by_bytes_least_recently_read_dropped_first() -> None:
     objs = [waiting_scan(i) for i in range(10)]
     cache = cache_of(*objs)
-    forms = EncodedForms(cache, budget=8 * 1200)  # eight bodies of 1,000 bytes (and their overhead)
+    forms = EncodedForms(cache, budget=8 * (1000 + FORM_OVERHEAD))  # eight bodies of 1,000 bytes
     for i in range(8):
         forms.put(objs[i], MANIFEST, b"x" * 1000)
     assert forms.get("scan-00000", MANIFEST) is not None  # read again: the most recent now
     forms.put(objs[8], MANIFEST, b"x" * 1000)
-    assert forms.size <= 8 * 1200
+    assert forms.size <= 8 * (1000 + FORM_OVERHEAD)
     assert forms.get("scan-00001", MANIFEST) is None  # the least recently read went first
     assert forms.get("scan-00000", MANIFEST) is not None and forms.get("scan-00008", MANIFEST) is not None
-    forms.put(objs[9], MANIFEST, b"x" * 1300)  # larger than an eighth of the budget: built each time
+    forms.put(
+        objs[9], MANIFEST, b"x" * (1000 + FORM_OVERHEAD + 1)
+    )  # larger than an eighth of the budget: built each time
     assert forms.get("scan-00009", MANIFEST) is None
 
 
