@@ -107,11 +107,15 @@ def _confine(request: web.Request, scan_id: str, route: Route) -> None:
 
 async def _maybe_redirect(request: web.Request, route: Route) -> None:
     old = request.match_info["scan_id"]
-    scan = await request.app[SHIM].scans.get(old)
-    if scan is None:
-        return
-    request[FOUND] = scan  # the handler reads the same copy (one archive query per request)
-    new = ScanRecord(scan).replaced_by
+    scans = request.app[SHIM].scans
+    if old in scans.cache:  # live: known without unpacking the Scan, which a kept form never needs
+        new = scans.cache.replaced_by(old)
+    else:
+        scan = await scans.get(old)
+        if scan is None:
+            return
+        request[FOUND] = scan  # the handler reads the same copy (one archive query per request)
+        new = ScanRecord(scan).replaced_by
     if not new:
         return
     if query_bool(request, "no_redirect") or (
