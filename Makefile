@@ -50,7 +50,7 @@ mutate: venv            ## mutation testing of the identity and bounds code (too
 
 QUICK ?=
 bench: venv             ## the benchmark suite, one markdown table (README, Benchmarks); QUICK=1: CI's small size
-	bin=$$(bash tools/k8s/build.sh) && SKYSCAN_K8S_BIN_READY=$$bin $(PY) tools/bench/suite.py $(if $(QUICK),--quick)
+	bin=$$(bash tools/k8s/build.sh --bench) && SKYSCAN_K8S_BIN_READY=$$bin $(PY) tools/bench/suite.py $(if $(QUICK),--quick)
 
 cluster-up: venv binaries   ## start the local control plane; prints the kubeconfig path
 	$(VENV)/bin/skyscan-cluster up --dir $(CLUSTER_DIR)

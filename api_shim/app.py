@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import TypedDict
 
 from aiohttp import web
-from aiohttp.abc import AbstractAccessLogger
-from aiohttp.http_exceptions import HttpProcessingError
 
 from api_shim import auth, oidc, openapi
+from api_shim.access import LOGGER, AccessLogger, refused_requests_in_brief
 from api_shim.bodies import BODIES, BodyBudget, body_of
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, error_middleware
@@ -108,11 +107,15 @@ def _confine(request: web.Request, scan_id: str, route: Route) -> None:
 
 async def _maybe_redirect(request: web.Request, route: Route) -> None:
     old = request.match_info["scan_id"]
-    scan = await request.app[SHIM].scans.get(old)
-    if scan is None:
-        return
-    request[FOUND] = scan  # the handler reads the same copy (one archive query per request)
-    new = ScanRecord(scan).replaced_by
+    scans = request.app[SHIM].scans
+    if old in scans.cache:  # live: known without unpacking the Scan, which a kept form never needs
+        new = scans.cache.replaced_by(old)
+    else:
+        scan = await scans.get(old)
+        if scan is None:
+            return
+        request[FOUND] = scan  # the handler reads the same copy (one archive query per request)
+        new = ScanRecord(scan).replaced_by
     if not new:
         return
     if query_bool(request, "no_redirect") or (
@@ -208,50 +211,6 @@ async def create_app(
     return app
 
 
-def _matched(request: web.BaseRequest) -> web.UrlMappingMatchInfo | None:
-    """The route a request matched; none for one refused before routing (a malformed request, whose
-    `match_info` aiohttp asserts is unset)."""
-    try:
-        return request.match_info  # type: ignore[attr-defined,no-any-return]
-    except (AttributeError, AssertionError):
-        return None
-
-
-def refused_requests_in_brief(record: logging.LogRecord) -> bool:
-    """aiohttp logs a request it could not parse as an error with a traceback whose message quotes the
-    raw bytes (a folded Authorization header's token among them): it is the client's mistake, one line
-    naming its kind."""
-    exc = record.exc_info[1] if record.exc_info else None
-    if isinstance(exc, HttpProcessingError):
-        record.msg, record.args = "refused a malformed HTTP request (%s %s)", (exc.code, type(exc).__name__)
-        record.exc_info = record.exc_text = None
-        record.levelno, record.levelname = logging.INFO, "INFO"
-    return True
-
-
-class AccessLogger(AbstractAccessLogger):
-    """One line per request: the route template (never the raw path or query string, which may hold a
-    presigned URL's signature), method, status, duration, and the scan a route names."""
-
-    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        match_info = _matched(request)
-        resource = match_info.route.resource if match_info is not None else None
-        route = resource.canonical if resource is not None else None
-        scan_id = match_info.get("scan_id") if match_info is not None else None
-        fields = {
-            "method": request.method,
-            "route": route,
-            "status": response.status,
-            "duration_ms": round(time * 1000, 3),
-            **(logs.about(scan_id) if scan_id else {}),
-        }
-        self.logger.info("%s %s %d %.1fms", request.method, route, response.status, time * 1000, extra=fields)
-
-    @property
-    def enabled(self) -> bool:
-        return self.logger.isEnabledFor(logging.INFO)
-
-
 def server_tls(settings: ShimSettings) -> ssl.SSLContext | None:
     """The HTTPS context of SKYSCAN_TLS_CERT_FILE and SKYSCAN_TLS_KEY_FILE (both or neither)."""
     if settings.tls_cert_file is None and settings.tls_key_file is None:
@@ -270,7 +229,7 @@ async def serve(settings: ShimSettings) -> None:
     runner = web.AppRunner(
         await create_app(settings),
         handle_signals=False,
-        access_log=logging.getLogger("api_shim.access"),
+        access_log=logging.getLogger(LOGGER),
         access_log_class=AccessLogger,
         **SERVER_OPTIONS,
     )

@@ -2,18 +2,20 @@
 
 Requests are counted by route template (the matched resource's canonical path, so a scan id never
 becomes a label value), method and status code, and timed, by a middleware that runs outside the error
-middleware and so sees the status the client got. The cache's figures are read at scrape time by a
-collector; the cache itself only keeps two plain numbers up to date. Each app has its own registry
-(tests run several apps in one process).
+middleware and so sees the status the client got. Each (route, method, status) binds its label values
+once: a request then adds to children it looks up by identity, not by label values. The cache's
+figures are read at scrape time by a collector; the cache itself only keeps two plain numbers up to
+date. Each app has its own registry (tests run several apps in one process).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from aiohttp import web
-from aiohttp.web_urldispatcher import UrlMappingMatchInfo
+from aiohttp.web_urldispatcher import AbstractResource, UrlMappingMatchInfo
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -37,6 +39,14 @@ PAYLOAD_KINDS = {
     ("PUT", "/scan/{scan_id}/startup.json"): "startup",
     ("PATCH", "/scan/{scan_id}/manifest"): "manifest",
 }
+
+
+# The methods a label or a log line names; a client may send any token as a method.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def method_name(method: str) -> str:
+    return method if method in METHODS else "OTHER"
 
 
 def route_template(match: UrlMappingMatchInfo) -> str:
@@ -71,6 +81,15 @@ class CacheCollector(Collector):
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """The children one (route, method, status) adds to."""
+
+    requests: Counter
+    duration: Histogram
+    payload_bytes: Counter | None  # a stored body's kind, answered with success
+
+
 class ShimMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -98,16 +117,30 @@ class ShimMetrics:
             registry=self.registry,
         )
 
+        # Keys are few: the route table's resources (None: unmatched) x METHODS x status codes.
+        self._bound: dict[tuple[AbstractResource | None, str, int], Bound] = {}
+
     def watch(self, cache: ScanCache) -> None:
         self.registry.register(CacheCollector(cache))
 
+    def bind(self, match: UrlMappingMatchInfo, method: str, status: int) -> Bound:
+        route = route_template(match)
+        kind = PAYLOAD_KINDS.get((method, route)) if status < 300 else None
+        return Bound(
+            self.requests.labels(route, method, str(status)),
+            self.duration.labels(route, method),
+            self.payload_bytes.labels(kind) if kind is not None else None,
+        )
+
     def observe(self, request: web.Request, status: int, seconds: float) -> None:
-        route = route_template(request.match_info)
-        self.requests.labels(route, request.method, str(status)).inc()
-        self.duration.labels(route, request.method).observe(seconds)
-        kind = PAYLOAD_KINDS.get((request.method, route))
-        if kind is not None and status < 300 and request.content_length:
-            self.payload_bytes.labels(kind).inc(request.content_length)
+        match, method = request.match_info, method_name(request.method)
+        key = (match.route.resource, method, status)
+        if (bound := self._bound.get(key)) is None:
+            bound = self._bound[key] = self.bind(match, method, status)
+        bound.requests.inc()
+        bound.duration.observe(seconds)
+        if bound.payload_bytes is not None and request.content_length:
+            bound.payload_bytes.inc(request.content_length)
 
 
 METRICS = web.AppKey("metrics", ShimMetrics)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from api_shim import models, view
 from api_shim.auth import Identity
 from api_shim.bodies import body_of
+from api_shim.encoded import Form, encode
 from api_shim.errors import ApiError, bad_request, not_found
 from api_shim.scans import Scans, archived
 from api_shim.settings import ShimSettings
@@ -180,3 +181,42 @@ async def live_scan_for(request: web.Request) -> dict[str, Any]:
 
 def ok(body: Any) -> web.Response:
     return web.json_response(body)
+
+
+def answer(body: bytes) -> web.Response:
+    """An encoded JSON document, answered as `ok` answers one."""
+    return web.Response(body=body, content_type="application/json", charset="utf-8")
+
+
+def kept_form(request: web.Request, form: Form, *, include_deleted: bool = True) -> bytes | None:
+    """The scan named in the path as `form`, if it is kept encoded for the version the cache holds (404
+    for a deleted scan unless `include_deleted`); None: build it (`keep_form`)."""
+    kept = request.app[SHIM].scans.encoded.get(request.match_info["scan_id"], form)
+    if kept is None:
+        return None
+    if kept.deleted and not include_deleted:
+        raise not_found()
+    return kept.body
+
+
+def keep_form(request: web.Request, scan: dict[str, Any], form: Form, doc: Any) -> bytes:
+    """`doc`, the form `form` of `scan`, encoded and kept for the next read of that version."""
+    body = encode(doc)
+    request.app[SHIM].scans.encoded.put(scan, form, body)
+    return body
+
+
+async def served(
+    request: web.Request,
+    form: Form,
+    build: Callable[[dict[str, Any]], Any],
+    *,
+    include_deleted: bool = True,
+) -> web.Response:
+    """A read of the scan named in the path whose answer, `build(scan)`, depends on nothing but that
+    version of the Scan and `form`: the kept bytes, else built, kept and answered."""
+    body = kept_form(request, form, include_deleted=include_deleted)
+    if body is None:
+        scan = await scan_for(request, include_deleted=include_deleted)
+        body = keep_form(request, scan, form, build(scan))
+    return answer(body)

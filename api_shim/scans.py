@@ -18,6 +18,7 @@ from collections import OrderedDict
 from typing import Any
 
 from api_shim.cache import ScanCache
+from api_shim.encoded import EncodedForms
 from api_shim.errors import ARCHIVE_ERRORS, ApiError, archive_unavailable, bad_request, not_found
 from api_shim.freshness import Freshness
 from api_shim.store import Change, Obj, ScanStore, now
@@ -63,6 +64,7 @@ class Scans:
         self.cache = cache
         self.store = ScanStore(api, namespace, cache, timeout)  # live Scans, written in the API server
         self.freshness = Freshness(cache, self.store.read)
+        self.encoded = EncodedForms(cache)  # REST forms of live scans, encoded once per version
         self.archive = archive  # None: live-only
         self.events: OrderedDict[str, Any] = OrderedDict()
 

@@ -7,21 +7,26 @@ from aiohttp import web
 from api_shim import models, view
 from api_shim.auth import SYSTEM
 from api_shim.errors import ApiError, not_found
-from api_shim.plumbing import IDENTITY, SHIM, live_scan_for, ok, parse_body, query_bool, scan_for
+from api_shim.plumbing import IDENTITY, SHIM, live_scan_for, ok, parse_body, query_bool, scan_for, served
 from skyscan import manifest
 
 
 async def get_manifest(request: web.Request) -> web.Response:
-    scan = await scan_for(request, include_deleted=query_bool(request, "include_deleted"))
+    include_deleted = query_bool(request, "include_deleted")
     fields = view.pipe_projection(request.query.get("projection"))
-    doc = view.project(manifest.of(scan), fields)
     # The scanner (system role) reads its event through the deprecated field, as with the reference.
     if SYSTEM in request[IDENTITY].roles and (fields is None or "event_live_json_dict" in fields):
+        scan = await scan_for(request, include_deleted=include_deleted)
+        doc = view.project(manifest.of(scan), fields)
         event = await request.app[SHIM].scans.event(scan)
         if event is None:
             raise not_found("sensor event")
         doc["event_live_json_dict"] = event
-    return ok(doc)
+        return ok(doc)
+    form = ("manifest", None if fields is None else frozenset(fields))
+    return await served(
+        request, form, lambda scan: view.project(manifest.of(scan), fields), include_deleted=include_deleted
+    )
 
 
 async def patch_manifest(request: web.Request) -> web.Response:

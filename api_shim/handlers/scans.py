@@ -7,11 +7,24 @@ from typing import Any
 from aiohttp import web
 
 from api_shim import models, view
+from api_shim.encoded import encode
 from api_shim.errors import not_found
 from api_shim.launch import Defaults, normalise
-from api_shim.plumbing import SHIM, Shim, ok, parse_body, query_bool, scan_for
+from api_shim.plumbing import (
+    SHIM,
+    Shim,
+    answer,
+    keep_form,
+    kept_form,
+    ok,
+    parse_body,
+    query_bool,
+    scan_for,
+    served,
+)
 from api_shim.settings import ShimSettings
 from skyscan import manifest
+from skyscan.status import ScanRecord
 
 
 def _defaults(s: ShimSettings) -> Defaults:
@@ -44,10 +57,19 @@ async def launch_scan(request: web.Request) -> web.Response:
 
 async def get_scan_request(request: web.Request) -> web.Response:
     shim = request.app[SHIM]
-    scan = await shim.scans.get(request.match_info["scan_id"])
-    if scan is None:
+    name = request.match_info["scan_id"]
+    live = name in shim.scans.cache  # a live scan is unpacked only when its form is not kept
+    scan = None if live else await shim.scans.get(name)
+    if not live and scan is None:
         raise not_found("scan request")
-    return ok(view.scan_request(scan, await shim.scans.rescan_ids(view.scan_id(scan))))
+    ids = await shim.scans.rescan_ids(name)
+    form = ("request", *ids)  # its rescans are other Scans: part of the form
+    if (body := kept_form(request, form)) is None:
+        scan = scan or await shim.scans.get(name)
+        if scan is None:
+            raise not_found("scan request")
+        body = keep_form(request, scan, form, view.scan_request(scan, ids))
+    return answer(body)
 
 
 async def rescan(request: web.Request) -> web.Response:
@@ -59,8 +81,14 @@ async def rescan(request: web.Request) -> web.Response:
 
 
 async def get_scan(request: web.Request) -> web.Response:
-    scan = await scan_for(request, include_deleted=query_bool(request, "include_deleted"))
-    return ok({"manifest": manifest.of(scan), "result": await request.app[SHIM].scans.result(scan)})
+    include_deleted = query_bool(request, "include_deleted")
+    if (body := kept_form(request, ("scan",), include_deleted=include_deleted)) is not None:
+        return answer(body)
+    scan = await scan_for(request, include_deleted=include_deleted)
+    doc = {"manifest": manifest.of(scan), "result": await request.app[SHIM].scans.result(scan)}
+    if ScanRecord(scan).has_result:  # a payload of its own, read anew each time
+        return answer(encode(doc))
+    return answer(keep_form(request, scan, ("scan",), doc))
 
 
 async def delete_scan(request: web.Request) -> web.Response:
@@ -72,10 +100,10 @@ async def delete_scan(request: web.Request) -> web.Response:
 
 
 async def get_status(request: web.Request) -> web.Response:
-    scan = await scan_for(request)
-    return ok(view.scan_status(scan, _logs_url(request.app[SHIM], scan)))
+    shim = request.app[SHIM]
+    return await served(request, ("status",), lambda scan: view.scan_status(scan, _logs_url(shim, scan)))
 
 
 async def get_logs(request: web.Request) -> web.Response:
-    scan = await scan_for(request)
-    return ok({"scanner_server": {"url": _logs_url(request.app[SHIM], scan)}})
+    shim = request.app[SHIM]
+    return await served(request, ("logs",), lambda scan: {"scanner_server": {"url": _logs_url(shim, scan)}})

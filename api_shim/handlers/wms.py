@@ -6,7 +6,7 @@ from aiohttp import web
 
 from api_shim import models, view
 from api_shim.launch import n_workers_too_many
-from api_shim.plumbing import SHIM, live_scan_for, ok, parse_body, scan_for
+from api_shim.plumbing import SHIM, live_scan_for, ok, parse_body, served
 from skyscan import manifest
 from skyscan.status import ScanRecord
 
@@ -21,7 +21,7 @@ async def add_workers(request: web.Request) -> web.Response:
 
 
 async def get_workflow_id(request: web.Request) -> web.Response:
-    return ok(view.workflow_id_view(await scan_for(request)))
+    return await served(request, ("workflow-id",), view.workflow_id_view)
 
 
 async def set_workflow_id(request: web.Request) -> web.Response:
@@ -32,8 +32,8 @@ async def set_workflow_id(request: web.Request) -> web.Response:
 
 
 async def get_workforce(request: web.Request) -> web.Response:
-    return ok(view.workforce(await scan_for(request)))
+    return await served(request, ("workforce",), view.workforce)
 
 
 async def get_taskforces(request: web.Request) -> web.Response:
-    return ok({"taskforces": ScanRecord(await scan_for(request)).taskforces})
+    return await served(request, ("taskforces",), lambda scan: {"taskforces": ScanRecord(scan).taskforces})

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "bench"))
 import harness
 import history
+import loadgen
+import profile_get
 import suite
 
 from skyscan import manifest
@@ -71,6 +74,79 @@ async def test_side_by_side_alternates_the_order_of_kinds() -> None:
     assert got["a"].n == got["b"].n == 8
 
 
+async def test_interleaved_rounds_alternate_and_add_up_each_kinds_runs() -> None:
+    calls: list[tuple[str, int]] = []
+
+    def kind(name: str, seconds: float) -> harness.Measure:
+        async def measure(n: int) -> tuple[float, list[float]]:
+            calls.append((name, n))
+            return seconds, [seconds / n] * n
+
+        return measure
+
+    got = await harness.interleaved({"a": kind("a", 1.0), "b": kind("b", 2.0)}, 40, 6, rounds=2)
+    assert calls == [("a", 6), ("b", 6), ("a", 20), ("b", 20), ("b", 20), ("a", 20)]
+    assert (got["a"].n, got["a"].per_s, got["b"].per_s) == (40, 20.0, 10.0)
+    assert got["b"].p50_ms == 100.0
+
+
+HEY_CSV = """response-time,DNS+dialup,DNS,Request-write,Response-delay,Response-read,status-code,offset
+0.0021,0.0003,0.0000,0.0000,0.0017,0.0000,200,0.0004
+0.0013,0.0000,0.0000,0.0000,0.0012,0.0000,200,0.0026
+0.0410,0.0000,0.0000,0.0000,0.0400,0.0001,503,0.0030
+"""
+
+
+def test_heys_csv_gives_each_latency_status_and_the_runs_end() -> None:
+    got = loadgen.parse_csv(HEY_CSV)
+    assert got.latencies == [0.0021, 0.0013, 0.041]
+    assert got.statuses == {200: 2, 503: 1}
+    assert got.elapsed == pytest.approx(0.044)  # the last answer's end: its offset + its latency
+    assert loadgen.parse_csv(HEY_CSV.splitlines()[0]) == loadgen.Run([], Counter(), 0.0)
+
+
+def test_hey_sends_a_multiple_of_its_concurrency() -> None:
+    assert [loadgen.sent(n, 16) for n in (16, 1000, 1008)] == [16, 992, 1008]
+    with pytest.raises(ValueError):
+        loadgen.sent(15, 16)
+
+
+def test_hey_is_pinned_to_one_cpu_where_there_are_two(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    hey = tmp_path / "hey"
+    hey.write_text("")
+    monkeypatch.setenv("SKYSCAN_K8S_BIN_READY", str(tmp_path))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1})
+    args = loadgen.command("http://h/x", 10, 4, {"Authorization": "Bearer t"})
+    assert args == ["taskset", "-c", "1", str(hey), "-n", "10", "-c", "4", "-o", "csv",
+                    "-H", "Authorization: Bearer t", "http://h/x"]  # fmt: skip
+    assert loadgen.client() == "hey, pinned to CPU 1"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0})
+    assert loadgen.command("http://h/x", 10, 4, {})[0] == str(hey)
+    assert loadgen.client() == "hey (not pinned: one CPU)"
+
+
+def test_a_profiles_parts_are_shares_of_all_samples() -> None:
+    top, middleware = "<module> (api_shim/app.py:1)", "metrics_middleware (/x/api_shim/metrics.py:3)"
+    raw = "\n".join([
+        f"{top};_run_once (asyncio/base_events.py:9);RequestHandler.log_access (aiohttp/web_protocol.py:5);"
+        "format (logging/__init__.py:7) 30",
+        f"{top};{middleware};observe (/x/api_shim/metrics.py:4);inc (prometheus_client/metrics.py:2) 10",
+        f"{top};{middleware};guarded (/x/api_shim/app.py:6) 60",
+    ])  # fmt: skip
+    got = profile_get.shares(profile_get.samples(raw))
+    assert got["samples"] == 100
+    assert got["parts_pct"] == {"access log": 30.0, "metrics": 10.0}
+    assert got["top_product_inclusive_pct"]["<module> (api_shim/app.py)"] == 100.0
+    assert got["top_product_inclusive_pct"]["metrics_middleware (api_shim/metrics.py)"] == 70.0
+    assert "inc (prometheus_client/metrics.py)" not in got["top_product_inclusive_pct"]
+    assert got["top_own_pct"] == {
+        "format (logging/__init__.py)": 30.0, "inc (prometheus_client/metrics.py)": 10.0,
+        "guarded (api_shim/app.py)": 60.0,
+    }  # fmt: skip
+
+
 async def test_own_process_figures() -> None:
     assert harness.rss_mib(os.getpid()) > 1
     assert harness.cpu_seconds(os.getpid()) > 0
@@ -84,9 +160,11 @@ def test_goal_verdicts_and_table() -> None:
     assert (passed.verdict, passed.goal) == ("PASS", "< 150 MiB")
     assert failed.verdict == "FAIL"
     assert plain.verdict == plain.goal == ""
-    lines = suite.markdown([passed, failed]).splitlines()
-    assert lines[0].startswith("| measure |") and len(lines) == 4
-    assert lines[2] == "| shim RSS | 120.4 MiB |  | < 150 MiB | PASS |"
+    driven = suite.Row("GET", "3000/s", client="hey, pinned to CPU 1")
+    lines = suite.markdown([passed, failed, driven]).splitlines()
+    assert lines[0].startswith("| measure |") and "| load client |" in lines[0] and len(lines) == 5
+    assert lines[2] == "| shim RSS | 120.4 MiB |  |  | < 150 MiB | PASS |"
+    assert lines[4] == "| GET | 3000/s |  | hey, pinned to CPU 1 |  |  |"
 
 
 def test_history_rows_are_the_products_manifests() -> None:

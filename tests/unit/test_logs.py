@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from datetime import UTC, datetime
 
 import pytest
 
@@ -149,3 +150,35 @@ def test_the_shims_log_level_decides_whether_requests_are_logged(
     finally:
         root.handlers[:] = handlers
         root.setLevel(root_level)
+
+
+def test_a_vetted_record_is_written_as_an_ordinary_one_is() -> None:
+    """A CleanRecord skips the redaction pass, not the format: the same line, its scan id escaped."""
+    forged = "abc\n2026-11-25 00:00:00,000 INFO api_shim.auth: admin"
+    fields = {**logs.about(forged), "method": "GET", "route": "/scan/{scan_id}", "status": 404}
+    clean = logs.CleanRecord("skyscan.test", logging.INFO, "GET /scan/{scan_id} 404 1.0ms user", **fields)
+    ordinary = record("GET /scan/{scan_id} 404 1.0ms user", **fields)
+    ordinary.created, ordinary.msecs = clean.created, clean.msecs
+    text = logs.TextFormatter()
+    assert text.format(clean) == text.format(ordinary)
+    tail = "INFO skyscan.test: GET /scan/{scan_id} 404 1.0ms user [scan abc\\n2026-11-25 00:00:00,000 INFO"
+    assert text.format(clean).endswith(f"{tail} api_shim.auth: admin]")
+    line = as_json(clean)
+    assert line == as_json(ordinary) and line["scan_id"] == forged and line["status"] == 404
+
+
+def test_timestamps_are_loggings_own_though_made_once_a_second() -> None:
+    text, as_logging, json_formatter = logs.TextFormatter(), logging.Formatter(), logs.JsonFormatter()
+    for created in (1_764_000_000.25, 1_764_000_000.999, 1_764_000_001.0, 1_764_000_001.5, 1_764_003_600.042):
+        r = record("at")
+        r.created, r.msecs = created, int((created - int(created)) * 1000) + 0.0
+        assert text.formatTime(r) == as_logging.formatTime(r)
+        stamp = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
+        assert json.loads(json_formatter.format(r))["timestamp"] == stamp
+
+
+def test_every_character_that_breaks_a_line_is_escaped() -> None:
+    breaking = [chr(c) for c in (*range(0x20), 0x7F, 0x85, 0x2028, 0x2029)]
+    for c in breaking:
+        escaped = logs.one_line(f"id{c}x")
+        assert c not in escaped and escaped == f"id{repr(c)[1:-1]}x", repr(c)

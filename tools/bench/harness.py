@@ -19,12 +19,13 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
+import loadgen
 from aiohttp import web
 
 from api_shim.auth import make_token
@@ -123,21 +124,49 @@ async def load_loop(call: Call, n: int, concurrency: int) -> tuple[float, list[f
     return time.perf_counter() - began, latencies
 
 
-async def side_by_side(
-    kinds: Mapping[str, Call], n: int, concurrency: int, rounds: int = 4
-) -> dict[str, Stats]:
+Measure = Callable[[int], Awaitable[tuple[float, list[float]]]]  # n requests: (elapsed s, latencies s)
+
+
+def looped(call: Call, concurrency: int) -> Measure:
+    """`call` from `concurrency` workers in this process (load_loop)."""
+
+    async def measure(n: int) -> tuple[float, list[float]]:
+        return await load_loop(call, n, concurrency)
+
+    return measure
+
+
+def hey_get(url: str, concurrency: int, headers: Mapping[str, str] | None = None) -> Measure:
+    """GETs of `url` by hey (loadgen), `concurrency` at a time."""
+
+    async def measure(n: int) -> tuple[float, list[float]]:
+        got = await loadgen.run(url, n, concurrency, headers)
+        return got.elapsed, got.latencies
+
+    return measure
+
+
+async def interleaved(kinds: Mapping[str, Measure], n: int, warm: int, rounds: int = 4) -> dict[str, Stats]:
     """Each kind `n` times in all, in alternating rounds (a drift in the machine's load hits every kind
-    alike), after a warm-up of each."""
-    for call in kinds.values():
-        await load_loop(call, 2 * concurrency, concurrency)
+    alike), after a warm-up of `warm` requests of each."""
+    for measure in kinds.values():
+        await measure(warm)
     elapsed = dict.fromkeys(kinds, 0.0)
     latencies: dict[str, list[float]] = {name: [] for name in kinds}
     for round_ in range(rounds):
         for name in list(kinds) if round_ % 2 == 0 else list(reversed(list(kinds))):
-            took, lat = await load_loop(kinds[name], max(1, n // rounds), concurrency)
+            took, lat = await kinds[name](max(1, n // rounds))
             elapsed[name] += took
             latencies[name] += lat
     return {name: stats(latencies[name], elapsed[name]) for name in kinds}
+
+
+async def side_by_side(
+    kinds: Mapping[str, Call], n: int, concurrency: int, rounds: int = 4
+) -> dict[str, Stats]:
+    """interleaved() of calls made by this process, `concurrency` at a time."""
+    measures = {name: looped(call, concurrency) for name, call in kinds.items()}
+    return await interleaved(measures, n, 2 * concurrency, rounds)
 
 
 async def eventually(probe: Callable[[], Awaitable[Any]], timeout: float, interval: float = 0.05) -> Any:
@@ -412,12 +441,16 @@ class Server:
                 await self.proc.wait()
 
 
-async def spawn(args: Sequence[str], env: Mapping[str, str], port: int = 0) -> Server:
-    """`python args...` with `env` over ours; killed if we die; its stdout discarded (banners)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, *args, env={**os.environ, **env}, stdout=asyncio.subprocess.DEVNULL,
-        preexec_fn=processes.die_with_parent,
-    )  # fmt: skip
+async def spawn(
+    args: Sequence[str], env: Mapping[str, str], port: int = 0, log: Path | None = None
+) -> Server:
+    """`python args...` with `env` over ours; killed if we die; its stdout discarded (banners), its
+    stderr (the log) to `log` when given, as the local stack keeps it, else to ours."""
+    with open(log, "ab") if log is not None else nullcontext() as stderr:  # noqa: ASYNC230 (no wait)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *args, env={**os.environ, **env}, stdout=asyncio.subprocess.DEVNULL,
+            stderr=stderr, preexec_fn=processes.die_with_parent,
+        )  # fmt: skip
     return Server(proc, port, time.monotonic())
 
 
@@ -461,10 +494,11 @@ def shim_env(config: ShimConfig, port: int) -> dict[str, str]:
 
 
 async def start_shim(config: ShimConfig, args: Sequence[str] = ("-m", "api_shim.app", "serve")) -> Server:
-    """`skyscan-shim serve` (or `python args...` serving the shim app) on a free port; not waited for:
-    `wait_ok` times its cold start."""
+    """`skyscan-shim serve` (or `python args...` serving the shim app) on a free port, its log (an
+    access line a request at INFO) in a file beside the token file; not waited for: `wait_ok` times its
+    cold start."""
     port = processes.free_port()
-    return await spawn(args, shim_env(config, port), port)
+    return await spawn(args, shim_env(config, port), port, config.token_file.parent / f"shim-{port}.log")
 
 
 @asynccontextmanager

@@ -12,7 +12,10 @@ Side by side, in one run against one local control plane (or SKYSCAN_TEST_KUBECO
    yet" line while the product lacks that piece);
 7. 1,000 followers of 100 live scans (`GET /scan/{id}/events`; `--quick` 200 of 20): the shim's CPU idle
    and under status PATCHes, PATCH -> event delay, against as many clients polling `/status` (followers.py).
-The load generator is this process, on the same machine: `uptime` is printed before and after.
+The GETs of 1. are driven by hey (loadgen.py), a compiled load generator pinned to one CPU where there
+are two or more, so that the client's own CPU does not flatten the ratios; the rest by aiohttp in this
+process. Every figure names its load client. All of it runs on one machine: `uptime` is printed before
+and after.
 
     python tools/bench/suite.py [--quick]     (make bench, make bench QUICK=1)
 
@@ -31,7 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import followers
 import harness
 import history
+import loadgen
 from harness import Server, ShimConfig, Stats
 
 
@@ -61,8 +65,10 @@ class Size:
     deadline_seconds: float  # a safety net: a quiet machine needs a third of it
 
 
-FULL = Size(10_000, 1_000_000, 4000, 800, 1000, 20, 10.0, 3600.0)
-QUICK = Size(1_000, 10_000, 800, 200, 200, 5, 5.0, 600.0)
+# hey's rounds (a quarter of `requests` each) last seconds: a round of the bare server is not over
+# before the machine's load has had a chance to change.
+FULL = Size(10_000, 1_000_000, 40_000, 800, 1000, 20, 10.0, 3600.0)
+QUICK = Size(1_000, 10_000, 8000, 200, 200, 5, 5.0, 600.0)
 CONCURRENCY = 16
 OPERATOR_SETTINGS = {
     "SKYSCAN_WORKERS": "16",  # reconciles the stored Scans in minutes, not tens of them
@@ -72,6 +78,9 @@ OPERATOR_SETTINGS = {
     "SKYSCAN_LOW_PRIORITY_INTERVAL_SECONDS": "36000",  # the bulk scans wait: one low-priority start
     "SKYSCAN_SCANNER_EPHEMERAL_STORAGE": "",
 }
+ONE_AT_A_TIME = f"{loadgen.PYTHON_CLIENT}, one at a time"
+IN_PROCESS = f"{loadgen.PYTHON_CLIENT}, {CONCURRENCY} at a time"
+HEY = f"{loadgen.client()}, {CONCURRENCY} at a time"
 GOALS = {  # the issue's goals: upper limits
     "shim RSS, MiB": 150.0,
     "operator RSS, MiB": 150.0,
@@ -93,6 +102,7 @@ class Row:
     compared: str = ""
     goal: str = ""
     verdict: str = ""
+    client: str = ""  # what drove the load the figure measures
 
 
 def measured(what: str, value: float, unit: str, goal: str | None = None) -> Row:
@@ -115,8 +125,8 @@ def ratio(a: Stats, b: Stats, b_name: str) -> str:
 
 
 def markdown(rows: list[Row]) -> str:
-    lines = ["| measure | figure | compared | goal | |", "|---|---|---|---|---|"]
-    lines += [f"| {r.what} | {r.figure} | {r.compared} | {r.goal} | {r.verdict} |" for r in rows]
+    lines = ["| measure | figure | compared | load client | goal | |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.what} | {r.figure} | {r.compared} | {r.client} | {r.goal} | {r.verdict} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -178,43 +188,53 @@ async def find(http: aiohttp.ClientSession, base: str, flt: dict[str, Any]) -> l
         return list(body["manifests"])
 
 
+def api_get(b: Bench, scan: str) -> tuple[harness.Measure, str]:
+    """GETs of `scan` straight from the API server, and their load client: hey with the kubeconfig's
+    bearer token, else (a client certificate, a plugin) skyscan.kube from this process."""
+    endpoint = kube.endpoint(b.kubeconfig)
+    url = endpoint.server.rstrip("/") + scan_path(b.ns, scan)
+    if endpoint.token:
+        auth = {"Authorization": f"Bearer {endpoint.token}"}
+        return harness.hey_get(url, CONCURRENCY, auth), HEY
+
+    async def direct(_: int) -> None:
+        await b.api.request("GET", scan_path(b.ns, scan))
+
+    return harness.looped(direct, CONCURRENCY), f"skyscan.kube, {IN_PROCESS}"
+
+
 async def reads(b: Bench, config: ShimConfig, shim: Server) -> None:
-    """1. GET manifest and status: the shim vs a bare server with the same bytes vs the API server."""
+    """1. GET manifest and status of one scan: the shim vs a bare server with the same bytes vs the API
+    server, all driven by hey (one URL each: hey repeats one request)."""
     b.report.phase("GET manifest and status: shim, bare aiohttp, API server")
+    scan = b.live[0]
     async with b.session(config) as http:
-        manifest = await get_ok(http, f"{shim.base}/scan/{b.live[0]}/manifest")
-        status = await get_ok(http, f"{shim.base}/scan/{b.live[0]}/status")
-        async with (
-            harness.running(harness.start_bare_server(manifest, b.workdir)) as bare_m,
-            harness.running(harness.start_bare_server(status, b.workdir)) as bare_s,
-        ):
-
-            def getter(base: str, suffix: str) -> Callable[[int], Awaitable[None]]:
-                async def get(_: int) -> None:
-                    await get_ok(http, f"{base}/scan/{random.choice(b.live)}/{suffix}")
-
-                return get
-
-            async def direct(_: int) -> None:
-                await b.api.request("GET", scan_path(b.ns, random.choice(b.live)))
-
-            kinds = {
-                "shim manifest": getter(shim.base, "manifest"),
-                "bare manifest": getter(bare_m.base, "manifest"),
-                "shim status": getter(shim.base, "status"),
-                "bare status": getter(bare_s.base, "status"),
-                "api": direct,
-            }
-            got = await harness.side_by_side(kinds, b.size.requests, CONCURRENCY)
+        manifest = await get_ok(http, f"{shim.base}/scan/{scan}/manifest")
+        status = await get_ok(http, f"{shim.base}/scan/{scan}/status")
+    async with (
+        harness.running(harness.start_bare_server(manifest, b.workdir)) as bare_m,
+        harness.running(harness.start_bare_server(status, b.workdir)) as bare_s,
+    ):
+        api, api_client = api_get(b, scan)
+        path, user = f"/scan/{scan}", config.headers
+        kinds = {
+            "shim manifest": harness.hey_get(f"{shim.base}{path}/manifest", CONCURRENCY, user),
+            "bare manifest": harness.hey_get(f"{bare_m.base}{path}/manifest", CONCURRENCY),
+            "shim status": harness.hey_get(f"{shim.base}{path}/status", CONCURRENCY, user),
+            "bare status": harness.hey_get(f"{bare_s.base}{path}/status", CONCURRENCY),
+            "api": api,
+        }
+        got = await harness.interleaved(kinds, b.size.requests, 2 * CONCURRENCY)
+    versus_api = HEY if api_client == HEY else f"shim: {HEY}; API server: {api_client}"
     add = b.report.add
     add(Row(f"shim GET /scan/{{id}}/manifest ({len(manifest)} B)", latency(got["shim manifest"]),
-            ratio(got["shim manifest"], got["bare manifest"], "bare aiohttp")))  # fmt: skip
-    add(Row("", "", ratio(got["shim manifest"], got["api"], "an API-server GET")))
+            ratio(got["shim manifest"], got["bare manifest"], "bare aiohttp"), client=HEY))  # fmt: skip
+    add(Row("", "", ratio(got["shim manifest"], got["api"], "an API-server GET"), client=versus_api))
     add(Row(f"shim GET /scan/{{id}}/status ({len(status)} B)", latency(got["shim status"]),
-            ratio(got["shim status"], got["bare status"], "bare aiohttp")))  # fmt: skip
-    add(Row("", "", ratio(got["shim status"], got["api"], "an API-server GET")))
-    add(Row("bare aiohttp server, manifest bytes", latency(got["bare manifest"])))
-    add(Row("API-server GET of the Scan (skyscan.kube)", latency(got["api"])))
+            ratio(got["shim status"], got["bare status"], "bare aiohttp"), client=HEY))  # fmt: skip
+    add(Row("", "", ratio(got["shim status"], got["api"], "an API-server GET"), client=versus_api))
+    add(Row("bare aiohttp server, manifest bytes", latency(got["bare manifest"]), client=HEY))
+    add(Row("API-server GET of the Scan", latency(got["api"]), client=api_client))
 
 
 async def timed_finds(
@@ -250,7 +270,7 @@ async def live_finds(b: Bench, config: ShimConfig, shim: Server) -> None:
             row = measured(f"POST /scans/find by {label}, {b.size.live:,} live", got.p99_ms, "ms",
                            "find p99 over live, ms")  # fmt: skip
             b.report.add(Row(row.what, f"p99 {row.figure}, p50 {got.p50_ms:g} ms", goal=row.goal,
-                             verdict=row.verdict))  # fmt: skip
+                             verdict=row.verdict, client=ONE_AT_A_TIME))  # fmt: skip
 
 
 async def creates(b: Bench, config: ShimConfig, shim: Server) -> None:
@@ -271,8 +291,8 @@ async def creates(b: Bench, config: ShimConfig, shim: Server) -> None:
 
         got = await harness.side_by_side({"post": post, "raw": raw}, b.size.creates, CONCURRENCY)
     b.report.add(Row("POST /scan through the shim (scan + its event)", latency(got["post"]),
-                     ratio(got["post"], got["raw"], "a raw Scan create")))  # fmt: skip
-    b.report.add(Row("raw Scan create (POST to the API server)", latency(got["raw"])))
+                     ratio(got["post"], got["raw"], "a raw Scan create"), client=IN_PROCESS))  # fmt: skip
+    b.report.add(Row("raw Scan create (POST to the API server)", latency(got["raw"]), client=IN_PROCESS))
 
     async def delete(i: int) -> None:
         await b.api.request("DELETE", scan_path(b.ns, made[i]))
@@ -351,19 +371,23 @@ async def follow(b: Bench, config: ShimConfig, shim: Server) -> None:
         return f"{figure:g} % of a core"
 
     def delays(p: dict[str, float]) -> str:
-        return f"p50 {p['p50_ms']:g} ms, p99 {p['p99_ms']:g} ms"
+        return f"p50 {p['p50_ms']:g} ms, p99 {p['p99_ms']:g} ms" if p else "no event arrived"
 
     what = f"shim CPU, {n:,} followers of {len(scans)} scans (GET /scan/{{id}}/events)"
     polled = f"{poll['shim_cpu_pct']:g} % ({poll['status_answered_per_s']:g} polls/s got through)"
-    add = b.report.add
-    add(Row(f"{what}, nothing changing", cpu(got["shim_cpu_following_idle_pct"]),
-            f"{n:,} clients polling /status once a second: {polled}"))  # fmt: skip
-    add(Row(f"{what}, 20 status PATCHes/s", cpu(got["shim_cpu_following_changing_pct"]),
-            f"{changes['events_received']} of {changes['events_expected']} events"))  # fmt: skip
-    add(Row("status PATCH on the API server → its event at each follower", delays(got["patch_to_event"]),
-            f"to a watch of the API server: {delays(got['patch_to_api_server_watch_event'])}"))  # fmt: skip
-    add(Row(f"shim RSS, {n:,} streams open", f"{got['shim_rss_following_mib']:g} MiB",
-            f"{got['shim_rss_no_clients_mib']:g} MiB before"))  # fmt: skip
+    client = loadgen.PYTHON_CLIENT
+
+    def add(what: str, figure: str, compared: str) -> None:
+        b.report.add(Row(what, figure, compared, client=client))
+
+    add(f"{what}, nothing changing", cpu(got["shim_cpu_following_idle_pct"]),
+        f"{n:,} clients polling /status once a second: {polled}")  # fmt: skip
+    add(f"{what}, 20 status PATCHes/s", cpu(got["shim_cpu_following_changing_pct"]),
+        f"{changes['events_received']} of {changes['events_expected']} events")  # fmt: skip
+    add("status PATCH on the API server → its event at each follower", delays(got["patch_to_event"]),
+        f"to a watch of the API server: {delays(got['patch_to_api_server_watch_event'])}")  # fmt: skip
+    add(f"shim RSS, {n:,} streams open", f"{got['shim_rss_following_mib']:g} MiB",
+        f"{got['shim_rss_no_clients_mib']:g} MiB before")  # fmt: skip
 
 
 # ---------------------------------------------------------------- the archive
@@ -434,7 +458,8 @@ async def archived_reads(
     elapsed, lat = await harness.load_loop(one, b.size.finds, 1)
     got = harness.stats(lat, elapsed)
     row = measured(what, got.p99_ms, "ms", "archived GET manifest p99, ms")
-    b.report.add(Row(what, f"p99 {row.figure}, p50 {got.p50_ms:g} ms", goal=row.goal, verdict=row.verdict))
+    b.report.add(Row(what, f"p99 {row.figure}, p50 {got.p50_ms:g} ms", goal=row.goal, verdict=row.verdict,
+                     client=ONE_AT_A_TIME))  # fmt: skip
 
 
 async def archived_finds(
@@ -460,9 +485,8 @@ async def archived_finds(
             b.report.note(f"find by {text} over {label}: {empty} of {got.n} finds found nothing")
         row = measured(f"POST /scans/find by {text}, {label} (half each)", got.p99_ms, "ms",
                        "find p99 over live + archived, ms")  # fmt: skip
-        b.report.add(
-            Row(row.what, f"p99 {row.figure}, p50 {got.p50_ms:g} ms", goal=row.goal, verdict=row.verdict)
-        )
+        b.report.add(Row(row.what, f"p99 {row.figure}, p50 {got.p50_ms:g} ms", goal=row.goal,
+                         verdict=row.verdict, client=ONE_AT_A_TIME))  # fmt: skip
 
 
 # ---------------------------------------------------------------- main
@@ -483,6 +507,8 @@ async def store_live(b: Bench) -> None:
 
 
 async def run(size: Size, report: Report) -> None:
+    # Without hey, stop now rather than after minutes of setting up.
+    report.note(f"GET load client: {loadgen.client()} ({loadgen.binary()})")
     report.phase("control plane")
     async with AsyncExitStack() as stack:
         kubeconfig = await stack.enter_async_context(harness.control_plane())

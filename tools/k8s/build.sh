@@ -2,7 +2,8 @@
 # Build the local control-plane binaries once per machine into a version-stamped cache outside the
 # repo: kube-apiserver, kube-controller-manager, kube-scheduler (from ./kube), kwok, and helm (the
 # chart's lint and render in the suite); with --real-node (or SKYSCAN_REAL_NODE=1) also kubelet,
-# kube-proxy and CoreDNS.
+# kube-proxy and CoreDNS; with --bench (or SKYSCAN_BENCH_TOOLS=1) also hey, `make bench`'s HTTP load
+# generator.
 # Prints the cache directory. A binary is rebuilt only when missing or reporting another version.
 set -euo pipefail
 
@@ -25,7 +26,14 @@ stale() { # stale BINARY EXPECTED_VERSION_SUBSTRING
 # A real node (`make up NODE=real`, SKYSCAN_REAL_NODE=1) needs the kubelet and kube-proxy as well, and
 # CoreDNS for cluster DNS; the kwok path never pays for them.
 real_node=${SKYSCAN_REAL_NODE:-}
-[ "${1:-}" = --real-node ] && real_node=1
+bench=${SKYSCAN_BENCH_TOOLS:-}
+for arg in "$@"; do
+  case $arg in
+    --real-node) real_node=1 ;;
+    --bench) bench=1 ;;
+    *) echo "usage: $0 [--real-node] [--bench]" >&2; exit 2 ;;
+  esac
+done
 kube=()
 node_binaries=()
 [ -n "$real_node" ] && node_binaries=(kubelet kube-proxy)
@@ -74,6 +82,16 @@ if [ -n "$real_node" ] && stale kube-router "$KUBE_ROUTER_VERSION"; then
   GOFLAGS=-trimpath CGO_ENABLED=0 GOBIN="$bin" go install -ldflags \
     "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" \
     "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
+fi
+
+# hey has no --version: the module version Go stamped into the binary says which it is.
+HEY_VERSION=${HEY_VERSION:-v0.1.5}
+if [ -n "$bench" ]; then
+  built=$(go version -m "$bin/hey" 2>/dev/null) || true
+  if [[ $built != *"github.com/rakyll/hey"*"$HEY_VERSION"* ]]; then
+    echo "building hey $HEY_VERSION into $bin" >&2
+    GOFLAGS=-trimpath GOBIN="$bin" go install -ldflags "-s -w" "github.com/rakyll/hey@$HEY_VERSION"
+  fi
 fi
 
 # kwok >= 0.8 has no built-in stages; always hand it the fast ones shipped in its module.
