@@ -451,6 +451,7 @@ def test_helm_upgrade_from_the_previous_chart_version_with_scans_in_flight_loses
     upgrade = ["upgrade", real_stack.RELEASE, "--wait", "--timeout", "5m"]
     helm(clean, *upgrade[:2], str(tmp_path / "charts" / "skyscan"),
          "--values", str(tmp_path / "previous.yaml"), *upgrade[2:])  # fmt: skip
+    grant_job_apply(clean)
     components = poll(lambda: serving_pods(clean), "the previous version's Pods alone", 120)
     # As a release upgrades: a new chart and a new image of the product (here the same build, tagged anew).
     ctr = ["ctr", "--address", str(node.Paths(NODE_DIR).containerd_socket), "--namespace", "k8s.io", "images"]
@@ -490,6 +491,20 @@ def test_helm_upgrade_from_the_previous_chart_version_with_scans_in_flight_loses
     assert set(scan_ids) <= {
         s["metadata"]["name"] for s in (clean.api.get(SCANS) or {})["items"]
     }  # none lost
+
+
+def grant_job_apply(stack: Stack) -> None:
+    """The product under test server-side applies its Jobs (patch), which chart 0.1.0 did not grant
+    its operator, as the 0.1.0 image created them (a real 0.1.0 release runs that image; here it is
+    this build): add the verb to the Role the old chart made, as this chart's Role has it."""
+    roles = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles"
+    for role in (stack.api.get(roles) or {})["items"]:
+        for rule in role["rules"]:
+            if "jobs" in rule.get("resources", []) and "patch" not in rule["verbs"]:
+                rule["verbs"].append("patch")
+                stack.api.http.put(f"{roles}/{role['metadata']['name']}", json=role).raise_for_status()
+                return
+    raise AssertionError("chart 0.1.0 made no operator Role for jobs without patch")
 
 
 @pytest.mark.timeout(300)
