@@ -140,12 +140,29 @@ def iptables_rules() -> dict[str, list[str]]:
     out = {}
     for family in IPTABLES:
         text = run(f"{family}-save", check=False).stdout
-        out[family] = [
-            re.sub(r"\[\d+:\d+\]", "", line).rstrip()
-            for line in text.splitlines()
-            if line and not line.startswith("#")
-        ]
+        out[family] = in_use(
+            [
+                re.sub(r"\[\d+:\d+\]", "", line).rstrip()
+                for line in text.splitlines()
+                if line and not line.startswith("#")
+            ]
+        )
     return out
+
+
+# A saved table's header, a built-in chain at its default policy, its end.
+BARE = re.compile(r"^(\*\w+|:[A-Z]+ ACCEPT|COMMIT)$")
+
+
+def in_use(lines: list[str]) -> list[str]:
+    """The saved tables that hold anything: a table with no rule, no chain of its own and every policy
+    ACCEPT is as if absent (the first use of iptables on a machine loads tables that stay empty)."""
+    tables: list[list[str]] = []
+    for line in lines:
+        if line.startswith("*") or not tables:
+            tables.append([])
+        tables[-1].append(line)
+    return [line for table in tables if not all(BARE.match(x) for x in table) for line in table]
 
 
 def ipsets(prefixes: tuple[str, ...]) -> list[str]:

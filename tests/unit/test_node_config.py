@@ -5,7 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from skyscan_local import node
+from skyscan_local import host, node
 
 P = node.Paths(Path("/tmp/n"))
 
@@ -60,3 +60,13 @@ def test_pods_reach_no_host_port_but_dns_the_api_server_and_the_allowed_ones() -
     api, allowed = rules["nat/PREROUTING"]
     assert api[-1] == "127.0.0.1:6443"
     assert allowed[allowed.index("-d") + 1] == f"{node.GATEWAY}/32" and allowed[-1] == "127.0.0.1:5432"
+
+
+def test_an_iptables_table_that_holds_nothing_is_as_if_absent() -> None:
+    """The first use of iptables on a machine loads tables that stay empty: the host is as it was."""
+    empty = ["*mangle", ":PREROUTING ACCEPT", ":INPUT ACCEPT", ":OUTPUT ACCEPT", "COMMIT"]
+    used = ["*filter", ":INPUT ACCEPT", ":FORWARD DROP", "COMMIT"]
+    chained = ["*nat", ":PREROUTING ACCEPT", ":KUBE-SERVICES - ", "COMMIT"]
+    ruled = ["*raw", ":OUTPUT ACCEPT", "-A OUTPUT -j ACCEPT", "COMMIT"]
+    assert host.in_use(empty) == []
+    assert host.in_use([*empty, *used, *chained, *ruled]) == [*used, *chained, *ruled]
