@@ -14,7 +14,7 @@ backoff, until its deadline.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +29,8 @@ from skyscan.status import resource_version
 
 Obj = dict[str, Any]
 MERGE = kube.MERGE_PATCH
-# Every write names the shim as its field manager (the Scan's managedFields say who wrote what); an
-# apply takes over a field another wrote (force): the shim's keys have no other writer.
+# Every write names the shim as its field manager (the Scan's managedFields say who wrote what).
 AS_SHIM = {"fieldManager": names.SHIM_MANAGER}
-APPLY = {**AS_SHIM, "force": True}
 
 
 @dataclass(frozen=True)
@@ -68,19 +66,27 @@ class ScanStore:
         await self._api.request("DELETE", scan_path(self.namespace, name), timeout=self._timeout)
 
     async def read(self, name: str) -> Obj:
-        return await self._request("GET", scan_path(self.namespace, name))
+        return await self._noted(
+            self._api.request("GET", scan_path(self.namespace, name), timeout=self._timeout)
+        )
 
-    async def _patch(self, name: str, body: Any, *, status: bool, content_type: str = MERGE) -> Obj:
+    async def _patch(self, name: str, body: Any, *, status: bool) -> Obj:
         path = scan_path(self.namespace, name, "status" if status else None)
-        params = APPLY if content_type == kube.APPLY_PATCH else AS_SHIM
-        obj = await self._request("PATCH", path, params=params, body=body, content_type=content_type)
+        call = self._api.request(
+            "PATCH", path, params=AS_SHIM, body=body, content_type=MERGE, timeout=self._timeout
+        )
+        return await self._written(call)
+
+    async def _written(self, call: Awaitable[Obj]) -> Obj:
+        """A write's answer, noted in the cache and as this request's written version."""
+        obj = await self._noted(call)
         wrote(obj)
         return obj
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Obj:
-        """A read or write of one Scan, the answer noted in the cache; no such Scan is the REST 404."""
+    async def _noted(self, call: Awaitable[Obj]) -> Obj:
+        """The answer of a read or write of one Scan, noted in the cache; no such Scan is the REST 404."""
         try:
-            obj: Obj = await self._api.request(method, path, timeout=self._timeout, **kwargs)
+            obj = await call
         except kube.ApiError as e:
             if e.status == 404:
                 raise not_found() from None
@@ -108,7 +114,8 @@ class ScanStore:
             "metadata": {"name": name},
             "status": model.ScanStatus(progress=progress, last_updated=now()).to_patch(),
         }
-        return await self._patch(name, body, status=True, content_type=kube.APPLY_PATCH)
+        path = scan_path(self.namespace, name, "status")
+        return await self._written(self._api.apply(path, body, names.SHIM_MANAGER, timeout=self._timeout))
 
     async def _guarded(self, name: str, change: Change, rv: str) -> Obj:
         current: Obj | None = None
