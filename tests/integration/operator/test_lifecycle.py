@@ -65,16 +65,19 @@ async def record(api: Kube, namespace: str, name: str, into: list[dict[str, Any]
             await asyncio.sleep(0.2)
 
 
+async def recording(api: Kube, namespace: str, name: str, into: list[dict[str, Any]]) -> asyncio.Task[None]:
+    """`record` in the background from now: watching from a list's resourceVersion sees every change
+    after it, however late the watch connects."""
+    listed = await api.request("GET", scan_path(namespace))
+    return asyncio.create_task(record(api, namespace, name, into, listed["metadata"]["resourceVersion"]))
+
+
 async def test_scan_runs_from_backlog_to_finished_workflow(
     api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
 ) -> None:
     name = fresh_id()
     snapshots: list[dict[str, Any]] = []
-    # Watching from a list's resourceVersion sees every change after it, however late it connects.
-    listed = await api.request("GET", scan_path(namespace))
-    recorder = asyncio.create_task(
-        record(api, namespace, name, snapshots, listed["metadata"]["resourceVersion"])
-    )
+    recorder = await recording(api, namespace, name, snapshots)
     operator(**HOLD)
     await create_scan(api, namespace, name, priority=5, scannerServerEnvFromUser={"SKYSCAN_LOG": "DEBUG"})
 

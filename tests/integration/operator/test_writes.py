@@ -11,7 +11,7 @@ from skyscan import kube, model, names
 from skyscan.kube import Kube, scan_path
 from tests.helpers import eventually
 from tests.integration.operator.conftest import HOLD, OperatorFactory, Simulator, create_scan, fresh_id, st
-from tests.integration.operator.test_lifecycle import record
+from tests.integration.operator.test_lifecycle import recording
 
 
 def writes_until_job(snapshots: list[dict[str, Any]]) -> list[str]:
@@ -34,10 +34,7 @@ async def test_a_scan_is_written_at_most_five_times_before_its_job_is_recorded(
 ) -> None:
     name = fresh_id()
     snapshots: list[dict[str, Any]] = []
-    listed = await api.request("GET", scan_path(namespace))
-    recorder = asyncio.create_task(
-        record(api, namespace, name, snapshots, listed["metadata"]["resourceVersion"])
-    )
+    recorder = await recording(api, namespace, name, snapshots)
     operator(**HOLD)
     await create_scan(api, namespace, name, priority=5)
 
