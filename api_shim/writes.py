@@ -21,7 +21,7 @@ from api_shim.sharing import SharedRuns
 from api_shim.store import Change, Obj, now
 from api_shim.versions import wrote
 from skyscan import manifest, model, payloads
-from skyscan.state import NOT_YET_REQUESTED
+from skyscan.state import NOT_YET_REQUESTED, workers_refusal
 from skyscan.status import ScanRecord
 
 
@@ -117,13 +117,16 @@ class ScanWrites:
         request_id = uuid.uuid4().hex
 
         def decide(scan: Obj) -> Change:
-            if view.is_deleted(scan):
-                raise ApiError(422, "this scan has been deleted--cannot add workers")
-            if view.workflow_id(scan) == NOT_YET_REQUESTED:
-                raise ApiError(422, "a WMS workflow has not been assigned--cannot add workers")
-            if view.has_final_result(scan):
-                raise ApiError(422, "this scan has a final result--cannot add workers")
-            existing = ScanRecord(scan).worker_asks
+            record = ScanRecord(scan)
+            refusal = workers_refusal(
+                deleted=record.deleted or bool(scan["metadata"].get("deletionTimestamp")),
+                has_final_result=record.has_final_result,
+                workflow_id=record.workflow_id,
+                deactivated=record.deactivated,
+            )
+            if refusal:
+                raise ApiError(422, refusal)
+            existing = record.worker_asks
             ask = model.WorkerRequest(id=request_id, location=location, n_workers=n_workers)
             return Change(spec={"workerRequests": [*existing, ask.to_kube()]})
 
@@ -141,6 +144,8 @@ class ScanWrites:
                 f"check `kubectl describe scan {name}`.",
             )
         outcome = next(o for o in view.worker_outcomes(scan) if o.id == request_id)
+        if outcome.state == "Refused":  # the state changed meanwhile (e.g. the workflow ended)
+            raise ApiError(422, outcome.reason or "this scan takes no more workers")
         if outcome.state != "Succeeded":
             raise ApiError(
                 500,

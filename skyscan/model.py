@@ -411,10 +411,11 @@ class Workforce(StatusPart):
 
 
 class WorkerRequestOutcome(StatusPart):
-    """The answer to one `spec.workerRequests` entry, keyed by its id."""
+    """The answer to one `spec.workerRequests` entry, keyed by its id: `Refused` when the scan's state
+    does not allow it (reason says why; nothing was asked of the WMS), `Failed` when the WMS refused."""
 
     id: NonBlank
-    state: Literal["Succeeded", "Failed"]
+    state: Literal["Succeeded", "Failed", "Refused"]
     taskforce_uuid: str | None = None
     n_workers: int | None = None
     reason: str | None = None

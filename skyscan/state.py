@@ -26,6 +26,22 @@ def has_requested_workflow(workflow_id: str | None) -> bool:
     return workflow_id not in (None, "", NOT_YET_REQUESTED)
 
 
+def workers_refusal(
+    *, deleted: bool, has_final_result: bool, workflow_id: str | None, deactivated: str | None
+) -> str | None:
+    """Why a scan in this state takes no more workers (add-workers' 422, the reference's three rules
+    and an ended workflow), else None. A workflow takes them whether its queues are active or not."""
+    if deleted:
+        return "this scan has been deleted--cannot add workers"
+    if not has_requested_workflow(workflow_id):
+        return "a WMS workflow has not been assigned--cannot add workers"
+    if has_final_result:
+        return "this scan has a final result--cannot add workers"
+    if deactivated:
+        return f"its WMS workflow is {deactivated.lower()}--cannot add workers"
+    return None
+
+
 def scan_state(
     *,
     has_final_result: bool,

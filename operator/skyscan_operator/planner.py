@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from skyscan import conditions as cond
 from skyscan import model, names
-from skyscan.state import scan_state
+from skyscan.state import scan_state, workers_refusal
 from skyscan.status import ENDED_JOB_STATES, OPERATOR_KEYS, ScanRecord, holds_workflow
 from skyscan_operator import scanner_job, workforce
 from skyscan_operator.settings import OperatorSettings
@@ -359,7 +359,7 @@ def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) 
             _final_result(d, p, scan, now, settings)
             _start(d, p, scan, obs, now, settings)
         _stop_if_ended(d, p, scan, obs)
-        _worker_requests(d, p, scan)
+    _worker_requests(d, p, scan)
     _revoke_credential(d, p, scan)
     _finalizer(d, p, scan)
     p.status = {
@@ -728,17 +728,16 @@ def _worker_requests(d: Draft, p: Plan, scan: ScanView) -> None:
     for r in scan.spec.worker_requests:
         if r.id in answered:
             continue
-        refusal = None
-        if scan.spec.deleted:
-            refusal = "the scan is deleted"
-        elif scan.record.has_final_result:
-            refusal = "the scan has a final result"
-        elif not wf.id or wf.deactivated:
-            refusal = "the scan has no active WMS workflow"
-        if refusal is None and wf.id:
-            p.actions.append(AddWorkers(r.id, wf.id, r.location, r.n_workers))
+        refusal = workers_refusal(
+            deleted=scan.spec.deleted or scan.deleting,
+            has_final_result=scan.record.has_final_result,
+            workflow_id=wf.id,
+            deactivated=wf.deactivated,
+        )
+        if refusal or not wf.id:
+            outcomes.append(model.WorkerRequestOutcome(id=r.id, state="Refused", reason=refusal))
         else:
-            outcomes.append(model.WorkerRequestOutcome(id=r.id, state="Failed", reason=refusal))
+            p.actions.append(AddWorkers(r.id, wf.id, r.location, r.n_workers))
     d.worker_requests = outcomes or None
 
 

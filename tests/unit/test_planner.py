@@ -368,8 +368,23 @@ def test_worker_requests() -> None:
     assert p.actions == [AddWorkers("r1", "WF-1", "osg", 5)]
     p = plan(scan({}, workerRequests=requests), Observed(), NOW, S)
     assert p.status["workerRequests"] == [
-        {"id": "r1", "state": "Failed", "reason": "the scan has no active WMS workflow"}
+        {"id": "r1", "state": "Refused", "reason": "a WMS workflow has not been assigned--cannot add workers"}
     ]
+    # A workflow whose queues wait takes workers at once; an ended one, or a scan being deleted, none.
+    waiting = started()
+    waiting["workflow"]["queuesActivated"] = False
+    p = plan(scan(waiting, finalizers=[FINALIZER], workerRequests=requests), Observed(), NOW, S)
+    assert AddWorkers("r1", "WF-1", "osg", 5) in p.actions
+    ended = started()
+    ended["workflow"]["deactivated"] = "ABORTED"
+    p = plan(scan(ended, finalizers=[FINALIZER], workerRequests=requests), Observed(), NOW, S)
+    assert not any(isinstance(a, AddWorkers) for a in p.actions)
+    assert p.status["workerRequests"][0]["reason"] == "its WMS workflow is aborted--cannot add workers"
+    p = plan(
+        scan(started(), finalizers=[FINALIZER], workerRequests=requests, deleting=True), Observed(), NOW, S
+    )
+    assert not any(isinstance(a, AddWorkers) for a in p.actions)
+    assert p.status["workerRequests"][0]["state"] == "Refused"
 
 
 def test_the_workforce_comes_from_the_batched_poll() -> None:

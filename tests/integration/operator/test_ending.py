@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from skyscan import kube
 from skyscan.kube import ApiError, Kube, scan_path
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
@@ -11,6 +13,7 @@ from tests.integration.operator.conftest import (
     OperatorFactory,
     Simulator,
     condition,
+    create_scan,
     get_scan,
     running_scan,
     scan_events,
@@ -79,8 +82,6 @@ async def test_a_queued_scan_holds_nothing_and_deletes_at_once(
 ) -> None:
     operator(SKYSCAN_MAX_RUNNING_SCANNERS="1", **HOLD)
     await running_scan(api, namespace)
-    from tests.integration.operator.conftest import create_scan
-
     queued = await create_scan(api, namespace)
     scan = await wait_scan(
         api, namespace, queued, lambda s: condition(s, "Admitted").get("reason") == "ConcurrencyLimit"
@@ -115,3 +116,31 @@ async def test_add_workers_records_the_taskforce_or_the_wms_error(
     assert added and added[0]["n_workers"] == 7 and added[0]["cluster_location"] == "osg"
     assert outcomes["r2"]["state"] == "Failed"
     assert "HTTP 400" in outcomes["r2"]["reason"] and "unknown cluster location" in outcomes["r2"]["reason"]
+
+
+async def test_add_workers_is_passed_on_while_the_queues_are_not_active(
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    """The WMS takes workers for a workflow whose queues wait, as the reference asks it at once:
+    the request is not held until the scanner can start."""
+    await wms.call("PATCH", "/_sim/config", {"activation_delay": 3600})
+    operator()
+    name = await create_scan(api, namespace)
+    await wait_scan(
+        api, namespace, name, lambda s: condition(s, "WorkflowReady").get("reason") == "WaitingForQueues"
+    )
+    asked = time.monotonic()
+    request = {"id": "r1", "location": "sub-2", "nWorkers": 4}
+    await api.request(
+        "PATCH", scan_path(namespace, name), body={"spec": {"workerRequests": [request]}}, content_type=MERGE
+    )
+    scan = await wait_scan(api, namespace, name, lambda s: bool(st(s).get("workerRequests")))
+    took = time.monotonic() - asked
+    (outcome,) = scan["status"]["workerRequests"]
+    assert outcome["state"] == "Succeeded" and outcome["nWorkers"] == 4, outcome
+    assert condition(scan, "WorkflowReady").get("reason") == "WaitingForQueues"  # still waiting
+    (workflow,) = await wms.workflows(marker=scan["metadata"]["uid"])
+    added = [tf for tf in workflow["taskforces"] if tf["taskforce_uuid"] == outcome["taskforceUuid"]]
+    assert added and added[0]["cluster_location"] == "sub-2"
+    assert "WorkersAdded" in await scan_events(api, namespace, name, "WorkersAdded")
+    assert took < 5, f"answered after {took:.1f} s"

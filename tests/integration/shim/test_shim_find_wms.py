@@ -390,6 +390,13 @@ async def test_add_workers(shim: ShimUnderTest) -> None:
     assert reply.status == 500
     assert reply.body["reason"] == "failed to request additional workers on the WMS: WMS said 503"
 
+    # The state changed before the operator acted on the request (e.g. the workflow ended): a 422.
+    refusal = "its WMS workflow is aborted--cannot add workers"
+    operator = asyncio.create_task(play_operator_for_workers(shim, scan_id, "Refused", refusal))
+    reply = await shim.call("POST", path, json_body=body)
+    await operator
+    assert (reply.status, reply.body["reason"]) == (422, refusal)
+
     bad = await shim.call("POST", path, json_body={"n_workers": 0, "cluster_location": "osg"})
     assert (bad.status, bad.body["reason"]) == (400, "'n_workers': must be at least 1")
     await shim.call(
@@ -400,6 +407,28 @@ async def test_add_workers(shim: ShimUnderTest) -> None:
     await shim.call("DELETE", f"/scan/{scan_id}", json_body={"delete_completed_scan": True})
     reply = await shim.call("POST", path, json_body=body)
     assert (reply.status, reply.body["reason"]) == (422, "this scan has been deleted--cannot add workers")
+
+
+async def test_add_workers_to_an_ended_or_deleting_scan_is_refused_at_once(shim: ShimUnderTest) -> None:
+    """No request is recorded for the operator when the scan's state already says no."""
+    body = {"n_workers": 1, "cluster_location": "osg"}
+    ended = (await shim.launch())["scan_id"]
+    await shim.operator_writes(ended, {"workflow": {"id": "wf", "deactivated": "FINISHED"}})
+    reply = await shim.call("POST", f"/scan/{ended}/actions/add-workers", json_body=body)
+    assert (reply.status, reply.body["reason"]) == (422, "its WMS workflow is finished--cannot add workers")
+    assert not (await shim.kube_scan(ended))["spec"].get("workerRequests")
+
+    deleting = (await shim.launch())["scan_id"]
+    await shim.operator_writes(deleting, {"workflow": {"id": "wf"}})
+    path = scan_path(shim.namespace, deleting)
+    await shim.api.request("PATCH", path, body={"metadata": {"finalizers": ["test.skyscan.io/hold"]}},
+                           content_type="application/merge-patch+json")  # fmt: skip
+    await shim.api.request("DELETE", path)  # held by the finalizer: being deleted
+    reply = await shim.call("POST", f"/scan/{deleting}/actions/add-workers", json_body=body)
+    assert (reply.status, reply.body["reason"]) == (422, "this scan has been deleted--cannot add workers")
+    assert not (await shim.kube_scan(deleting))["spec"].get("workerRequests")
+    await shim.api.request("PATCH", path, body={"metadata": {"finalizers": None}},
+                           content_type="application/merge-patch+json")  # fmt: skip
 
 
 async def test_add_workers_times_out_clearly(make_shim: Any) -> None:
