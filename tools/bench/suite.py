@@ -359,6 +359,54 @@ async def job_latency(b: Bench) -> None:
                      f"backlog tick {tick} s, WMS queue activation 0 s, queue poll {poll} s"))  # fmt: skip
 
 
+async def add_workers(b: Bench, config: ShimConfig, shim: Server, wms: Server) -> None:
+    """add-workers answered at once whatever the scan's workflow is doing (a 200 from the WMS, or a
+    422 saying why not), each state timed through the shim with the operator running."""
+    b.report.phase("add-workers by workflow state")
+
+    async def scan_where(i: int, ready: str) -> str:
+        spec = harness.scan_spec(3 * b.size.live + i, priority=100)
+        name = await harness.create_scan(b.api, b.ns, spec, event=True)
+
+        async def reached() -> bool:
+            conds = (await b.api.request("GET", scan_path(b.ns, name))).get("status", {}).get("conditions")
+            return any(c["type"] == "WorkflowReady" and c["reason"] == ready for c in conds or [])
+
+        await harness.eventually(reached, 60, 0.05)
+        return name
+
+    async def sim_config(**settings: float) -> None:
+        async with aiohttp.ClientSession() as http, http.patch(f"{wms.base}/_sim/config", json=settings) as r:
+            r.raise_for_status()
+
+    await sim_config(activation_delay=3600)  # this scan's queues stay inactive
+    waiting = await scan_where(0, "WaitingForQueues")
+    await sim_config(activation_delay=0)
+    running = await scan_where(1, "QueuesActivated")
+    took: dict[str, float] = {}
+    async with b.session(config) as http:
+
+        async def ask(what: str, scan: str, expected: int) -> None:
+            start = time.perf_counter()
+            body = {"n_workers": 2, "cluster_location": "osg"}
+            async with http.post(f"{shim.base}/scan/{scan}/actions/add-workers", json=body) as r:
+                if r.status != expected:
+                    raise AssertionError(f"add-workers, {what}: {r.status} {await r.text()}")
+            took[f"{what} {expected}"] = time.perf_counter() - start
+
+        await ask("in the backlog", b.live[0], 422)
+        await ask("waiting for its queues", waiting, 200)
+        await ask("running", running, 200)
+        async with http.delete(f"{shim.base}/scan/{running}") as r:
+            r.raise_for_status()
+        await ask("deleted", running, 422)
+    worst = max(took.values())
+    each = ", ".join(f"{k}: {v:.2f} s" for k, v in took.items())
+    verdict = "PASS" if worst < 1 else "FAIL"
+    b.report.add(Row("add-workers answer, by the scan's state", f"max {worst:.2f} s ({each})",
+                     goal="< 1 s", verdict=verdict, client=ONE_AT_A_TIME))  # fmt: skip
+
+
 async def follow(b: Bench, config: ShimConfig, shim: Server) -> None:
     """7. Followers of live scans against as many clients polling GET /status once a second."""
     scans = b.live[: min(100, b.size.live // 50)]
@@ -535,6 +583,7 @@ async def run(size: Size, report: Report) -> None:
             await report.section("POST /scan vs raw create", creates(b, config, shim))
             await report.section("RSS and idle CPU", idle(b, shim, operator))
             await report.section("Scan created → Job created", job_latency(b))
+            await report.section("add-workers by workflow state", add_workers(b, config, shim, wms))
             await report.section("followers of live scans", follow(b, config, shim))
         await report.section("archived reads and finds", archived(b, config))
 
