@@ -223,7 +223,7 @@ class BatchedStreamHandler(logging.StreamHandler[Any]):
         self._pending_lock = threading.Lock()  # the loop appends while the writer takes the lines
         self._writing = threading.Lock()  # one write at a time: lines leave in the order they came
         self._waiting = threading.Event()  # set when a line arrives to no line waiting
-        self._closing = False
+        self._closing = threading.Event()
         self._writer = threading.Thread(target=self._write_batches, name="log-writer", daemon=True)
         self._writer.start()
 
@@ -245,7 +245,7 @@ class BatchedStreamHandler(logging.StreamHandler[Any]):
         self._write()
 
     def close(self) -> None:
-        self._closing = True
+        self._closing.set()
         self._waiting.set()
         if self._writer is not threading.current_thread():
             self._writer.join(timeout=5)
@@ -271,9 +271,9 @@ class BatchedStreamHandler(logging.StreamHandler[Any]):
                 sys.stderr.write(f"--- {len(lines)} log lines could not be written\n")
 
     def _write_batches(self) -> None:
-        while not self._closing:
+        while not self._closing.is_set():
             self._waiting.wait()
-            time.sleep(self.interval)  # let the lines of the next moments join this write
+            self._closing.wait(self.interval)  # let the lines of the next moments join this write
             self._waiting.clear()  # before taking them: a line after this sets it again
             self._write()
 
