@@ -22,9 +22,9 @@ from api_shim import auth, oidc, openapi
 from api_shim.access import LOGGER, AccessLogger, refused_requests_in_brief
 from api_shim.bodies import BODIES, BodyBudget, body_of
 from api_shim.cache import ScanCache
-from api_shim.errors import ApiError, error_middleware
+from api_shim.errors import ApiError
 from api_shim.handlers.events import STREAMS, EventStreams, close_streams
-from api_shim.metrics import METRICS, ShimMetrics, metrics_middleware
+from api_shim.metrics import METRICS, ShimMetrics
 from api_shim.plumbing import (
     FOUND,
     IDENTITY,
@@ -42,15 +42,18 @@ from api_shim.plumbing import (
 from api_shim.routes import ROUTES
 from api_shim.scanner_auth import ScannerTokens
 from api_shim.scans import Scans
+from api_shim.serving import serving
 from api_shim.settings import ShimSettings
 from api_shim.tags import TagCatalog
-from api_shim.versions import written_middleware
+from api_shim.versions import MIN_VERSION_HEADER
 from api_shim.writes import ScanWrites
 from skyscan import kube, logs
 from skyscan.archive import Archive
 from skyscan.status import ScanRecord
 
 AUTHENTICATORS = web.AppKey("authenticators", list[auth.Authenticator])
+# What scanners and clients poll: aiohttp tries the routes under /scan in the order they were added.
+POLLED = ("/scan/{scan_id}/status", "/scan/{scan_id}/manifest")
 log = logging.getLogger(__name__)
 
 
@@ -65,10 +68,10 @@ def redirect_location(request: web.Request, old: str, new: str) -> str:
 def guard(route: Route) -> Handler:
     async def guarded(request: web.Request) -> web.StreamResponse:
         refuse_encoded_body(request)
-        if route.roles is not None and (stale := unvouched(request.app[SHIM])):
-            raise ApiError(503, "kubernetes API unavailable", stale)
         identity = None
         if route.roles is not None:
+            if stale := unvouched(request.app[SHIM]):
+                raise ApiError(503, "kubernetes API unavailable", stale)
             identity = await auth.identify(request.app[AUTHENTICATORS], request.headers.get("Authorization"))
             if identity is None:
                 raise ApiError(
@@ -81,16 +84,23 @@ def guard(route: Route) -> Handler:
             if identity.scan_id is not None:
                 _confine(request, identity.scan_id, route)
             request[IDENTITY] = identity
-        async with request.app[BODIES].room(request):  # after auth: only callers' bodies are ever read
-            if identity is not None:
-                # After auth: only callers may make it read.
-                await request.app[SHIM].scans.freshness.reach(request)
-                if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
-                    await _maybe_redirect(request, route)
-            return await route.handler(request)
+        bodies = request.app[BODIES]
+        if not bodies.size(request):  # no body to make room for (a GET): the same, one context less
+            return await _answer(request, route, identity)
+        async with bodies.room(request):  # after auth: only callers' bodies are ever read
+            return await _answer(request, route, identity)
 
     guarded.__name__ = route.handler.__name__
     return guarded
+
+
+async def _answer(request: web.Request, route: Route, identity: auth.Identity | None) -> web.StreamResponse:
+    if identity is not None:  # after auth: only callers may make the shim read
+        if MIN_VERSION_HEADER in request.headers:
+            await request.app[SHIM].scans.freshness.reach(request)
+        if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
+            await _maybe_redirect(request, route)
+    return await route.handler(request)
 
 
 def _confine(request: web.Request, scan_id: str, route: Route) -> None:
@@ -166,17 +176,16 @@ def authenticators(settings: ShimSettings) -> list[auth.Authenticator]:
 async def create_app(
     settings: ShimSettings, authenticators_: list[auth.Authenticator] | None = None
 ) -> web.Application:
-    app = web.Application(
-        middlewares=[metrics_middleware, error_middleware, written_middleware],
-        client_max_size=settings.max_body_bytes,
-    )
-    app[METRICS] = ShimMetrics()
+    metrics = ShimMetrics()
+    app = web.Application(middlewares=[serving(metrics)], client_max_size=settings.max_body_bytes)
+    app[METRICS] = metrics
     app[BODIES] = BodyBudget(settings.body_bytes_at_once, settings.max_body_bytes, settings.body_wait_seconds)
     app[STREAMS] = EventStreams(settings)
     app.on_shutdown.append(close_streams)
     app[AUTHENTICATORS] = authenticators_ if authenticators_ is not None else authenticators(settings)
     app[ROUTE_TABLE] = ROUTES
-    for route in ROUTES:
+    # Stable: a path's methods stay together (one resource), the rest in the route table's order.
+    for route in sorted(ROUTES, key=lambda r: POLLED.index(r.path) if r.path in POLLED else len(POLLED)):
         app.router.add_route(route.method, route.path, guard(route))
 
     async def kubernetes(app: web.Application) -> AsyncIterator[None]:
@@ -222,17 +231,23 @@ def server_tls(settings: ShimSettings) -> ssl.SSLContext | None:
     return context
 
 
-async def serve(settings: ShimSettings) -> None:
-    """Serve until SIGTERM or SIGINT, then `shutdown_delay_seconds` more (a rollout's requests still
-    reach a deleted Pod for a moment; refused, they would fail a scanner's poll), then close: the
-    port first, then in-flight requests and event streams, as aiohttp's shutdown does."""
-    runner = web.AppRunner(
-        await create_app(settings),
+def shim_runner(app: web.Application) -> web.AppRunner:
+    """How the shim serves `app`: a line a request in its own access log (aiohttp's own, with the path
+    and query asked for, is never written), signals left to `serve`."""
+    return web.AppRunner(
+        app,
         handle_signals=False,
         access_log=logging.getLogger(LOGGER),
         access_log_class=AccessLogger,
         **SERVER_OPTIONS,
     )
+
+
+async def serve(settings: ShimSettings) -> None:
+    """Serve until SIGTERM or SIGINT, then `shutdown_delay_seconds` more (a rollout's requests still
+    reach a deleted Pod for a moment; refused, they would fail a scanner's poll), then close: the
+    port first, then in-flight requests and event streams, as aiohttp's shutdown does."""
+    runner = shim_runner(await create_app(settings))
     await runner.setup()
     try:
         site = web.TCPSite(runner, settings.host, settings.port, ssl_context=server_tls(settings))
@@ -264,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(openapi.document(ROUTES), sys.stdout, indent=2)
         return 0
     settings = ShimSettings()
-    logs.configure(settings.log_format, settings.log_level)
+    logs.configure(settings.log_format, settings.log_level, batched=True)  # a line a request: off the loop
     logging.getLogger("aiohttp.server").addFilter(refused_requests_in_brief)
     asyncio.run(serve(settings))
     return 0

@@ -47,8 +47,14 @@ def token_hash(token: str) -> str:
 
 
 class StaticTokens:
-    def __init__(self, entries: dict[str, Identity]) -> None:
+    """The token file's entries, read once. A token found is remembered as it came (up to `remember`
+    of them; a token not found never is), so its next request costs a dictionary lookup, not a hash:
+    the entries never change while the shim runs."""
+
+    def __init__(self, entries: dict[str, Identity], remember: int = 1024) -> None:
         self._by_hash = entries
+        self._remember = remember
+        self._known: dict[str, Identity] = {}
 
     @classmethod
     def load(cls, path: Path) -> StaticTokens:
@@ -58,7 +64,17 @@ class StaticTokens:
         )
 
     async def authenticate(self, token: str) -> Identity | None:
-        return self._by_hash.get(token_hash(token))
+        identity = self._known.get(token)
+        if identity is None:
+            identity = self._by_hash.get(token_hash(token))
+            if identity is not None and len(self._known) < self._remember:
+                self._known[token] = identity
+        return identity
+
+    @property
+    def remembered(self) -> int:
+        """Tokens answered without hashing them again."""
+        return len(self._known)
 
 
 class OIDCPeople:

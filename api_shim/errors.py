@@ -1,8 +1,8 @@
 """Error bodies: `{error: <HTTP reason phrase>, reason: <specific text>, message: <explanation>}`.
 
-Handlers raise `ApiError`; one middleware renders it, aiohttp's own HTTP errors (unknown path,
-wrong method), the outages of the archive and of the API server (503s that name which, never the
-driver's words) and anything unexpected, so no response ever leaves without that shape.
+Handlers raise `ApiError`; the shim's middleware renders it (`error_response`), aiohttp's own HTTP
+errors (unknown path, wrong method), the outages of the archive and of the API server (503s that name
+which, never the driver's words) and anything unexpected, so no response ever leaves without that shape.
 """
 
 from __future__ import annotations
@@ -75,33 +75,29 @@ def _about(request: web.Request) -> dict[str, str]:
     return logs.about(scan_id) if scan_id else {}
 
 
-@web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except ApiError as e:
+def error_response(request: web.Request, e: Exception) -> web.Response:
+    """The answer to what a handler raised, in the error body's shape. A redirection (an HTTP exception
+    below 400) is raised again, for aiohttp to answer."""
+    if isinstance(e, ApiError):
         return json_error(e.status, e.reason, e.message, e.headers)
-    except ARCHIVE_ERRORS as e:  # before OSError: an archive outage is no API server's
+    if isinstance(e, ARCHIVE_ERRORS):  # before OSError: an archive outage is no API server's
         error = archive_unavailable(e)
         return json_error(error.status, error.reason, error.message)
-    except web.HTTPRedirection:
-        raise
-    except web.HTTPException as e:
+    if isinstance(e, web.HTTPException):
         if e.status < 400:
-            raise
+            raise e
         headers = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
         phrase = HTTPStatus(e.status).phrase
         return json_error(e.status, phrase.lower(), e.text or phrase, headers)
-    except kube.ApiError as e:
+    if isinstance(e, kube.ApiError):
         if e.status in (408, 429, 500, 502, 503, 504):
             return json_error(503, "kubernetes API unavailable", f"The API server answered {e.status}.")
         log.exception(
             "unexpected API server answer on %s %s", request.method, request.path, extra=_about(request)
         )
         return json_error(500, "internal error", f"The API server answered {e.status}: {e.reason}.")
-    except (TimeoutError, aiohttp.ClientError, OSError) as e:  # the shim's only other peer
+    if isinstance(e, TimeoutError | aiohttp.ClientError | OSError):  # the shim's only other peer
         log.warning("the API server did not answer on %s %s: %r", request.method, request.path, e)
         return json_error(503, "kubernetes API unavailable", "The API server did not answer; try again.")
-    except Exception:
-        log.exception("unhandled error on %s %s", request.method, request.path, extra=_about(request))
-        return json_error(500, "internal error", "An unexpected error occurred; see the shim's log.")
+    log.exception("unhandled error on %s %s", request.method, request.path, extra=_about(request))
+    return json_error(500, "internal error", "An unexpected error occurred; see the shim's log.")

@@ -1,8 +1,8 @@
 """The shim's Prometheus metrics, served at `GET /metrics` (public, text exposition format).
 
 Requests are counted by route template (the matched resource's canonical path, so a scan id never
-becomes a label value), method and status code, and timed, by a middleware that runs outside the error
-middleware and so sees the status the client got. Each (route, method, status) binds its label values
+becomes a label value), method and status code, and timed, by the shim's middleware (`api_shim.serving`)
+once the answer is what the client gets. Each (route, method, status) binds its label values
 once: a request then adds to children it looks up by identity, not by label values. The cache's
 figures are read at scrape time by a collector; the cache itself only keeps two plain numbers up to
 date. Each app has its own registry (tests run several apps in one process).
@@ -28,7 +28,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from api_shim.cache import ScanCache
-from api_shim.plumbing import Handler
 
 METRICS_PATH = "/metrics"
 UNMATCHED = "unmatched"  # no route matched: the raw path is never a label value
@@ -144,24 +143,6 @@ class ShimMetrics:
 
 
 METRICS = web.AppKey("metrics", ShimMetrics)
-
-
-@web.middleware
-async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Outermost: counts what the client got, redirects and errors included; scrapes are not counted."""
-    if request.path == METRICS_PATH:
-        return await handler(request)
-    started = time.monotonic()
-    status = 500
-    try:
-        response = await handler(request)
-        status = response.status
-        return response
-    except web.HTTPException as e:
-        status = e.status
-        raise
-    finally:
-        request.app[METRICS].observe(request, status, time.monotonic() - started)
 
 
 async def metrics(request: web.Request) -> web.Response:

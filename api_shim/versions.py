@@ -1,5 +1,5 @@
 """The Scan versions a request wrote, answered as `Skyscan-Version` (read-your-writes across replicas,
-`api_shim.freshness`). The store notes each version it writes; the middleware answers the highest."""
+`api_shim.freshness`). The store notes each version it writes; the shim's middleware answers the highest."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from api_shim.errors import Handler, bad_request
+from api_shim.errors import bad_request
 from skyscan.status import resource_version
 
 WRITTEN_HEADER = "Skyscan-Version"
@@ -31,18 +31,20 @@ def wrote(obj: dict[str, Any]) -> None:
         written.version = max(written.version, resource_version(obj))
 
 
-@web.middleware
-async def written_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Answer a write with the version it wrote (`Skyscan-Version`)."""
+def noting() -> tuple[Written, contextvars.Token[Written | None]]:
+    """Note the versions the current request writes from now on (`wrote`), until `noted(token)`."""
     written = Written()
-    token = _written.set(written)
-    try:
-        response = await handler(request)
-    finally:
-        _written.reset(token)
+    return written, _written.set(written)
+
+
+def noted(token: contextvars.Token[Written | None]) -> None:
+    _written.reset(token)
+
+
+def answer_written(response: web.StreamResponse, written: Written) -> None:
+    """Answer a write with the version it wrote (`Skyscan-Version`)."""
     if written.version and not response.prepared:
         response.headers[WRITTEN_HEADER] = str(written.version)
-    return response
 
 
 def min_version(request: web.Request) -> int | None:

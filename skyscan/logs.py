@@ -11,10 +11,14 @@ reference of a Scan, or of the Job or Pod made for one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -57,14 +61,30 @@ def redact(text: str) -> str:
     return text
 
 
+# What a CleanRecord holds besides its name, level, message, time and fields: no caller, thread, process.
+_CLEAN_BASE: dict[str, object] = {
+    "args": None, "pathname": "", "filename": "", "module": "", "exc_info": None, "exc_text": None,
+    "stack_info": None, "lineno": 0, "funcName": None, "thread": None, "threadName": None,
+    "processName": None, "process": None,
+}  # fmt: skip
+
+
 class CleanRecord(logging.LogRecord):
     """A record whose source vouches for it: its message holds no secret and no character that would
     break a line, its fields (`extra`) no secret; only a `scan_id` among them may hold what a client
-    sent, and it is escaped where it is written. Formatters write it without a redaction pass."""
+    sent, and it is escaped where it is written. Formatters write it without a redaction pass.
+
+    Made a request, so made cheaply: the attributes LogRecord's constructor would compute from a caller
+    (there is none) are constants, and all of them are one dictionary made at once."""
 
     def __init__(self, name: str, level: int, message: str, **fields: object) -> None:
-        super().__init__(name, level, "", 0, message, None, None)
-        self.__dict__.update(fields)
+        created = time.time()
+        self.__dict__ = {
+            **_CLEAN_BASE, **fields, "name": name, "msg": message, "levelno": level,
+            "levelname": logging.getLevelName(level), "created": created,
+            "msecs": int((created - int(created)) * 1000) + 0.0,
+            "relativeCreated": (created - logging._startTime) * 1000,  # type: ignore[attr-defined]
+        }  # fmt: skip
 
 
 def about(scan_id: str) -> dict[str, str]:
@@ -189,9 +209,79 @@ class TextFormatter(logging.Formatter):
         return redact(super().format(record))
 
 
-def configure(log_format: LogFormat, level: str | int = logging.INFO) -> None:
-    """One handler on the root logger, writing to stderr in `log_format`."""
-    handler = logging.StreamHandler()
+class BatchedStreamHandler(logging.StreamHandler[Any]):
+    """A stream handler that formats a record where it is logged and leaves the writing to a thread of
+    its own, which writes the lines gathered over `interval` seconds at once: a line a request costs
+    the event loop no system call and never waits for a slow reader of the stream. A WARNING or worse,
+    `flush()` (logging's shutdown) and more than `most` lines waiting write everything at once, in
+    order. A process killed outright loses at most `interval` seconds of lines."""
+
+    def __init__(self, stream: Any = None, interval: float = 0.2, most: int = 10_000) -> None:
+        super().__init__(stream)
+        self.interval, self.most = interval, most
+        self._pending: list[str] = []
+        self._pending_lock = threading.Lock()  # the loop appends while the writer takes the lines
+        self._writing = threading.Lock()  # one write at a time: lines leave in the order they came
+        self._waiting = threading.Event()  # set when a line arrives to no line waiting
+        self._closing = threading.Event()
+        self._writer = threading.Thread(target=self._write_batches, name="log-writer", daemon=True)
+        self._writer.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + self.terminator
+        except Exception:
+            self.handleError(record)
+            return
+        with self._pending_lock:
+            self._pending.append(line)
+            waiting = len(self._pending)
+        if waiting == 1:
+            self._waiting.set()
+        if record.levelno >= logging.WARNING or waiting > self.most:
+            self._write()
+
+    def flush(self) -> None:
+        self._write()
+
+    def close(self) -> None:
+        self._closing.set()
+        self._waiting.set()
+        if self._writer is not threading.current_thread():
+            self._writer.join(timeout=5)
+        self._write()
+        super().close()
+
+    def _write(self) -> None:
+        with self._writing:
+            with self._pending_lock:
+                lines, self._pending = self._pending, []
+            try:
+                if lines:
+                    self.stream.write("".join(lines))
+                self.stream.flush()
+            except Exception:  # as logging's own handlers: a broken stream is told of, never raised
+                self._told(lines)
+
+    @staticmethod
+    def _told(lines: list[str]) -> None:
+        if logging.raiseExceptions:
+            with contextlib.suppress(Exception):  # stderr may be the stream that broke
+                traceback.print_exc(file=sys.stderr)
+                sys.stderr.write(f"--- {len(lines)} log lines could not be written\n")
+
+    def _write_batches(self) -> None:
+        while not self._closing.is_set():
+            self._waiting.wait()
+            self._closing.wait(self.interval)  # let the lines of the next moments join this write
+            self._waiting.clear()  # before taking them: a line after this sets it again
+            self._write()
+
+
+def configure(log_format: LogFormat, level: str | int = logging.INFO, *, batched: bool = False) -> None:
+    """One handler on the root logger, writing to stderr in `log_format`; `batched`: written by a thread
+    of its own (`BatchedStreamHandler`: the shim logs a line a request)."""
+    handler = BatchedStreamHandler() if batched else logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -7,14 +7,17 @@ import json
 import logging
 from collections.abc import AsyncIterator
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from api_shim.access import LOGGER, AccessLogger, principal
+from api_shim.app import shim_runner
 from api_shim.auth import SYSTEM, USER, Identity
 from api_shim.plumbing import IDENTITY
 from skyscan import logs
+from skyscan_local import processes
 from tests.helpers import eventually
 
 CALLERS = {
@@ -55,6 +58,36 @@ async def logged() -> AsyncIterator[Logged]:
     finally:
         logger.removeHandler(kept)
         logger.setLevel(level)
+
+
+async def test_the_shim_writes_its_own_access_log_and_never_aiohttps() -> None:
+    app = web.Application()
+    app.router.add_get("/scan/{scan_id}/status", status)
+    ours, theirs = Kept(), Kept()
+    loggers = [(logging.getLogger(LOGGER), ours), (logging.getLogger("aiohttp.access"), theirs)]
+    levels = [logger.level for logger, _ in loggers]
+    for logger, kept in loggers:
+        logger.addHandler(kept)
+        logger.setLevel(logging.INFO)
+    runner = shim_runner(app)
+    await runner.setup()
+    try:
+        port = processes.free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/scan/a1/status?x=1"):
+            pass
+
+        async def logged() -> bool:
+            return len(ours.records) == 1
+
+        await eventually(logged, timeout=5, interval=0.01)
+        assert ours.records[0].getMessage().startswith("GET /scan/{scan_id}/status 200 ")
+        assert theirs.records == []
+    finally:
+        await runner.cleanup()
+        for (logger, kept), level in zip(loggers, levels, strict=True):
+            logger.removeHandler(kept)
+            logger.setLevel(level)
 
 
 def test_principals_are_kinds_of_caller() -> None:

@@ -81,6 +81,22 @@ async def test_a_static_token_file_grants_only_known_roles_and_a_missing_file_no
     assert identity == auth.Identity("carol", frozenset({auth.USER}))
 
 
+async def test_static_tokens_found_are_remembered_as_their_own_and_no_more_than_the_bound() -> None:
+    alice, bob = auth.Identity("alice", frozenset({auth.USER})), auth.Identity("op", frozenset({auth.SYSTEM}))
+    entries = {auth.token_hash("a"): alice, auth.token_hash("b"): bob, auth.token_hash("c"): alice}
+    tokens = auth.StaticTokens(entries, remember=2)
+    assert await tokens.authenticate("x") is None and tokens.remembered == 0  # a token not found: never
+    for _ in range(2):  # the second time from what was remembered: the same answers
+        answers = [await tokens.authenticate(t) for t in ("a", "b", "x", "a ", "A")]
+        assert answers == [alice, bob, None, None, None]
+    assert tokens.remembered == 2
+    assert await tokens.authenticate("c") == alice and tokens.remembered == 2  # past the bound: hashed
+    assert await tokens.authenticate("c") == alice and await tokens.authenticate("b") == bob
+    many = auth.StaticTokens({auth.token_hash(str(i)): alice for i in range(1025)})
+    assert [await many.authenticate(str(i)) for i in range(1025)] == [alice] * 1025
+    assert many.remembered == 1024  # by default
+
+
 def test_a_new_token_is_stored_only_as_its_hash_readable_by_its_owner_only(tmp_path: Path) -> None:
     path = tmp_path / "tokens.json"
     first = auth.make_token(path, "alice", ["user"])

@@ -3,14 +3,17 @@ references, and credentials masked even when a caller logs them."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import sys
+import threading
 from datetime import UTC, datetime
 
 import pytest
 
 from skyscan import logs
+from tests.helpers import eventually
 
 FIELDS = {"timestamp", "level", "severity", "logger", "message"}
 
@@ -182,3 +185,52 @@ def test_every_character_that_breaks_a_line_is_escaped() -> None:
     for c in breaking:
         escaped = logs.one_line(f"id{c}x")
         assert c not in escaped and escaped == f"id{repr(c)[1:-1]}x", repr(c)
+
+
+async def test_a_batched_handler_writes_lines_in_order_off_the_callers_thread_and_warnings_at_once() -> None:
+    class Stream(io.StringIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.writers: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.writers.append(threading.current_thread().name)
+            return super().write(text)
+
+    stream = Stream()
+    handler = logs.BatchedStreamHandler(stream, interval=0.5)
+    handler.setFormatter(logs.TextFormatter())
+    try:
+        for i in range(3):
+            handler.handle(logs.CleanRecord("api_shim.access", logging.INFO, f"GET / 200 {i}.0ms user"))
+        assert stream.getvalue() == ""  # not written by the caller
+
+        async def written() -> bool:
+            return stream.getvalue().count("\n") == 3
+
+        await eventually(written, timeout=5, interval=0.01)
+        assert stream.writers == ["log-writer"]  # the three lines in one write, by the writer thread
+        handler.handle(record("slow answer", level=logging.WARNING))
+        assert stream.writers[-1] == threading.current_thread().name  # a warning: written at once
+        handler.handle(record("last line"))
+        handler.flush()  # as logging's shutdown does
+        lines = stream.getvalue().splitlines()
+        assert [line.split(": ", 1)[1] for line in lines] == [
+            *(f"GET / 200 {i}.0ms user" for i in range(3)), "slow answer", "last line",
+        ]  # fmt: skip
+    finally:
+        handler.close()
+    assert not handler._writer.is_alive()
+
+
+def test_a_batched_handler_holds_at_most_so_many_lines() -> None:
+    stream = io.StringIO()
+    handler = logs.BatchedStreamHandler(stream, interval=60, most=2)
+    try:
+        for i in range(2):
+            handler.handle(record(f"line {i}"))
+        assert stream.getvalue() == ""
+        handler.handle(record("line 2"))  # a third waiting: written at once, all of them
+        assert stream.getvalue().splitlines() == ["line 0", "line 1", "line 2"]
+    finally:
+        handler.close()

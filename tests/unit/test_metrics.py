@@ -7,7 +7,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from prometheus_client.parser import text_string_to_metric_families
 
-from api_shim.metrics import METRICS, METRICS_PATH, ShimMetrics, metrics, metrics_middleware, route_template
+from api_shim.metrics import METRICS, METRICS_PATH, ShimMetrics, metrics, route_template
+from api_shim.serving import serving
 from skyscan_local import processes
 from skyscan_operator.backlog import Candidate, Line
 from skyscan_operator.metrics import MetricsServer, StoreCollector, wms_operation, wms_outcome
@@ -52,8 +53,9 @@ async def test_shim_routes_are_labelled_by_template() -> None:
 
 
 async def test_the_middleware_counts_answers_by_template_and_not_the_scrapes() -> None:
-    app = web.Application(middlewares=[metrics_middleware])
-    app[METRICS] = ShimMetrics()
+    counted = ShimMetrics()
+    app = web.Application(middlewares=[serving(counted)])
+    app[METRICS] = counted
     app.router.add_get("/scan/{scan_id}/status", hello)
     app.router.add_put("/scan/{scan_id}/result", hello)
     app.router.add_get(METRICS_PATH, metrics)

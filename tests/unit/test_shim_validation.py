@@ -11,10 +11,12 @@ from aiohttp.test_utils import make_mocked_request
 from pydantic import BaseModel, ValidationError
 
 from api_shim import auth, models
-from api_shim.app import redirect_location
+from api_shim.app import create_app, redirect_location
 from api_shim.cache import Gone, ScanCache
 from api_shim.errors import ApiError
 from api_shim.plumbing import parse_bool
+from api_shim.routes import ROUTES
+from api_shim.settings import ShimSettings
 from skyscan import kube
 from skyscan.model import Integer
 from skyscan.status import compact
@@ -172,3 +174,10 @@ def test_cli_makes_tokens_and_prints_the_openapi_document(
     assert auth.token_hash(token) in json.loads((tmp_path / "t.json").read_text())
     assert main(["openapi"]) == 0
     assert json.loads(capsys.readouterr().out)["openapi"] == "3.1.0"
+
+
+async def test_the_polled_reads_are_routed_first_and_each_path_is_one_resource() -> None:
+    app = await create_app(ShimSettings(auth_disabled=True))
+    paths = [resource.canonical for resource in app.router.resources()]
+    assert paths[:2] == ["/scan/{scan_id}/status", "/scan/{scan_id}/manifest"]
+    assert sorted(paths) == sorted({route.path for route in ROUTES})  # a path's methods share its resource
