@@ -270,7 +270,9 @@ async def encode_ids(ids: list[str], projected: bool) -> list[bytes]:
     parts, turn = [b'{"manifests": ['], _Slice()
     for start in range(0, len(ids), ID_PART):
         run = ids[start : start + ID_PART]
-        if projected:
+        if projected and _plain("".join(run)):  # each encodes as itself in quotes (Kubernetes names do)
+            text = '{"scan_id": "' + '"}, {"scan_id": "'.join(run) + '"}'
+        elif projected:
             text = '{"scan_id": ' + '}, {"scan_id": '.join(map(encode_basestring_ascii, run)) + "}"
         else:
             text = ", ".join(["{}"] * len(run))
@@ -278,6 +280,14 @@ async def encode_ids(ids: list[str], projected: bool) -> list[bytes]:
         await turn.end_if_due()
     parts.append(b"]}")
     return parts
+
+
+_UNESCAPED = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')  # what json writes as itself
+
+
+def _plain(text: str) -> bool:
+    """Whether json encodes `text` as itself in quotes (ASCII, none of it escaped)."""
+    return text.isascii() and not text.encode().translate(None, _UNESCAPED)
 
 
 def ids_only(fields: set[str]) -> bool:

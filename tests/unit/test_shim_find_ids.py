@@ -4,6 +4,7 @@ the index's names (no manifest read), without holding the event loop however man
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from typing import Any
@@ -217,3 +218,15 @@ async def test_a_find_of_thousands_by_the_index_yields_to_the_loop() -> None:
     assert answers[1] > answers[0] > 0
     assert len(gaps) > 4  # it did yield, more than once per find
     assert max(gaps) < max(0.02, took / 4)  # no one step holds the loop for long (a shared machine)
+
+
+async def test_ids_json_would_escape_are_encoded_as_json_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(find, "ID_PART", 3)
+    ids = ["scan-1", 'q"uote', "back\\slash", "tab\t", "\x7f", "é", "☃", "scan-2", "scan-3", "scan-4"]
+    for some in (ids, ids[:1], ids[-3:], []):
+        expected = json.dumps({"manifests": [{"scan_id": i} for i in some]}).encode()
+        assert b"".join(await find.encode_ids(some, True)) == expected
+        assert (
+            b"".join(await find.encode_ids(some, False))
+            == json.dumps({"manifests": [{}] * len(some)}).encode()
+        )
