@@ -214,7 +214,7 @@ class ScanCache:
             return False
         scan = compact(obj)
         record = ScanRecord(scan)
-        self._unindex(name, old)
+        self._unindex(name, old, replaced=True)
         self._scans[name] = Held(version, self._packer.pack(scan), record.rescan_of, record.replaced_by)
         self.find_index.put(name, scan)
         if record.rescan_of:
@@ -224,12 +224,13 @@ class ScanCache:
         self._wake(name)
         return True
 
-    def _unindex(self, name: str, held: Held | None) -> None:
+    def _unindex(self, name: str, held: Held | None, *, replaced: bool = False) -> None:
         if held is None:
             return
         self._backlog.discard(name)
         self._documents.pop(name, None)
-        self.find_index.discard(name)
+        if not replaced:  # `FindIndex.put` replaces a version in place (the scan keeps its place in order)
+            self.find_index.discard(name)
         if held.rescan_of:
             self._rescans.get(held.rescan_of, set()).discard(name)
 

@@ -7,11 +7,16 @@ object without building the manifest, keyed as the matcher compares them (1 and 
 is not 1). An array is indexed by each of its elements too, as equality tests them. Only non-null
 scalars are indexed: a null condition also matches a missing field, which an index of values cannot
 list.
+
+It also holds the names of the scans it indexed in id order, and which are soft-deleted, so a find the
+index answers alone (`api_shim.narrowing.exact`) lists its matches in the answer's order without
+reading a manifest or sorting them all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import bisect
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from skyscan import manifest
@@ -81,10 +86,12 @@ class FindIndex:
     def __init__(self) -> None:
         self._buckets: dict[tuple[str, bool], _Bucket] = {}
         self._held: dict[str, tuple[Any, ...]] = {}  # name -> (bucket, value, bucket, value, ...)
+        self._order: list[str] = []  # every scan indexed, in id (= name) order
+        self._deleted: set[str] = set()  # those soft-deleted
 
     def put(self, name: str, scan: Mapping[str, Any]) -> None:
         """Index (the new version of) a Scan."""
-        self.discard(name)
+        self._unlist(name)
         held: list[Any] = []
         for path, value in entries(scan):
             key = (path, type(value) is bool)
@@ -101,8 +108,23 @@ class FindIndex:
             held += (bucket, value)
         if held:
             self._held[name] = tuple(held)
+        at = bisect.bisect_left(self._order, name)
+        if at == len(self._order) or self._order[at] != name:
+            self._order.insert(at, name)  # a new scan: its id is the latest, so this is an append
+        if ScanRecord(scan).deleted:
+            self._deleted.add(name)
+        else:
+            self._deleted.discard(name)
 
     def discard(self, name: str) -> None:
+        """Forget a Scan (gone from the cache)."""
+        self._unlist(name)
+        at = bisect.bisect_left(self._order, name)
+        if at < len(self._order) and self._order[at] == name:
+            del self._order[at]
+        self._deleted.discard(name)
+
+    def _unlist(self, name: str) -> None:
         held = self._held.pop(name, ())
         for bucket, value in zip(held[::2], held[1::2], strict=True):
             names = bucket.get(value)
@@ -127,3 +149,29 @@ class FindIndex:
             elif names is not None:
                 found.add(names)
         return found
+
+    def selected(
+        self, lookups: Iterable[tuple[str, Iterable[Any]]], deleted: Collection[bool]
+    ) -> tuple[set[str] | None, set[str] | None]:
+        """The scans listed for each (path, values) of `lookups` whose soft deletion is one of `deleted`:
+        (the names kept, or None for all; the names left out, or None for none), each a new set. The
+        scans selected are those of `in_order()` kept and not left out."""
+        keep: set[str] | None = None
+        for path, values in lookups:
+            names = self.names(path, values)
+            keep = names if keep is None else keep & names
+        drop: set[str] | None = None
+        if not deleted:
+            keep = set()
+        elif False not in deleted:
+            keep = set(self._deleted) if keep is None else keep & self._deleted
+        elif True not in deleted and self._deleted:
+            if keep is None:
+                drop = set(self._deleted)
+            else:
+                keep -= self._deleted
+        return keep, drop
+
+    def in_order(self) -> list[str]:
+        """The name of every scan indexed, in id order (a copy)."""
+        return list(self._order)

@@ -3,6 +3,7 @@ runs it against PostgreSQL)."""
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 import pytest
@@ -83,7 +84,8 @@ def test_queries_select_one_namespace_in_code_point_order() -> None:
 def test_live_and_archived_answers_merge_in_id_order_a_scan_in_both_once_as_it_is_live() -> None:
     live = [{"scan_id": "a", "from": "live"}, {"scan_id": "c", "from": "live"}]
     archived = [{"scan_id": "b", "from": "archive"}, {"scan_id": "c", "from": "archive"}, {"scan_id": "d"}]
-    merged = list(find.merge(iter(live), archived))
+    merged = list(find.merge(iter(live), archived, itemgetter("scan_id")))
     assert [(m["scan_id"], m.get("from")) for m in merged] == [
         ("a", "live"), ("b", "archive"), ("c", "live"), ("d", None)
     ]  # fmt: skip
+    assert list(find.merge(["a", "c"], ["b", "c", "d"], str)) == ["a", "b", "c", "d"]  # ids alike

@@ -74,6 +74,16 @@ async def test_select_answers_in_id_order(cache: ScanCache, monkeypatch: pytest.
     assert [m["scan_id"] for m in found] == [n for n in names if int(n[-2:]) % 3 == 1]
 
 
+async def ticker(gaps: list[float]) -> None:
+    """Notes each time between two turns of the event loop in `gaps`, until cancelled."""
+    last = time.perf_counter()
+    while True:
+        await asyncio.sleep(0)
+        now = time.perf_counter()
+        gaps.append(now - last)
+        last = now
+
+
 async def test_select_yields_to_the_loop(cache: ScanCache) -> None:
     count = 20_000
     for version, i in enumerate(random.sample(range(count), count), start=1):
@@ -81,19 +91,10 @@ async def test_select_yields_to_the_loop(cache: ScanCache) -> None:
     matches = parse_filter({"priority": {"$in": [1, 2]}, "scan_id": {"$regex": "^scan-\\d+$"}}).matches
     await find.select(cache, matches)  # builds the documents
     gaps: list[float] = []
-
-    async def ticker() -> None:
-        last = time.perf_counter()
-        while True:
-            await asyncio.sleep(0)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
     gc.collect()
     gc.disable()  # the process's own collector pauses are not the find's
     try:
-        ticking = asyncio.create_task(ticker())
+        ticking = asyncio.create_task(ticker(gaps))
         await asyncio.sleep(0)
         found = list(await find.select(cache, matches))
         ticking.cancel()

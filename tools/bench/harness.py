@@ -229,7 +229,8 @@ async def namespace(api: Kube) -> AsyncIterator[str]:
 
 
 def scan_spec(i: int, *, priority: int = 0) -> dict[str, Any]:
-    """The spec of bench Scan `i` (its own sensor event, classifiers varied by i)."""
+    """The spec of bench Scan `i` (its own sensor event, classifiers varied by i; `third`, i % 3, is
+    shared by a third of them)."""
     return {
         "dockerTag": "4.1.0",
         "recoAlgo": "millipede_wilks",
@@ -238,7 +239,7 @@ def scan_spec(i: int, *, priority: int = 0) -> dict[str, Any]:
         "realOrSimulatedEvent": "real",
         "maxPixelRecoTime": 600,
         "requestClusters": [{"location": "osg", "nWorkers": 100}],
-        "classifiers": {"origin": "bench", "i": i},
+        "classifiers": {"origin": "bench", "i": i, "third": i % 3},
         "priority": priority,
     }
 

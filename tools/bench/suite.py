@@ -11,7 +11,10 @@ Side by side, in one run against one local control plane (or SKYSCAN_TEST_KUBECO
    by run/event id and by a classifier over live + archived (each is skipped with a "not available
    yet" line while the product lacks that piece);
 7. 1,000 followers of 100 live scans (`GET /scan/{id}/events`; `--quick` 200 of 20): the shim's CPU idle
-   and under status PATCHes, PATCH -> event delay, against as many clients polling `/status` (followers.py).
+   and under status PATCHes, PATCH -> event delay, against as many clients polling `/status` (followers.py);
+8. POST /scans/find by a classifier and by run/event id over the live scans, one at a time; and by a
+   classifier selecting a third of them, projected to scan_id, 4 at a time, with /healthz probed
+   meanwhile (third_finds.py: the finds and the probes driven by hey).
 The GETs of 1. are driven by hey (loadgen.py), a compiled load generator pinned to one CPU where there
 are two or more, so that the client's own CPU does not flatten the ratios; the rest by aiohttp in this
 process. Every figure names its load client. All of it runs on one machine: `uptime` is printed before
@@ -50,6 +53,7 @@ import followers
 import harness
 import history
 import loadgen
+import third_finds
 from harness import Server, ShimConfig, Stats
 
 
@@ -88,6 +92,8 @@ GOALS = {  # the issue's goals: upper limits
     "shim cold start, s": 3.0,
     "archived GET manifest p99, ms": 10.0,
     "find p99 over live, ms": 10.0,
+    "find of a third p99, 4 concurrent, ms": 30.0,
+    "/healthz p99 while those finds run, ms": 5.0,
     "find p99 over live + archived, ms": 50.0,
 }
 
@@ -271,6 +277,24 @@ async def live_finds(b: Bench, config: ShimConfig, shim: Server) -> None:
                            "find p99 over live, ms")  # fmt: skip
             b.report.add(Row(row.what, f"p99 {row.figure}, p50 {got.p50_ms:g} ms", goal=row.goal,
                              verdict=row.verdict, client=ONE_AT_A_TIME))  # fmt: skip
+
+
+async def broad_finds(b: Bench, config: ShimConfig, shim: Server) -> None:
+    """Finds selecting a third of the live scans, projected to scan_id, 4 at a time; /healthz meanwhile."""
+    b.report.phase("finds selecting a third of the live scans, 4 at a time, /healthz meanwhile")
+    got = await third_finds.measure(shim.base, config.headers, shim.pid, b.size.live, b.size.finds, b.workdir)
+    what = (f"POST /scans/find by a classifier selecting a third, projected to scan_id, "
+            f"{third_finds.CONCURRENCY} concurrent, {b.size.live:,} live")  # fmt: skip
+    row = measured(what, got.finds.p99_ms, "ms", "find of a third p99, 4 concurrent, ms")
+    compared = f"{got.found:,} scans each; shim CPU {got.cpu_ms_per_find:g} ms a find; load {got.load}"
+    b.report.add(replace(row, figure=f"p99 {row.figure}, p50 {got.finds.p50_ms:g} ms, {got.finds.per_s:g}/s",
+                         compared=compared, client=third_finds.CLIENT))  # fmt: skip
+    healthz_goal = "/healthz p99 while those finds run, ms"
+    row = measured("/healthz p99 meanwhile", got.healthz.p99_ms, "ms", healthz_goal)
+    alone = got.healthz_alone
+    b.report.add(replace(row, figure=f"p99 {row.figure}, p50 {got.healthz.p50_ms:g} ms",
+                         compared=f"alone: p99 {alone.p99_ms:g} ms, p50 {alone.p50_ms:g} ms",
+                         client=third_finds.CLIENT))  # fmt: skip
 
 
 async def creates(b: Bench, config: ShimConfig, shim: Server) -> None:
@@ -580,6 +604,7 @@ async def run(size: Size, report: Report) -> None:
             )
             await report.section("GET manifest and status", reads(b, config, shim))
             await report.section("POST /scans/find over live scans", live_finds(b, config, shim))
+            await report.section("POST /scans/find of a third, 4 at a time", broad_finds(b, config, shim))
             await report.section("POST /scan vs raw create", creates(b, config, shim))
             await report.section("RSS and idle CPU", idle(b, shim, operator))
             await report.section("Scan created → Job created", job_latency(b))

@@ -13,6 +13,7 @@ from skyscan.archive import ArchivedScan
 from skyscan.status import compact
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest
 from tests.integration.shim.test_shim_archive import EVENT_METADATA, archive_scan, finished
+from tests.integration.shim.test_shim_find_wms import find as find_ids
 
 
 @pytest.fixture
@@ -21,9 +22,7 @@ async def shim(archive_dsn: str, make_shim: MakeShim) -> ShimUnderTest:
 
 
 async def found(shim: ShimUnderTest, query: dict[str, object], **body: object) -> list[str]:
-    reply = await shim.call("POST", "/scans/find", json_body={"filter": query, **body})
-    assert reply.status == 200, reply.body
-    return [m["scan_id"] for m in reply.body["manifests"]]
+    return await find_ids(shim, filter=query, **body)
 
 
 async def test_find_answers_over_both_stores_in_id_order_each_scan_once(
