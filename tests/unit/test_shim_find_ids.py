@@ -206,18 +206,18 @@ async def test_a_find_of_thousands_by_the_index_yields_to_the_loop() -> None:
     answers: list[int] = []
     ticking = asyncio.create_task(ticker(gaps))
     await asyncio.sleep(0)
-    began = time.perf_counter()
+    began = time.thread_time()
     for query in ({"classifiers.third": 1, "is_deleted": False}, {"is_deleted": False}):
         exact = narrowing.exact(query, find_index.indexed)
         assert exact is not None
         ids = await find.select_ids(index, exact)
         answers.append(len(b"".join(await find.encode_ids(ids, True))))
         assert ids == [f"scan-{i:06d}" for i in range(count) if i % 10 and (i % 3 == 1 or len(query) == 1)]
-    took = time.perf_counter() - began
+    took = time.thread_time() - began  # CPU time, as the ticker's gaps
     ticking.cancel()
     assert answers[1] > answers[0] > 0
     assert len(gaps) > 4  # it did yield, more than once per find
-    assert max(gaps) < max(0.02, took / 4)  # no one step holds the loop for long (a shared machine)
+    assert max(gaps) < max(0.02, took / 4)  # no one step holds the loop for long
 
 
 async def test_ids_json_would_escape_are_encoded_as_json_does(monkeypatch: pytest.MonkeyPatch) -> None:
