@@ -154,17 +154,28 @@ async def test_own_process_figures() -> None:
 
 
 def test_goal_verdicts_and_table() -> None:
-    passed = suite.measured("shim RSS", 120.4, "MiB", "shim RSS, MiB")
+    passed = suite.measured("shim RSS", 90.4, "MiB", "shim RSS, MiB")
     failed = suite.measured("cold start", 3.2, "s", "shim cold start, s")
     plain = suite.measured("idle CPU", 1.5, "% of a core")
-    assert (passed.verdict, passed.goal) == ("PASS", "< 150 MiB")
+    assert (passed.verdict, passed.goal) == ("PASS", "< 100 MiB")
     assert failed.verdict == "FAIL"
     assert plain.verdict == plain.goal == ""
     driven = suite.Row("GET", "3000/s", client="hey, pinned to CPU 1")
     lines = suite.markdown([passed, failed, driven]).splitlines()
     assert lines[0].startswith("| measure |") and "| load client |" in lines[0] and len(lines) == 5
-    assert lines[2] == "| shim RSS | 120.4 MiB |  |  | < 150 MiB | PASS |"
+    assert lines[2] == "| shim RSS | 90.4 MiB |  |  | < 100 MiB | PASS |"
     assert lines[4] == "| GET | 3000/s |  | hey, pinned to CPU 1 |  |  |"
+
+
+def test_a_ratio_goal_needs_the_throughput_and_the_p99() -> None:
+    bare = harness.stats([0.002] * 98 + [0.010] * 2, 1.0)  # 100/s, p99 10 ms
+    fast = harness.stats([0.002] * 98 + [0.019] * 2, 100 / 85)  # 85/s, p99 19 ms
+    assert suite.versus("GET", fast, bare, "bare", 0.8, 2).verdict == "PASS"
+    assert suite.versus("GET", fast, bare, "bare", 0.9, 2).verdict == "FAIL"  # too few per second
+    slow_tail = harness.stats([0.002] * 98 + [0.021] * 2, 100 / 85)
+    row = suite.versus("GET", slow_tail, bare, "bare", 0.8, 2)
+    assert (row.verdict, row.goal) == ("FAIL", "≥ 0.8x, p99 ≤ 2x")  # the tail too long
+    assert suite.versus("POST", slow_tail, bare, "raw", 0.5).verdict == "PASS"  # no p99 goal
 
 
 def test_history_rows_are_the_products_manifests() -> None:
