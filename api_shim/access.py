@@ -42,23 +42,38 @@ def _matched(request: web.BaseRequest) -> web.UrlMappingMatchInfo | None:
         return None
 
 
-def record(request: web.BaseRequest, status: int, seconds: float) -> logs.CleanRecord:
-    """The access line of a request answered with `status` after `seconds`."""
+def line(request: web.BaseRequest, status: int, seconds: float) -> tuple[str, dict[str, object]]:
+    """The access line of a request answered with `status` after `seconds`: its message and fields."""
     match_info = _matched(request)
     resource = match_info.route.resource if match_info is not None else None
     route = resource.canonical if resource is not None else UNMATCHED
     method, who, ms = method_name(request.method), principal(request.get(IDENTITY)), seconds * 1000
-    scan_id = match_info.get("scan_id") if match_info is not None else None
-    return logs.CleanRecord(
-        LOGGER, logging.INFO, f"{method} {route} {status} {ms:.1f}ms {who}",
-        method=method, route=route, status=status, duration_ms=round(ms, 3), principal=who,
-        **(logs.about(scan_id) if scan_id else {}),
-    )  # fmt: skip
+    fields: dict[str, object] = {
+        "method": method, "route": route, "status": status, "duration_ms": round(ms, 3), "principal": who,
+    }  # fmt: skip
+    if match_info is not None and (scan_id := match_info.get("scan_id")):
+        fields["scan_id"] = scan_id
+    return f"{method} {route} {status} {ms:.1f}ms {who}", fields
+
+
+def record(request: web.BaseRequest, status: int, seconds: float) -> logs.CleanRecord:
+    message, fields = line(request, status, seconds)
+    return logs.CleanRecord(LOGGER, logging.INFO, message, **fields)
 
 
 class AccessLogger(AbstractAccessLogger):
+    """A connection's access logger: its lines straight to the batched writer when nothing else would
+    see them (`logs.info_lines`), else as records through `logging`."""
+
+    def __init__(self, logger: logging.Logger, log_format: str) -> None:
+        super().__init__(logger, log_format)
+        self.write = logs.info_lines(logger)
+
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        self.logger.handle(record(request, response.status, time))  # no caller lookup, no `extra` checks
+        if self.write is not None:
+            self.write(*line(request, response.status, time))
+        else:
+            self.logger.handle(record(request, response.status, time))  # no caller lookup, no `extra` checks
 
     @property
     def enabled(self) -> bool:

@@ -11,8 +11,9 @@ date. Each app has its own registry (tests run several apps in one process).
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from aiohttp.web_urldispatcher import AbstractResource, UrlMappingMatchInfo
@@ -24,8 +25,9 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from api_shim.cache import ScanCache
 
@@ -80,30 +82,65 @@ class CacheCollector(Collector):
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Bound:
-    """The children one (route, method, status) adds to."""
+REQUESTS = ("skyscan_shim_requests", "REST requests answered, by route template, method and status code.")
+DURATION = (
+    "skyscan_shim_request_duration_seconds",
+    "Time to answer a REST request, by route template and method.",
+)
+BUCKETS = Histogram.DEFAULT_BUCKETS  # the last is +Inf
+LE = tuple("+Inf" if b == float("inf") else repr(float(b)) for b in BUCKETS)  # as Histogram writes them
 
-    requests: Counter
-    duration: Histogram
+
+@dataclass(slots=True)
+class Timing:
+    """One (route, method)'s durations: as a Histogram keeps them, in plain numbers."""
+
+    created: float = field(default_factory=time.time)
+    counts: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))  # each bucket's own
+    total: float = 0.0
+
+
+@dataclass(slots=True)
+class Tally:
+    """The figures one (route, method, status) adds to: plain numbers on the event loop (every request
+    and every scrape run there), samples only at scrape time (`RequestsCollector`)."""
+
+    labels: tuple[str, str, str]  # route, method, code
+    timing: Timing  # shared by the statuses of a (route, method)
     payload_bytes: Counter | None  # a stored body's kind, answered with success
+    created: float = field(default_factory=time.time)
+    count: int = 0
+
+
+class RequestsCollector(Collector):
+    """`skyscan_shim_requests_total` and `skyscan_shim_request_duration_seconds`, the samples a Counter
+    and a Histogram of these names and labels would give, made from the tallies at scrape time."""
+
+    def __init__(
+        self, tallies: dict[tuple[str, str, str], Tally], timings: dict[tuple[str, str], Timing]
+    ) -> None:
+        self.tallies, self.timings = tallies, timings
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(*REQUESTS, labels=["route", "method", "code"])
+        for tally in list(self.tallies.values()):
+            requests.add_metric(tally.labels, tally.count, created=tally.created)
+        yield requests
+        duration = HistogramMetricFamily(*DURATION, labels=["route", "method"])
+        for labels, timing in list(self.timings.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip(LE, timing.counts, strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            duration.add_metric(labels, buckets, timing.total)
+            created = dict(zip(("route", "method"), labels, strict=True))
+            duration.samples.append(Sample(f"{DURATION[0]}_created", created, timing.created))
+        yield duration
 
 
 class ShimMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "skyscan_shim_requests",
-            "REST requests answered, by route template, method and status code.",
-            ["route", "method", "code"],
-            registry=self.registry,
-        )
-        self.duration = Histogram(
-            "skyscan_shim_request_duration_seconds",
-            "Time to answer a REST request, by route template and method.",
-            ["route", "method"],
-            registry=self.registry,
-        )
         self.payload_bytes = Counter(
             "skyscan_shim_payload_bytes",
             "Bytes of request bodies stored, by kind (scan_request, result, startup, manifest).",
@@ -115,31 +152,36 @@ class ShimMetrics:
             "Open GET /scan/{scan_id}/events streams (Server-Sent Events).",
             registry=self.registry,
         )
-
         # Keys are few: the route table's resources (None: unmatched) x METHODS x status codes.
-        self._bound: dict[tuple[AbstractResource | None, str, int], Bound] = {}
+        self._bound: dict[tuple[AbstractResource | None, str, int], Tally] = {}
+        self._tallies: dict[tuple[str, str, str], Tally] = {}
+        self._timings: dict[tuple[str, str], Timing] = {}
+        self.registry.register(RequestsCollector(self._tallies, self._timings))
 
     def watch(self, cache: ScanCache) -> None:
         self.registry.register(CacheCollector(cache))
 
-    def bind(self, match: UrlMappingMatchInfo, method: str, status: int) -> Bound:
+    def bind(self, match: UrlMappingMatchInfo, method: str, status: int) -> Tally:
         route = route_template(match)
-        kind = PAYLOAD_KINDS.get((method, route)) if status < 300 else None
-        return Bound(
-            self.requests.labels(route, method, str(status)),
-            self.duration.labels(route, method),
-            self.payload_bytes.labels(kind) if kind is not None else None,
-        )
+        labels = (route, method, str(status))
+        if (tally := self._tallies.get(labels)) is None:  # two resources may share a template
+            kind = PAYLOAD_KINDS.get((method, route)) if status < 300 else None
+            timing = self._timings.setdefault((route, method), Timing())
+            payload = self.payload_bytes.labels(kind) if kind is not None else None
+            tally = self._tallies[labels] = Tally(labels, timing, payload)
+        return tally
 
     def observe(self, request: web.Request, status: int, seconds: float) -> None:
         match, method = request.match_info, method_name(request.method)
         key = (match.route.resource, method, status)
-        if (bound := self._bound.get(key)) is None:
-            bound = self._bound[key] = self.bind(match, method, status)
-        bound.requests.inc()
-        bound.duration.observe(seconds)
-        if bound.payload_bytes is not None and request.content_length:
-            bound.payload_bytes.inc(request.content_length)
+        if (tally := self._bound.get(key)) is None:
+            tally = self._bound[key] = self.bind(match, method, status)
+        tally.count += 1
+        timing = tally.timing
+        timing.counts[bisect_left(BUCKETS, seconds)] += 1  # the first bound >= seconds, as Histogram's
+        timing.total += seconds
+        if tally.payload_bytes is not None and request.content_length:
+            tally.payload_bytes.inc(request.content_length)
 
 
 METRICS = web.AppKey("metrics", ShimMetrics)

@@ -6,12 +6,18 @@ from aiohttp import web
 
 from api_shim import models, view
 from api_shim.auth import SYSTEM
+from api_shim.encoded import Form
 from api_shim.errors import ApiError, not_found
 from api_shim.plumbing import IDENTITY, SHIM, live_scan_for, ok, parse_body, query_bool, scan_for, served
 from skyscan import manifest
 
+MANIFEST: Form = ("manifest", None)  # the whole manifest
+
 
 async def get_manifest(request: web.Request) -> web.Response:
+    if not request.query_string and SYSTEM not in request[IDENTITY].roles:
+        # What clients poll: the whole manifest of a scan not deleted, the kept bytes when there are.
+        return await served(request, MANIFEST, manifest.of, include_deleted=False)
     include_deleted = query_bool(request, "include_deleted")
     fields = view.pipe_projection(request.query.get("projection"))
     # The scanner (system role) reads its event through the deprecated field, as with the reference.
@@ -23,7 +29,7 @@ async def get_manifest(request: web.Request) -> web.Response:
             raise not_found("sensor event")
         doc["event_live_json_dict"] = event
         return ok(doc)
-    form = ("manifest", None if fields is None else frozenset(fields))
+    form: Form = ("manifest", None if fields is None else frozenset(fields))
     return await served(
         request, form, lambda scan: view.project(manifest.of(scan), fields), include_deleted=include_deleted
     )

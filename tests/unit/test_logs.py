@@ -234,3 +234,59 @@ def test_a_batched_handler_holds_at_most_so_many_lines() -> None:
         assert stream.getvalue().splitlines() == ["line 0", "line 1", "line 2"]
     finally:
         handler.close()
+
+
+@pytest.mark.parametrize("formatter", [logs.TextFormatter(), logs.JsonFormatter()], ids=["text", "json"])
+def test_an_info_line_made_without_a_record_is_the_records_line(formatter: logs.TextFormatter) -> None:
+    access = {"method": "GET", "route": "/scan/{scan_id}/status", "status": 200, "duration_ms": 0.25}
+    for scan_id in (None, "s1", "GET", "abc\n2026-11-25 00:00:00,000 INFO api_shim.auth: admin"):
+        fields = {**access, "principal": "user", **({} if scan_id is None else logs.about(scan_id))}
+        clean = logs.CleanRecord(
+            "api_shim.access", logging.INFO, "GET /scan/{scan_id}/status 200 0.2ms user", **fields
+        )
+        for created in (1_764_000_000.25, 1_764_000_000.999, 1_764_003_600.042):
+            clean.created, clean.msecs = created, int((created - int(created)) * 1000) + 0.0
+            made = formatter.info_line("api_shim.access", created, clean.getMessage(), fields)
+            assert made == formatter.format(clean), (scan_id, created)
+
+
+def test_info_lines_go_straight_to_the_batched_writer_only_when_nothing_else_sees_them() -> None:
+    root, logger = logging.getLogger(), logging.getLogger("skyscan.test.direct")
+    handlers, level = root.handlers[:], root.level
+    stream = io.StringIO()
+    batched = logs.BatchedStreamHandler(stream, interval=60)
+    batched.setFormatter(logs.JsonFormatter())
+    try:
+        root.handlers[:] = [batched]
+        write = logs.info_lines(logger)
+        assert write is not None
+        write("GET / 200 1.0ms user", {"method": "GET", "status": 200, **logs.about("s1")})
+        batched.flush()
+        line = json.loads(stream.getvalue())
+        assert (line["logger"], line["level"], line["message"]) == (
+            "skyscan.test.direct",
+            "INFO",
+            "GET / 200 1.0ms user",
+        )
+        assert (line["method"], line["status"], line["scan_id"]) == ("GET", 200, "s1")
+        seen = logging.Filter("elsewhere")
+        for change, undo in (
+            (lambda: logger.addHandler(logging.NullHandler()), lambda: logger.handlers.clear()),
+            (lambda: root.addFilter(seen), lambda: root.removeFilter(seen)),
+            (lambda: batched.addFilter(seen), lambda: batched.removeFilter(seen)),
+            (lambda: batched.setLevel(logging.WARNING), lambda: batched.setLevel(logging.NOTSET)),
+            (
+                lambda: batched.setFormatter(logging.Formatter()),
+                lambda: batched.setFormatter(logs.JsonFormatter()),
+            ),
+        ):
+            change()
+            assert logs.info_lines(logger) is None
+            undo()
+            assert logs.info_lines(logger) is not None
+        root.handlers[:] = [logging.StreamHandler(stream)]
+        assert logs.info_lines(logger) is None
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        batched.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from api_shim.metrics import METRICS, METRICS_PATH, ShimMetrics, metrics, route_template
@@ -100,3 +101,35 @@ async def test_the_operators_metrics_listen_only_on_the_address_they_are_given()
         assert [a[:2] for a in server.runner.addresses] == [("127.0.0.1", port)]
     finally:
         await server.stop()
+
+
+async def test_the_request_figures_are_those_a_counter_and_a_histogram_would_give() -> None:
+    reference = CollectorRegistry()
+    requests = Counter("skyscan_shim_requests", "x", ["route", "method", "code"], registry=reference)
+    duration = Histogram(
+        "skyscan_shim_request_duration_seconds", "x", ["route", "method"], registry=reference
+    )
+    counted = ShimMetrics()
+    app = web.Application()
+    app.router.add_get("/scan/{scan_id}/status", hello)
+    seconds = (0.0, 0.005, 0.0051, 0.3, 1.0, 9.99, 10.0, 12.5, 0.07)
+    for i, (path, status) in enumerate([("/scan/a/status", 200), ("/scan/b/status", 404), ("/x", 404)] * 3):
+        request = make_mocked_request("GET", path, app=app)
+        match = await app.router.resolve(request)
+        request._match_info = match
+        counted.observe(request, status, seconds[i])
+        requests.labels(route_template(match), "GET", str(status)).inc()
+        duration.labels(route_template(match), "GET").observe(seconds[i])
+
+    def samples(registry: CollectorRegistry) -> list[tuple[str, list[tuple[str, str]], float]]:
+        text = generate_latest(registry).decode()
+        return sorted(
+            (s.name, sorted(s.labels.items()), 0.0 if s.name.endswith("_created") else s.value)
+            for f in text_string_to_metric_families(text)
+            if f.name in ("skyscan_shim_requests", "skyscan_shim_request_duration_seconds")
+            for s in f.samples
+        )
+
+    ours = samples(counted.registry)
+    assert sum(name.endswith("_bucket") for name, _, _ in ours) == 2 * 15  # two (route, method)s
+    assert ours == samples(reference)
