@@ -17,7 +17,7 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 
 from api_shim.auth import SYSTEM, USER, Identity
-from api_shim.metrics import UNMATCHED, method_name
+from api_shim.metrics import UNMATCHED, method_name, template
 from api_shim.plumbing import IDENTITY
 from skyscan import logs
 
@@ -45,8 +45,7 @@ def _matched(request: web.BaseRequest) -> web.UrlMappingMatchInfo | None:
 def line(request: web.BaseRequest, status: int, seconds: float) -> tuple[str, dict[str, object]]:
     """The access line of a request answered with `status` after `seconds`: its message and fields."""
     match_info = _matched(request)
-    resource = match_info.route.resource if match_info is not None else None
-    route = resource.canonical if resource is not None else UNMATCHED
+    route = template(match_info.route.resource) if match_info is not None else UNMATCHED
     method, who, ms = method_name(request.method), principal(request.get(IDENTITY)), seconds * 1000
     fields: dict[str, object] = {
         "method": method, "route": route, "status": status, "duration_ms": round(ms, 3), "principal": who,

@@ -12,19 +12,21 @@ import logging
 import signal
 import ssl
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TypedDict
+from typing import NoReturn, TypedDict
 
 from aiohttp import web
+from aiohttp.web_urldispatcher import _InfoDict
 
-from api_shim import auth, oidc, openapi
+from api_shim import auth, oidc, openapi, versions
 from api_shim.access import LOGGER, AccessLogger, refused_requests_in_brief
 from api_shim.bodies import BODIES, BodyBudget, body_of
 from api_shim.cache import ScanCache
-from api_shim.errors import ApiError
+from api_shim.errors import ApiError, error_response
 from api_shim.handlers.events import STREAMS, EventStreams, close_streams
-from api_shim.metrics import METRICS, ShimMetrics
+from api_shim.metrics import CATCH_ALL, METRICS, METRICS_PATH, ShimMetrics, Tally
 from api_shim.plumbing import (
     FOUND,
     IDENTITY,
@@ -42,7 +44,6 @@ from api_shim.plumbing import (
 from api_shim.routes import ROUTES
 from api_shim.scanner_auth import ScannerTokens
 from api_shim.scans import Scans
-from api_shim.serving import serving
 from api_shim.settings import ShimSettings
 from api_shim.tags import TagCatalog
 from api_shim.versions import MIN_VERSION_HEADER
@@ -65,42 +66,136 @@ def redirect_location(request: web.Request, old: str, new: str) -> str:
     return path + (f"?{query}" if query else "")
 
 
-def guard(route: Route) -> Handler:
+def guard(route: Route, metrics: ShimMetrics) -> Handler:
+    """The handler aiohttp calls for `route`, all a request passes through in one coroutine (the app has
+    no middleware: aiohttp would add a coroutine and a wrapper a request for one). From the outside in:
+    the answer is counted and timed (`api_shim.metrics`; scrapes of /metrics are not), what was raised
+    is answered in the error body's shape (`api_shim.errors`; a redirection is raised again, for aiohttp
+    to answer), a write is answered with the Scan version it wrote (`api_shim.versions`); then the
+    checks in their order: an encoded body refused, the caller authenticated, its roles, a scanner's
+    confinement, the body's room, freshness and a replaced scan's redirect."""
+    handler, roles, method = route.handler, route.roles, route.method
+    tallies: dict[int, Tally] | None = None if route.path == METRICS_PATH else {}  # by status
+
     async def guarded(request: web.Request) -> web.StreamResponse:
-        refuse_encoded_body(request)
-        identity = None
-        if route.roles is not None:
-            if stale := unvouched(request.app[SHIM]):
-                raise ApiError(503, "kubernetes API unavailable", stale)
-            identity = await auth.identify(request.app[AUTHENTICATORS], request.headers.get("Authorization"))
-            if identity is None:
-                raise ApiError(
-                    401, "authentication failed", "Send a valid bearer token.", {"WWW-Authenticate": "Bearer"}
-                )
-            if not identity.roles & route.roles:
-                raise ApiError(
-                    403, "authorization failed", f"This route needs one of: {', '.join(sorted(route.roles))}."
-                )
-            if identity.scan_id is not None:
-                _confine(request, identity.scan_id, route)
-            request[IDENTITY] = identity
-        bodies = request.app[BODIES]
-        if not bodies.size(request):  # no body to make room for (a GET): the same, one context less
-            return await _answer(request, route, identity)
-        async with bodies.room(request):  # after auth: only callers' bodies are ever read
-            return await _answer(request, route, identity)
+        started = time.monotonic()
+        status = 500  # what a request cut short (cancelled) is counted as
+        written, token = versions.noting()
+        try:
+            try:
+                refuse_encoded_body(request)
+                identity = None
+                if roles is not None:
+                    if stale := unvouched(request.app[SHIM]):
+                        raise ApiError(503, "kubernetes API unavailable", stale)
+                    identity = await auth.identify(
+                        request.app[AUTHENTICATORS], request.headers.get("Authorization")
+                    )
+                    if identity is None:
+                        raise ApiError(
+                            401,
+                            "authentication failed",
+                            "Send a valid bearer token.",
+                            {"WWW-Authenticate": "Bearer"},
+                        )
+                    if not identity.roles & roles:
+                        raise ApiError(
+                            403,
+                            "authorization failed",
+                            f"This route needs one of: {', '.join(sorted(roles))}.",
+                        )
+                    if identity.scan_id is not None:
+                        _confine(request, identity.scan_id, route)
+                    request[IDENTITY] = identity
+                bodies = request.app[BODIES]
+                if not bodies.size(request):  # no body to make room for (a GET): the same, one context less
+                    if identity is not None and _to_check(request, route, identity):
+                        await _check(request, route, identity)
+                    response = await handler(request)
+                else:
+                    async with bodies.room(request):  # after auth: only callers' bodies are ever read
+                        if identity is not None and _to_check(request, route, identity):
+                            await _check(request, route, identity)
+                        response = await handler(request)
+            except Exception as e:
+                response = error_response(request, e)  # a redirection is raised again
+            else:
+                versions.answer_written(response, written)
+            status = response.status
+            return response
+        except web.HTTPException as e:
+            status = e.status
+            raise
+        finally:
+            versions.noted(token)
+            if tallies is not None:
+                if (tally := tallies.get(status)) is None:
+                    tally = tallies[status] = metrics.bind(route.path, method, status)
+                tally.add(request, time.monotonic() - started)
 
     guarded.__name__ = route.handler.__name__
     return guarded
 
 
-async def _answer(request: web.Request, route: Route, identity: auth.Identity | None) -> web.StreamResponse:
-    if identity is not None:  # after auth: only callers may make the shim read
-        if MIN_VERSION_HEADER in request.headers:
-            await request.app[SHIM].scans.freshness.reach(request)
-        if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
-            await _maybe_redirect(request, route)
-    return await route.handler(request)
+class CatchAll(web.Resource):
+    """Every path, "*" (`OPTIONS *`) among them: the resource of what no other route takes. Indexed
+    under "/" (its template's part before "{"), the last of the router's tries for any path."""
+
+    @property
+    def canonical(self) -> str:
+        return CATCH_ALL
+
+    def _match(self, path: str) -> dict[str, str]:
+        return {}
+
+    def raw_match(self, path: str) -> bool:
+        return False  # a name for no path
+
+    def get_info(self) -> _InfoDict:
+        return {"formatter": CATCH_ALL}
+
+    def url_for(self, **kwargs: str) -> NoReturn:
+        raise RuntimeError("no URL is made for the catch-all")
+
+    def add_prefix(self, prefix: str) -> None:
+        raise RuntimeError("the catch-all takes no prefix")
+
+
+def unmatched(metrics: ShimMetrics) -> Handler:
+    """The handler of every request no route takes: 404, or 405 naming the methods the path's routes
+    take, in the error body's shape, counted as the route `unmatched` (the path is never a label)."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        started, allowed, catch_all = time.monotonic(), set[str](), request.match_info.route.resource
+        for resource in request.app.router.resources():
+            if resource is not catch_all:
+                allowed |= (await resource.resolve(request))[1]
+        refused = web.HTTPMethodNotAllowed(request.method, allowed) if allowed else web.HTTPNotFound()
+        response = error_response(request, refused)
+        metrics.observe(request, response.status, time.monotonic() - started)
+        return response
+
+    return answer
+
+
+def _to_check(request: web.Request, route: Route, identity: auth.Identity) -> bool:
+    """Whether a caller's request waits for freshness or may be redirected: a read of a live scan that
+    was not replaced, the most common, is known by one lookup."""
+    if MIN_VERSION_HEADER in request.headers:
+        return True
+    if not route.redirect or auth.USER not in identity.roles or identity.scan_id is not None:
+        return False
+    held = request.app[SHIM].scans.cache.held.get(request.match_info["scan_id"])
+    return held is None or held.replaced_by is not None
+
+
+async def _check(request: web.Request, route: Route, identity: auth.Identity) -> None:
+    """After auth (only callers may make the shim read): wait for the version asked for, redirect a
+    person's request about a replaced scan."""
+    if MIN_VERSION_HEADER in request.headers:
+        await request.app[SHIM].scans.freshness.reach(request)
+    if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
+        await _maybe_redirect(request, route)
 
 
 def _confine(request: web.Request, scan_id: str, route: Route) -> None:
@@ -177,7 +272,7 @@ async def create_app(
     settings: ShimSettings, authenticators_: list[auth.Authenticator] | None = None
 ) -> web.Application:
     metrics = ShimMetrics()
-    app = web.Application(middlewares=[serving(metrics)], client_max_size=settings.max_body_bytes)
+    app = web.Application(client_max_size=settings.max_body_bytes)  # no middleware: `guard` serves
     app[METRICS] = metrics
     app[BODIES] = BodyBudget(settings.body_bytes_at_once, settings.max_body_bytes, settings.body_wait_seconds)
     app[STREAMS] = EventStreams(settings)
@@ -186,7 +281,10 @@ async def create_app(
     app[ROUTE_TABLE] = ROUTES
     # Stable: a path's methods stay together (one resource), the rest in the route table's order.
     for route in sorted(ROUTES, key=lambda r: POLLED.index(r.path) if r.path in POLLED else len(POLLED)):
-        app.router.add_route(route.method, route.path, guard(route))
+        app.router.add_route(route.method, route.path, guard(route, metrics))
+    catch_all = CatchAll()
+    app.router.register_resource(catch_all)
+    catch_all.add_route("*", unmatched(metrics))
 
     async def kubernetes(app: web.Application) -> AsyncIterator[None]:
         api = await kube.connect(settings.kubeconfig)

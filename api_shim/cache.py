@@ -29,7 +29,7 @@ import contextlib
 import logging
 import pickle
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from api_shim import listing
@@ -81,6 +81,8 @@ class ScanCache:
         self._watch_timeout = watch_timeout
         self._idle, self._answer = idle, answer
         self._scans: dict[str, Held] = {}
+        # The same dict, read-only: a read's redirect check is one lookup (held, and replaced or not).
+        self.held: Mapping[str, Held] = self._scans
         self._packer = Packer()
         self._rescans: dict[str, set[str]] = {}  # spec.rescanOf -> the scans rescanning it
         self._deleted: dict[str, int] = {}  # name -> resourceVersion of its deletion (late writes lose)

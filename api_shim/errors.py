@@ -1,8 +1,9 @@
 """Error bodies: `{error: <HTTP reason phrase>, reason: <specific text>, message: <explanation>}`.
 
-Handlers raise `ApiError`; the shim's middleware renders it (`error_response`), aiohttp's own HTTP
-errors (unknown path, wrong method), the outages of the archive and of the API server (503s that name
-which, never the driver's words) and anything unexpected, so no response ever leaves without that shape.
+Handlers raise `ApiError`; the handler aiohttp calls for each route (`api_shim.app.guard`) renders it
+(`error_response`), unknown paths and wrong methods (`api_shim.app.unmatched`), the outages of the
+archive and of the API server (503s that name which, never the driver's words) and anything
+unexpected, so no response ever leaves without that shape.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The shim's Prometheus metrics, served at `GET /metrics` (public, text exposition format).
 
 Requests are counted by route template (the matched resource's canonical path, so a scan id never
-becomes a label value), method and status code, and timed, by the shim's middleware (`api_shim.serving`)
-once the answer is what the client gets. Each (route, method, status) binds its label values
-once: a request then adds to children it looks up by identity, not by label values. The cache's
+becomes a label value), method and status code, and timed, by each route's handler (`api_shim.app.guard`,
+`unmatched`) once the answer is what the client gets. Each (route, method, status) binds its label values
+once: a request then adds to a tally it looks up by identity (or by status alone, a route's own), not by
+label values. The cache's
 figures are read at scrape time by a collector; the cache itself only keeps two plain numbers up to
 date. Each app has its own registry (tests run several apps in one process).
 """
@@ -33,6 +34,8 @@ from api_shim.cache import ScanCache
 
 METRICS_PATH = "/metrics"
 UNMATCHED = "unmatched"  # no route matched: the raw path is never a label value
+# The template of the route of every request no other route takes (404, 405), labelled UNMATCHED.
+CATCH_ALL = "/{unmatched}"
 # Request bodies that the shim stores, by kind: the payload bytes it takes in.
 PAYLOAD_KINDS = {
     ("POST", "/scan"): "scan_request",
@@ -50,10 +53,17 @@ def method_name(method: str) -> str:
     return method if method in METHODS else "OTHER"
 
 
+def template(resource: AbstractResource | None) -> str:
+    """A resource's template (`/scan/{scan_id}/status`), never the path asked for; UNMATCHED for none
+    (a request aiohttp refused before routing) and for the catch-all."""
+    if resource is None or (canonical := resource.canonical) == CATCH_ALL:
+        return UNMATCHED
+    return canonical
+
+
 def route_template(match: UrlMappingMatchInfo) -> str:
-    """The matched route's template (`/scan/{scan_id}/status`), never the path asked for."""
-    resource = match.route.resource
-    return resource.canonical if resource is not None else UNMATCHED
+    """The matched route's template, never the path asked for."""
+    return template(match.route.resource)
 
 
 class CacheCollector(Collector):
@@ -111,6 +121,15 @@ class Tally:
     created: float = field(default_factory=time.time)
     count: int = 0
 
+    def add(self, request: web.BaseRequest, seconds: float) -> None:
+        """One request answered with this tally's status after `seconds`."""
+        self.count += 1
+        timing = self.timing
+        timing.counts[bisect_left(BUCKETS, seconds)] += 1  # the first bound >= seconds, as Histogram's
+        timing.total += seconds
+        if self.payload_bytes is not None and request.content_length:
+            self.payload_bytes.inc(request.content_length)
+
 
 class RequestsCollector(Collector):
     """`skyscan_shim_requests_total` and `skyscan_shim_request_duration_seconds`, the samples a Counter
@@ -161,8 +180,8 @@ class ShimMetrics:
     def watch(self, cache: ScanCache) -> None:
         self.registry.register(CacheCollector(cache))
 
-    def bind(self, match: UrlMappingMatchInfo, method: str, status: int) -> Tally:
-        route = route_template(match)
+    def bind(self, route: str, method: str, status: int) -> Tally:
+        """The tally of (route template, method, status), made at its first request."""
         labels = (route, method, str(status))
         if (tally := self._tallies.get(labels)) is None:  # two resources may share a template
             kind = PAYLOAD_KINDS.get((method, route)) if status < 300 else None
@@ -175,13 +194,8 @@ class ShimMetrics:
         match, method = request.match_info, method_name(request.method)
         key = (match.route.resource, method, status)
         if (tally := self._bound.get(key)) is None:
-            tally = self._bound[key] = self.bind(match, method, status)
-        tally.count += 1
-        timing = tally.timing
-        timing.counts[bisect_left(BUCKETS, seconds)] += 1  # the first bound >= seconds, as Histogram's
-        timing.total += seconds
-        if tally.payload_bytes is not None and request.content_length:
-            tally.payload_bytes.inc(request.content_length)
+            tally = self._bound[key] = self.bind(route_template(match), method, status)
+        tally.add(request, seconds)
 
 
 METRICS = web.AppKey("metrics", ShimMetrics)

@@ -1,5 +1,6 @@
 """The Scan versions a request wrote, answered as `Skyscan-Version` (read-your-writes across replicas,
-`api_shim.freshness`). The store notes each version it writes; the shim's middleware answers the highest."""
+`api_shim.freshness`). The store notes each version it writes; the handler aiohttp calls for each route
+(`api_shim.app.guard`) answers the highest."""
 
 from __future__ import annotations
 

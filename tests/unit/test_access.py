@@ -13,9 +13,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from api_shim.access import LOGGER, AccessLogger, principal
-from api_shim.app import shim_runner
+from api_shim.app import CatchAll, guard, shim_runner, unmatched
 from api_shim.auth import SYSTEM, USER, Identity
-from api_shim.plumbing import IDENTITY
+from api_shim.bodies import BODIES, BodyBudget
+from api_shim.metrics import ShimMetrics
+from api_shim.plumbing import IDENTITY, Route
 from skyscan import logs
 from skyscan_local import processes
 from tests.helpers import eventually
@@ -131,3 +133,44 @@ async def test_one_vetted_record_a_request(logged: Logged) -> None:
         "method": "GET", "route": "/scan/{scan_id}/status", "status": 200, "principal": "scanner",
         "scan_id": "a1",
     }  # fmt: skip
+
+
+async def test_the_shims_catch_all_is_logged_as_unmatched() -> None:
+    """The shim answers what no route takes by a catch-all route: logged as no route matched, with no
+    scan id (its path may name none)."""
+    counted = ShimMetrics()
+    app = web.Application()
+    app[BODIES] = BodyBudget(1 << 20, 1 << 20, 1.0)
+    path = "/scan/{scan_id}/status"
+    app.router.add_get(path, guard(Route("GET", path, status, "", None, None), counted))
+    catch_all = CatchAll()
+    app.router.register_resource(catch_all)
+    catch_all.add_route("*", unmatched(counted))
+    kept, logger = Kept(), logging.getLogger(LOGGER)
+    logger.addHandler(kept)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        server = TestServer(app)
+        await server.start_server(access_log=logger, access_log_class=AccessLogger)
+        async with TestClient(server) as client:
+            for method, asked in (
+                ("GET", "/scan/a1/status"),
+                ("GET", "/scan/a1"),
+                ("PUT", "/scan/a1/status"),
+            ):
+                await client.request(method, asked)
+
+            async def three() -> bool:
+                return len(kept.records) == 3
+
+            await eventually(three, timeout=5, interval=0.01)
+    finally:
+        logger.removeHandler(kept)
+        logger.setLevel(level)
+    fields = [tuple(vars(r).get(k) for k in ("method", "route", "status", "scan_id")) for r in kept.records]
+    assert fields == [
+        ("GET", "/scan/{scan_id}/status", 200, "a1"),
+        ("GET", "unmatched", 404, None),
+        ("PUT", "unmatched", 405, None),
+    ]

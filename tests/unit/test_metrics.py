@@ -1,5 +1,5 @@
 """Metric labels never carry an object's id: the shim's routes by template, the WMS's by operation;
-the shim's middleware counts what clients got and leaves scrapes out."""
+each route's handler counts what clients got and leaves scrapes out."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from api_shim.app import CatchAll, guard, unmatched
+from api_shim.bodies import BODIES, BodyBudget
 from api_shim.metrics import METRICS, METRICS_PATH, ShimMetrics, metrics, route_template
-from api_shim.serving import serving
+from api_shim.plumbing import Route
 from skyscan_local import processes
 from skyscan_operator.backlog import Candidate, Line
 from skyscan_operator.metrics import MetricsServer, StoreCollector, wms_operation, wms_outcome
@@ -53,29 +55,38 @@ async def test_shim_routes_are_labelled_by_template() -> None:
     assert route_template(missing) == "unmatched"
 
 
-async def test_the_middleware_counts_answers_by_template_and_not_the_scrapes() -> None:
+async def test_each_route_counts_answers_by_template_and_not_the_scrapes() -> None:
     counted = ShimMetrics()
-    app = web.Application(middlewares=[serving(counted)])
+    app = web.Application()
     app[METRICS] = counted
-    app.router.add_get("/scan/{scan_id}/status", hello)
-    app.router.add_put("/scan/{scan_id}/result", hello)
-    app.router.add_get(METRICS_PATH, metrics)
+    app[BODIES] = BodyBudget(1 << 20, 1 << 20, 1.0)
+    for method, path, handler in [
+        ("GET", "/scan/{scan_id}/status", hello),
+        ("PUT", "/scan/{scan_id}/result", hello),
+        ("GET", METRICS_PATH, metrics),
+    ]:
+        app.router.add_route(method, path, guard(Route(method, path, handler, "", None, None), counted))
+    catch_all = CatchAll()
+    app.router.register_resource(catch_all)
+    catch_all.add_route("*", unmatched(counted))
     async with TestClient(TestServer(app)) as client:
         for path in ("/scan/a/status", "/scan/b/status", "/nowhere/c"):
             await client.get(path)
         await client.put("/scan/a/result", data=b"x" * 10)
+        assert (await client.delete("/scan/a/status")).headers["Allow"] == "GET"
         for _ in range(3):
             text = await (await client.get(METRICS_PATH)).text()
     samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
     requests = {
-        (s.labels["route"], s.labels["code"]): s.value
+        (s.labels["route"], s.labels["method"], s.labels["code"]): s.value
         for s in samples
         if s.name == "skyscan_shim_requests_total"
     }
     assert requests == {
-        ("/scan/{scan_id}/status", "200"): 2,
-        ("unmatched", "404"): 1,
-        ("/scan/{scan_id}/result", "200"): 1,
+        ("/scan/{scan_id}/status", "GET", "200"): 2,
+        ("unmatched", "GET", "404"): 1,
+        ("unmatched", "DELETE", "405"): 1,
+        ("/scan/{scan_id}/result", "PUT", "200"): 1,
     }
     stored = [s.value for s in samples if s.name == "skyscan_shim_payload_bytes_total"]
     assert stored == [10]

@@ -14,6 +14,7 @@ from api_shim import auth, models
 from api_shim.app import create_app, redirect_location
 from api_shim.cache import Gone, ScanCache
 from api_shim.errors import ApiError
+from api_shim.metrics import UNMATCHED, template
 from api_shim.plumbing import parse_bool
 from api_shim.routes import ROUTES
 from api_shim.settings import ShimSettings
@@ -178,6 +179,8 @@ def test_cli_makes_tokens_and_prints_the_openapi_document(
 
 async def test_the_polled_reads_are_routed_first_and_each_path_is_one_resource() -> None:
     app = await create_app(ShimSettings(auth_disabled=True))
-    paths = [resource.canonical for resource in app.router.resources()]
+    *paths, last = [template(resource) for resource in app.router.resources()]
     assert paths[:2] == ["/scan/{scan_id}/status", "/scan/{scan_id}/manifest"]
-    assert sorted(paths) == sorted({route.path for route in ROUTES})  # a path's methods share its resource
+    # A path's methods share its resource, whose template is the route's (its metrics' label).
+    assert sorted(paths) == sorted({route.path for route in ROUTES})
+    assert last == UNMATCHED  # the catch-all, last
