@@ -46,13 +46,17 @@ def line(request: web.BaseRequest, status: int, seconds: float) -> tuple[str, di
     """The access line of a request answered with `status` after `seconds`: its message and fields."""
     match_info = _matched(request)
     route = template(match_info.route.resource) if match_info is not None else UNMATCHED
-    method, who, ms = method_name(request.method), principal(request.get(IDENTITY)), seconds * 1000
+    method, who = method_name(request.method), principal(request.get(IDENTITY))
+    # Whole microseconds and tenths of a millisecond: integer arithmetic, a third of the cost of
+    # round(ms, 3) and a float's format (a line a request).
+    us = int(seconds * 1_000_000 + 0.5)
+    tenths = (us + 50) // 100
     fields: dict[str, object] = {
-        "method": method, "route": route, "status": status, "duration_ms": round(ms, 3), "principal": who,
+        "method": method, "route": route, "status": status, "duration_ms": us / 1000, "principal": who,
     }  # fmt: skip
     if match_info is not None and (scan_id := match_info.get("scan_id")):
         fields["scan_id"] = scan_id
-    return f"{method} {route} {status} {ms:.1f}ms {who}", fields
+    return f"{method} {route} {status} {tenths // 10}.{tenths % 10}ms {who}", fields
 
 
 def record(request: web.BaseRequest, status: int, seconds: float) -> logs.CleanRecord:

@@ -178,6 +178,13 @@ def unmatched(metrics: ShimMetrics) -> Handler:
     return answer
 
 
+def answer_unmatched(app: web.Application, metrics: ShimMetrics) -> None:
+    """Route what no route of `app` takes to `unmatched` (after all of them)."""
+    catch_all = CatchAll()
+    app.router.register_resource(catch_all)
+    catch_all.add_route("*", unmatched(metrics))
+
+
 def _to_check(request: web.Request, route: Route, identity: auth.Identity) -> bool:
     """Whether a caller's request waits for freshness or may be redirected: a read of a live scan that
     was not replaced, the most common, is known by one lookup."""
@@ -282,9 +289,7 @@ async def create_app(
     # Stable: a path's methods stay together (one resource), the rest in the route table's order.
     for route in sorted(ROUTES, key=lambda r: POLLED.index(r.path) if r.path in POLLED else len(POLLED)):
         app.router.add_route(route.method, route.path, guard(route, metrics))
-    catch_all = CatchAll()
-    app.router.register_resource(catch_all)
-    catch_all.add_route("*", unmatched(metrics))
+    answer_unmatched(app, metrics)
 
     async def kubernetes(app: web.Application) -> AsyncIterator[None]:
         api = await kube.connect(settings.kubeconfig)

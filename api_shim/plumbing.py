@@ -185,9 +185,12 @@ def ok(body: Any) -> web.Response:
     return web.json_response(body)
 
 
+_JSON = {"Content-Type": "application/json; charset=utf-8"}  # as `ok` answers; aiohttp copies it
+
+
 def answer(body: bytes) -> web.Response:
-    """An encoded JSON document, answered as `ok` answers one."""
-    return web.Response(body=body, content_type="application/json", charset="utf-8")
+    """An encoded JSON document, answered as `ok` answers one (its headers made once: the polled reads)."""
+    return web.Response(body=body, headers=_JSON)
 
 
 def kept_form(request: web.Request, form: Form, *, include_deleted: bool = True) -> bytes | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import aiohttp
 import pytest
@@ -13,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from api_shim.access import LOGGER, AccessLogger, principal
-from api_shim.app import CatchAll, guard, shim_runner, unmatched
+from api_shim.app import answer_unmatched, guard, shim_runner
 from api_shim.auth import SYSTEM, USER, Identity
 from api_shim.bodies import BODIES, BodyBudget
 from api_shim.metrics import ShimMetrics
@@ -48,6 +49,13 @@ async def status(request: web.Request) -> web.Response:
 async def logged() -> AsyncIterator[Logged]:
     app = web.Application()
     app.router.add_get("/scan/{scan_id}/status", status)
+    async with access_logged(app) as served:
+        yield served
+
+
+@asynccontextmanager
+async def access_logged(app: web.Application) -> AsyncIterator[Logged]:
+    """A client of `app` served with the shim's access logger, and the records it logs."""
     kept, logger = Kept(), logging.getLogger(LOGGER)
     logger.addHandler(kept)
     level = logger.level
@@ -143,31 +151,15 @@ async def test_the_shims_catch_all_is_logged_as_unmatched() -> None:
     app[BODIES] = BodyBudget(1 << 20, 1 << 20, 1.0)
     path = "/scan/{scan_id}/status"
     app.router.add_get(path, guard(Route("GET", path, status, "", None, None), counted))
-    catch_all = CatchAll()
-    app.router.register_resource(catch_all)
-    catch_all.add_route("*", unmatched(counted))
-    kept, logger = Kept(), logging.getLogger(LOGGER)
-    logger.addHandler(kept)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        server = TestServer(app)
-        await server.start_server(access_log=logger, access_log_class=AccessLogger)
-        async with TestClient(server) as client:
-            for method, asked in (
-                ("GET", "/scan/a1/status"),
-                ("GET", "/scan/a1"),
-                ("PUT", "/scan/a1/status"),
-            ):
-                await client.request(method, asked)
+    answer_unmatched(app, counted)
+    async with access_logged(app) as (client, kept):
+        for method, asked in (("GET", "/scan/a1/status"), ("GET", "/scan/a1"), ("PUT", "/scan/a1/status")):
+            await client.request(method, asked)
 
-            async def three() -> bool:
-                return len(kept.records) == 3
+        async def three() -> bool:
+            return len(kept.records) == 3
 
-            await eventually(three, timeout=5, interval=0.01)
-    finally:
-        logger.removeHandler(kept)
-        logger.setLevel(level)
+        await eventually(three, timeout=5, interval=0.01)
     fields = [tuple(vars(r).get(k) for k in ("method", "route", "status", "scan_id")) for r in kept.records]
     assert fields == [
         ("GET", "/scan/{scan_id}/status", 200, "a1"),

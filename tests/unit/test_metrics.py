@@ -8,7 +8,7 @@ from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api_shim.app import CatchAll, guard, unmatched
+from api_shim.app import answer_unmatched, guard
 from api_shim.bodies import BODIES, BodyBudget
 from api_shim.metrics import METRICS, METRICS_PATH, ShimMetrics, metrics, route_template
 from api_shim.plumbing import Route
@@ -66,9 +66,7 @@ async def test_each_route_counts_answers_by_template_and_not_the_scrapes() -> No
         ("GET", METRICS_PATH, metrics),
     ]:
         app.router.add_route(method, path, guard(Route(method, path, handler, "", None, None), counted))
-    catch_all = CatchAll()
-    app.router.register_resource(catch_all)
-    catch_all.add_route("*", unmatched(counted))
+    answer_unmatched(app, counted)
     async with TestClient(TestServer(app)) as client:
         for path in ("/scan/a/status", "/scan/b/status", "/nowhere/c"):
             await client.get(path)
