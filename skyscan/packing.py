@@ -22,15 +22,19 @@ MEM_LEVEL = 4
 
 
 class Packer:
-    def __init__(self) -> None:
+    def __init__(self, also: Any = None) -> None:
+        """`also`: an object like the later ones that the first may not be; its pickle joins the
+        dictionary (e.g. the status most Scans come to have, where the first one packed has none)."""
+        self._also = b"" if also is None else pickle.dumps(also, pickle.HIGHEST_PROTOCOL)
         self._primed: tuple[zlib._Compress, zlib._Decompress] | None = None
 
     def pack(self, obj: Any) -> bytes:
         pickled = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
         if self._primed is None:
+            zdict = pickled + self._also
             self._primed = (
-                zlib.compressobj(LEVEL, zlib.DEFLATED, WINDOW_BITS, MEM_LEVEL, zdict=pickled),
-                zlib.decompressobj(WINDOW_BITS, zdict=pickled),
+                zlib.compressobj(LEVEL, zlib.DEFLATED, WINDOW_BITS, MEM_LEVEL, zdict=zdict),
+                zlib.decompressobj(WINDOW_BITS, zdict=zdict),
             )
         deflate = self._primed[0].copy()
         return deflate.compress(pickled) + deflate.flush()

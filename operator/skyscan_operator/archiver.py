@@ -18,15 +18,17 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skyscan import conditions as cond
 from skyscan import kube, logs, manifest, names, payloads
-from skyscan.archive import Archive, ArchivedScan
 from skyscan.status import ScanRecord, compact
 from skyscan_operator.events import event_body, send_event
 from skyscan_operator.planner import GITOPS_LABEL_PREFIXES
 from skyscan_operator.settings import OperatorSettings
+
+if TYPE_CHECKING:  # imported when first connected: asyncpg costs ~3 MiB of RSS, for nothing unarchived
+    from skyscan.archive import Archive
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, scan id)
@@ -118,6 +120,8 @@ class Archiver:
                 self.failed += 1
 
     async def _connected(self) -> Archive:
+        from skyscan.archive import Archive
+
         if self._archive is None:
             assert self._settings.archive_dsn is not None
             self._archive = await Archive.connect(self._settings.archive_dsn)
@@ -156,6 +160,8 @@ class Archiver:
             else None
         )
         now = self._clock()
+        from skyscan.archive import ArchivedScan
+
         await archive.put(ArchivedScan(compact(obj), manifest.of(obj), event, result, now))
         await self._post(
             obj, "Normal", "Archived", "moved to the archive; REST reads and finds still serve it"

@@ -295,7 +295,8 @@ class Controller:
     async def _payload_refs(self, namespace: str) -> dict[janitor.Ref, list[dict[str, Any]]]:
         assert self._api is not None
         refs: dict[janitor.Ref, list[dict[str, Any]]] = {}
-        async for page in kube.list_scans(self._api, namespace):
+        # Pages of 100, as kopf lists them (handlers.startup): a page of 500 Scans is ~15 MiB at once.
+        async for page in kube.list_scans(self._api, namespace, page_size=100):
             for ref, owners in janitor.referenced(page).items():
                 refs.setdefault(ref, []).extend(owners)
         return refs

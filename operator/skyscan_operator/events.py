@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import Any
+import sys
+from typing import Any, NamedTuple
 
 from skyscan import kube, logs, model
 from skyscan.conditions import iso
@@ -45,12 +46,35 @@ async def send_event(api: kube.Kube, body: dict[str, Any]) -> None:
         log.warning("could not post event %s for %s: %s", body["reason"], name, e, extra=logs.about(name))
 
 
+class Pending(NamedTuple):
+    """An Event waiting to be posted, as little as makes its body (built when sent): ~130 B against
+    ~1.1 KB as a body, and a backlog of 10,000 (every waiting scan's `Queued` at once) is common. Its
+    strings are interned: the scan's name and namespace and a message many scans share are held once."""
+
+    namespace: str
+    name: str
+    uid: str
+    type_: str
+    reason: str
+    message: str
+    at: float
+
+    @classmethod
+    def of(cls, scan: dict[str, Any], type_: str, reason: str, message: str, at: float) -> Pending:
+        meta, i = scan["metadata"], sys.intern
+        return cls(i(meta["namespace"]), i(meta["name"]), meta["uid"], type_, reason, i(message[:1024]), at)
+
+    def body(self) -> dict[str, Any]:
+        scan = {"metadata": {"namespace": self.namespace, "name": self.name, "uid": self.uid}}
+        return event_body(scan, self.type_, self.reason, self.message, self.at)
+
+
 class EventPoster:
     """A queue drained by one task, so reconciles never wait on Events and failures only log."""
 
     def __init__(self, api: kube.Kube, maxsize: int = 10_000) -> None:
         self._api = api
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize)
+        self._queue: asyncio.Queue[Pending] = asyncio.Queue(maxsize)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -65,10 +89,10 @@ class EventPoster:
         namespace, name = scan["metadata"]["namespace"], scan["metadata"]["name"]
         log.info("%s/%s %s: %s", namespace, name, reason, message, extra=logs.about(name))
         try:
-            self._queue.put_nowait(event_body(scan, type_, reason, message, now))
+            self._queue.put_nowait(Pending.of(scan, type_, reason, message, now))
         except asyncio.QueueFull:
             log.warning("event queue full; dropped %s", reason, extra=logs.about(name))
 
     async def _run(self) -> None:
         while True:
-            await send_event(self._api, await self._queue.get())
+            await send_event(self._api, (await self._queue.get()).body())

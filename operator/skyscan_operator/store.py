@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from skyscan import conditions as cond
 from skyscan import names
 from skyscan.packing import Packer
+from skyscan.state import scan_state
 from skyscan.status import ScanRecord, compact, resource_version
 from skyscan_operator.backlog import Candidate, Hold, Line, holds
 from skyscan_operator.planner import (
@@ -114,6 +115,26 @@ def kept(body: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+def sorted_keys(obj: Any) -> Any:
+    """`obj` with every dict's keys in order, as the API server sends a Scan's."""
+    if isinstance(obj, dict):
+        return {k: sorted_keys(obj[k]) for k in sorted(obj)}
+    return [sorted_keys(v) for v in obj] if isinstance(obj, list) else obj
+
+
+def waiting_status(settings: OperatorSettings, now: float) -> dict[str, Any]:
+    """The status of a scan waiting in the backlog, as the operator writes it: what most of a large
+    backlog shows. The store deflates each scan against it too (`Packer(also=...)`), so scans packed
+    after a first one that had no status yet take ~180 bytes, not ~400 (measured on 200 bench Scans)."""
+    hold = holds(settings)["LowPriorityInterval"]
+    conditions = cond.put([], cond.ADMITTED, False, hold.reason, hold.message, now, 1)
+    conditions = cond.summarized(conditions, deleting=False, released=True, now=now, at=1)
+    backlog = {"attempts": 0, "enteredAt": now, "interruptions": 0, "pendingSince": 0}
+    state = scan_state(has_final_result=False, workflow_id=None, progress=None, deactivated=None)
+    status = {"backlog": backlog, "conditions": conditions, "observedGeneration": 1, "state": state}
+    return sorted_keys(status)  # type: ignore[no-any-return]
+
+
 @dataclass
 class Store:
     """Live scans only: a scan that is terminal and settled is forgotten (`settle`) until its next
@@ -137,9 +158,10 @@ class Store:
     line: Line = field(init=False)
     _usual_holds: dict[Hold, Hold] = field(init=False)  # what most waiting scans show, held once
     granted: set[Key] = field(default_factory=set)  # admitted by the backlog, not yet reconciled
-    _packer: Packer = field(default_factory=Packer)
+    _packer: Packer = field(init=False)
 
     def __post_init__(self) -> None:
+        self._packer = Packer(also=waiting_status(self.settings, self.clock()))
         self.line = Line(self.settings)
         self._usual_holds = {hold: hold for hold in holds(self.settings).values()}
 

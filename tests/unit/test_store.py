@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from skyscan import conditions as cond
+from skyscan.packing import Packer
 from skyscan.status import ScanRecord
 from skyscan_operator.backlog import Hold
 from skyscan_operator.settings import OperatorSettings
-from skyscan_operator.store import Store, job_view, pod_view
+from skyscan_operator.store import Store, job_view, kept, key_of, pod_view, waiting_status
 
 NOW = 1_800_000_000.0
 S = OperatorSettings(replacement_window_seconds=3600)
@@ -163,3 +164,21 @@ def test_lineage_counts_rescans_of_one_request_within_the_window() -> None:
     assert s.lineage_recent(("ns", "ancient"), since=0) == 0
     s.forget_lineage(before=NOW + 1)
     assert s.lineage_recent(("ns", "r2"), since=0) == 0
+
+
+def test_waiting_scans_pack_small_after_a_first_scan_without_status() -> None:
+    """The store's packer knows a waiting scan's status from the start: the first scan it packs is
+    often one just created (no status), and the thousands after it wait in the backlog."""
+    spec = {"priority": 0, "dockerTag": "4.1.0", "sensorEventId": "e" * 32, "classifiers": {"origin": "x"}}
+    waiting = [scan(f"s{i:031d}", waiting_status(S, NOW + i), str(i + 2), **spec) for i in range(50)]
+
+    def packed_sizes(packer: Packer) -> list[int]:
+        packer.pack(kept(scan("fresh", {}, **spec)))
+        return [len(packer.pack(kept(body))) for body in waiting]
+
+    s = store()
+    s.put_scan(scan("fresh", {}, **spec))
+    for body in waiting:
+        s.put_scan(body)
+        assert s.scan(key_of(body)) == kept(body)  # a fresh copy of what was packed
+    assert sum(packed_sizes(Packer(also=waiting_status(S, NOW)))) < 0.6 * sum(packed_sizes(Packer()))

@@ -54,6 +54,17 @@ def malloc_figures() -> dict[str, float]:
     }
 
 
+def sockets() -> int:
+    """Open sockets (each TLS connection to the API server holds a 256 KiB read buffer)."""
+    found = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except FileNotFoundError:  # the listing's own descriptor, closed by now
+            pass
+    return found
+
+
 def report(path: Path, top: int = 30) -> None:
     """One stage's figures, appended to `path` as a JSON line."""
     import tracemalloc
@@ -65,6 +76,7 @@ def report(path: Path, top: int = 30) -> None:
         "python_blocks": sys.getallocatedblocks(),
         "gc_objects": len(gc.get_objects()),
         "modules": len(sys.modules),
+        "sockets": sockets(),
     }
     if tracemalloc.is_tracing():
         snapshot = tracemalloc.take_snapshot()
