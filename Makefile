@@ -37,7 +37,7 @@ lint: venv              ## ruff, mypy strict, the layering contracts (pyproject'
 	$(PY) tools/raw_access.py
 
 # pytest-xdist workers, each with its own control plane and PostgreSQL (tests/conftest.py); most tests
-# wait on timers and processes, so more workers than the 2 cores pay. --dist loadgroup keeps every
+# wait on timers and processes rather than compute, hence more workers than the 2 cores. --dist loadgroup keeps every
 # real-node test on one worker, in order, handed out first (the longest group). TEST_WORKERS=0: serial.
 TEST_WORKERS ?= 3
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
