@@ -17,8 +17,10 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadGroupScheduling
 
 from skyscan import install, kube
 from skyscan.archive import Archive
@@ -119,14 +121,34 @@ async def archive(archive_dsn: str) -> AsyncIterator[Archive]:
         await connected.close()
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group
+# Modules whose tests run on one pytest-xdist worker, in file order (`make test`, `--dist loadgroup`):
+# the machine has one real node and test_real_stack's tests share one stack; test_cli's share one
+# launched scan. xdist hands the largest group out first: the real-node tests, the suite's longest part,
+# start at once. (By path: xdist 3.8's own xdist_group marks do not reach its scheduler under pytest 9,
+# which no longer takes the node id the mark is written into.)
+TOGETHER = {
+    "tests/e2e/test_real_node.py": "real_node",
+    "tests/e2e/test_real_stack.py": "real_node",
+    "tests/e2e/test_cli.py": "cli",
+}
+
+
+class _Together(LoadGroupScheduling):
+    def _split_scope(self, nodeid: str) -> str:
+        return TOGETHER.get(nodeid.split("::", 1)[0]) or super()._split_scope(nodeid)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadGroupScheduling | None:
+    return _Together(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist's `--dist loadgroup` (`make test`), every real-node test runs on one worker, in
-    file order: the machine has one node, test_real_stack's tests share one stack, and as the largest
-    group it is handed out first, so the longest part of the suite starts at once."""
+    """A real-node test outside TOGETHER's real-node modules would run beside them: refused."""
     for item in items:
-        if item.get_closest_marker("real_node"):
-            item.add_marker(pytest.mark.xdist_group("real_node"))
+        module = item.nodeid.split("::", 1)[0]
+        if item.get_closest_marker("real_node") and TOGETHER.get(module) != "real_node":
+            raise pytest.UsageError(f"{module}: add it to tests/conftest.py TOGETHER (real_node)")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
