@@ -17,14 +17,15 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadGroupScheduling
 
 from skyscan import install, kube
 from skyscan.archive import Archive
 from skyscan_local import control_plane as localcluster
 from skyscan_local import postgres
-from tests.helpers import eventually
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,14 @@ async def namespace(api: kube.Kube) -> AsyncIterator[str]:
     name = f"t-{secrets.token_hex(4)}"
     body = {"metadata": {"name": name, "labels": {"skyscan.io/test": "true"}}}
     await api.request("POST", kube.core_path("namespaces"), body=body)
-    await eventually(
-        lambda: api.request("GET", kube.core_path("serviceaccounts", name, "default")), timeout=30
-    )
+    # Made here rather than waited for from the controller manager (which leaves one that exists as
+    # it is): a few times quicker, and there are hundreds of these.
+    try:
+        account = {"metadata": {"name": "default"}}
+        await api.request("POST", kube.core_path("serviceaccounts", name), body=account)
+    except kube.ApiError as e:
+        if e.status != 409:
+            raise
     await install.ensure_scanner_account(api, name)
     yield name
     try:
@@ -113,6 +119,36 @@ async def archive(archive_dsn: str) -> AsyncIterator[Archive]:
         yield connected
     finally:
         await connected.close()
+
+
+# Modules whose tests run on one pytest-xdist worker, in file order (`make test`, `--dist loadgroup`):
+# the machine has one real node and test_real_stack's tests share one stack; test_cli's share one
+# launched scan. xdist hands the largest group out first: the real-node tests, the suite's longest part,
+# start at once. (By path: xdist 3.8's own xdist_group marks do not reach its scheduler under pytest 9,
+# which no longer takes the node id the mark is written into.)
+TOGETHER = {
+    "tests/e2e/test_real_node.py": "real_node",
+    "tests/e2e/test_real_stack.py": "real_node",
+    "tests/e2e/test_cli.py": "cli",
+}
+
+
+class _Together(LoadGroupScheduling):
+    def _split_scope(self, nodeid: str) -> str:
+        return TOGETHER.get(nodeid.split("::", 1)[0]) or super()._split_scope(nodeid)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadGroupScheduling | None:
+    return _Together(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A real-node test outside TOGETHER's real-node modules would run beside them: refused."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        if item.get_closest_marker("real_node") and TOGETHER.get(module) != "real_node":
+            raise pytest.UsageError(f"{module}: add it to tests/conftest.py TOGETHER (real_node)")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

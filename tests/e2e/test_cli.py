@@ -21,7 +21,7 @@ from skyscan_client import exit_codes
 from skyscan_client.client import Client
 from tests.e2e.conftest import LONG_NSIDES, Stack
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(240)  # one xdist worker runs the module (tests/conftest.py TOGETHER)
 MAIN = "import sys; from skyscan_client.cli import main; sys.exit(main())"
 
 

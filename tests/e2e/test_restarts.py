@@ -31,7 +31,10 @@ BROKEN_BOUND = 2  # the shim's SKYSCAN_CACHE_BROKEN_SECONDS here (30 s by defaul
 @pytest.fixture
 def own(tmp_path: Path, archive_dsn: str) -> Iterator[OwnCluster]:
     shim = {"SKYSCAN_CACHE_BROKEN_SECONDS": str(BROKEN_BOUND)}
-    with own_cluster(tmp_path, {"shim": shim}, archive_dsn=archive_dsn) as cluster:
+    # The operator rightly steps down when it cannot renew its Lease in time; on a loaded machine (the
+    # suite's workers beside it) the API server's restart alone can take most of the local stack's 30 s.
+    operator = {"SKYSCAN_LEASE_DURATION_SECONDS": "90"}
+    with own_cluster(tmp_path, {"shim": shim, "operator": operator}, archive_dsn=archive_dsn) as cluster:
         yield cluster
 
 

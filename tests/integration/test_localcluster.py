@@ -16,6 +16,7 @@ import yaml
 
 from skyscan_local import control_plane as localcluster
 from skyscan_local import processes
+from tests.conftest import Cluster
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("SKYSCAN_TEST_KUBECONFIG")), reason="exercises the local control plane only"
@@ -136,22 +137,18 @@ def test_up_restarts_a_dead_component_in_place_and_never_deletes_data(tmp_path: 
         cli("reset", "--dir", str(workdir))
 
 
-def test_etcd_answers_only_the_api_servers_client_certificate(tmp_path: Path) -> None:
-    workdir = tmp_path / "c"
-    try:
-        assert cli("up", "--dir", str(workdir)).returncode == 0
-        state = localcluster.load(workdir)
-        assert state is not None
-        health = f"127.0.0.1:{state.ports['etcd']}/health"
-        with pytest.raises(httpx.TransportError):  # plain HTTP: the TLS listener drops it
-            httpx.get(f"http://{health}", timeout=5)
-        ca = ssl.create_default_context(cafile=str(workdir / "etcd-ca.crt"))
-        with pytest.raises(httpx.TransportError):  # TLS without a client certificate: refused
-            httpx.get(f"https://{health}", verify=ca, timeout=5)
-        ca.load_cert_chain(workdir / "etcd-client.crt", workdir / "etcd-client.key")
-        assert httpx.get(f"https://{health}", verify=ca, timeout=5).json()["health"] == "true"
-        for name in ("etcd-client.key", "etcd-server.key", "ca.crt"):
-            assert (workdir / name).stat().st_mode & 0o077 == 0, name
-    finally:
-        cli("down", "--dir", str(workdir))
-        cli("reset", "--dir", str(workdir))
+def test_etcd_answers_only_the_api_servers_client_certificate(cluster: Cluster) -> None:
+    # The session's control plane: `up` starts one as the session fixture does (control_plane.start).
+    state = cluster.local
+    assert state is not None and state.etcd_tls
+    workdir = Path(state.workdir)
+    health = f"127.0.0.1:{state.ports['etcd']}/health"
+    with pytest.raises(httpx.TransportError):  # plain HTTP: the TLS listener drops it
+        httpx.get(f"http://{health}", timeout=5)
+    ca = ssl.create_default_context(cafile=str(workdir / "etcd-ca.crt"))
+    with pytest.raises(httpx.TransportError):  # TLS without a client certificate: refused
+        httpx.get(f"https://{health}", verify=ca, timeout=5)
+    ca.load_cert_chain(workdir / "etcd-client.crt", workdir / "etcd-client.key")
+    assert httpx.get(f"https://{health}", verify=ca, timeout=5).json()["health"] == "true"
+    for name in ("etcd-client.key", "etcd-server.key", "ca.crt"):
+        assert (workdir / name).stat().st_mode & 0o077 == 0, name

@@ -39,6 +39,9 @@ FAST = {
     "SKYSCAN_WMS_RETRIES": "2",
     "SKYSCAN_WMS_BACKOFF_SECONDS": "0.2",
     "SKYSCAN_QUEUE_POLL_SECONDS": "0.3",
+    # An interrupted start (a WMS 5xx or outage, a quota) is tried again in a second, not the default 15 s.
+    "SKYSCAN_OUTAGE_RETRY_DELAY_SECONDS": "0.5",
+    "SKYSCAN_OUTAGE_RETRY_MAX_DELAY_SECONDS": "4",
     "SKYSCAN_REST_ADDRESS": "http://skyscan-shim.test:8080",
     "SKYSCAN_SCANNER_EPHEMERAL_STORAGE": "",  # the kwok node advertises no ephemeral storage
     # One replica, killed and started again by tests: as a Pod restarted under its name, it takes its

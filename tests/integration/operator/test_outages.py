@@ -22,7 +22,10 @@ from tests.integration.operator.conftest import (
 )
 
 BACKOFF = {"SKYSCAN_OUTAGE_RETRY_DELAY_SECONDS": "0.5", "SKYSCAN_OUTAGE_RETRY_MAX_DELAY_SECONDS": "4"}
-OUTAGE_SECONDS = 60
+# The outage outlasts the start timeout (time in an outage must not count toward it) and the backoff's
+# cap several times over; the timeout is shortened from the suite's 30 s so the outage can be too.
+START_TIMEOUT = 10
+OUTAGE_SECONDS = 25
 
 
 def has_job(scan: dict[str, Any]) -> bool:
@@ -34,7 +37,12 @@ async def test_a_wms_outage_while_scans_are_admitted_fails_none(
 ) -> None:
     wms = restartable_wms
     # One attempt only: any outage counted as an attempt would fail the scan at once.
-    operator(**BACKOFF, SKYSCAN_WMS_ADDRESS=wms.url, SKYSCAN_MAX_START_ATTEMPTS="1")
+    operator(
+        **BACKOFF,
+        SKYSCAN_WMS_ADDRESS=wms.url,
+        SKYSCAN_MAX_START_ATTEMPTS="1",
+        SKYSCAN_START_TIMEOUT_SECONDS=str(START_TIMEOUT),
+    )
     names = [await create_scan(api, namespace, priority=200) for _ in range(10)]
     # The backlog admits one per tick: kill the WMS once the first scans have their workflow.
     await wait_scan(api, namespace, names[1], lambda s: (st(s).get("workflow") or {}).get("id"))
