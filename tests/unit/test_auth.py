@@ -97,6 +97,19 @@ async def test_static_tokens_found_are_remembered_as_their_own_and_no_more_than_
     assert many.remembered == 1024  # by default
 
 
+async def test_a_remembered_token_is_answered_without_hashing_it_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    alice = auth.Identity("alice", frozenset({auth.USER}))
+    tokens = auth.StaticTokens({auth.token_hash("a"): alice})
+    hashed: list[str] = []
+    real_hash = auth.token_hash
+    monkeypatch.setattr(auth, "token_hash", lambda t: hashed.append(t) or real_hash(t))
+    assert [await tokens.authenticate("a") for _ in range(3)] == [alice] * 3
+    assert await tokens.authenticate("b") is None and await tokens.authenticate("b") is None
+    assert hashed == ["a", "b", "b"]  # a found token once; one not found each time
+
+
 def test_a_new_token_is_stored_only_as_its_hash_readable_by_its_owner_only(tmp_path: Path) -> None:
     path = tmp_path / "tokens.json"
     first = auth.make_token(path, "alice", ["user"])
