@@ -10,6 +10,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,10 +89,17 @@ def test_launch_follows_to_the_final_result(launched: Launched) -> None:
 
 def test_follow_reads_one_event_stream(stack: Stack, launched: Launched) -> None:
     """The whole scan came through one GET /scan/{id}/events (the shim's access log; the scanner
-    simulator's kill switch polls /status, so that route says nothing about the command)."""
-    log = (stack.settings.dir / "logs" / "shim.log").read_text().splitlines()
-    streams = [line for line in log if "GET /scan/{scan_id}/events" in line and launched.scan_id in line]
-    assert len(streams) == 1 and " 200 " in streams[0], streams
+    simulator's kill switch polls /status, so that route says nothing about the command). The shim
+    writes its lines in batches a fraction of a second apart: the stream's may follow the command's end."""
+
+    def streams() -> list[str]:
+        log = (stack.settings.dir / "logs" / "shim.log").read_text().splitlines()
+        return [line for line in log if "GET /scan/{scan_id}/events" in line and launched.scan_id in line]
+
+    deadline = time.monotonic() + 10
+    while not (found := streams()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(found) == 1 and " 200 " in found[0], found
 
 
 def test_result_is_written_in_skyreader_format(stack: Stack, launched: Launched) -> None:
