@@ -419,17 +419,29 @@ async def test_add_workers(shim: ShimUnderTest) -> None:
     assert (reply.status, reply.body["reason"]) == (422, "this scan has been deleted--cannot add workers")
 
 
+async def shim_sees_workflow(shim: ShimUnderTest, scan_id: str) -> None:
+    """Until the shim's watch has brought the operator's workflow id (the shim decides on its cache)."""
+
+    async def seen() -> bool:
+        reply = await shim.call("GET", f"/scan/{scan_id}/manifest")
+        return bool(reply.body.get("wms_workflow_id") == "wf")
+
+    await eventually(seen, timeout=10)
+
+
 async def test_add_workers_to_an_ended_or_deleting_scan_is_refused_at_once(shim: ShimUnderTest) -> None:
     """No request is recorded for the operator when the scan's state already says no."""
     body = {"n_workers": 1, "cluster_location": "osg"}
     ended = (await shim.launch())["scan_id"]
     await shim.operator_writes(ended, {"workflow": {"id": "wf", "deactivated": "FINISHED"}})
+    await shim_sees_workflow(shim, ended)
     reply = await shim.call("POST", f"/scan/{ended}/actions/add-workers", json_body=body)
     assert (reply.status, reply.body["reason"]) == (422, "its WMS workflow is finished--cannot add workers")
     assert not (await shim.kube_scan(ended))["spec"].get("workerRequests")
 
     deleting = (await shim.launch())["scan_id"]
     await shim.operator_writes(deleting, {"workflow": {"id": "wf"}})
+    await shim_sees_workflow(shim, deleting)
     path = scan_path(shim.namespace, deleting)
     await shim.api.request("PATCH", path, body={"metadata": {"finalizers": ["test.skyscan.io/hold"]}},
                            content_type="application/merge-patch+json")  # fmt: skip
