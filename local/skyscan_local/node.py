@@ -474,6 +474,16 @@ def _ctr(p: Paths, *args: str, timeout: float = 300) -> subprocess.CompletedProc
     return done
 
 
+def _containerd_answers(p: Paths) -> bool:
+    """Whether containerd answers on its socket: not yet while it starts (the socket refused or absent,
+    which a loaded machine makes last), so the wait goes on rather than failing at its first look."""
+    try:
+        _ctr(p, "version", timeout=5)
+    except (NodeError, subprocess.TimeoutExpired):
+        return False
+    return True
+
+
 def import_images(p: Paths, images_dir: Path) -> list[str]:
     """Import each image whose archive changed since its last import (the containerd root stays between
     runs); returns the names imported."""
@@ -594,8 +604,7 @@ def _start(
     containerd = _spawn(
         state, "containerd", ["containerd", "--config", str(p.containerd_config)], tie_to_parent
     )
-    _wait(lambda: _ctr(p, "version", timeout=5).returncode == 0, "containerd", timeout, containerd,
-          p.logs / "containerd.log")  # fmt: skip
+    _wait(lambda: _containerd_answers(p), "containerd", timeout, containerd, p.logs / "containerd.log")
     imported = import_images(p, images)
     print(f"containerd ready, images imported {imported or 'already'} in {time.monotonic() - began:.1f}s",
           file=sys.stderr)  # fmt: skip

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import tomllib
 from pathlib import Path
+
+import pytest
 
 from skyscan_local import host, node
 
@@ -70,3 +73,9 @@ def test_an_iptables_table_that_holds_nothing_is_as_if_absent() -> None:
     ruled = ["*raw", ":OUTPUT ACCEPT", "-A OUTPUT -j ACCEPT", "COMMIT"]
     assert host.in_use(empty) == []
     assert host.in_use([*empty, *used, *chained, *ruled]) == [*used, *chained, *ruled]
+
+
+@pytest.mark.skipif(shutil.which("ctr") is None, reason="no ctr (the node's packages are not installed)")
+def test_a_containerd_not_yet_listening_is_waited_for_not_failed(tmp_path: Path) -> None:
+    """Its socket absent (containerd still starting) is a "not yet" for the start's wait, not an error."""
+    assert node._containerd_answers(node.Paths(tmp_path)) is False
