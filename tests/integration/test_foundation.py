@@ -124,8 +124,13 @@ async def test_a_job_runs_to_complete_through_kwok(api: Kube, namespace: str) ->
     phases: list[str] = []
     nodes: set[str] = set()
 
+    # Watched from the list's version, so no phase the pod passes through before the watch is
+    # established (a slow start beside the other workers) is missed.
+    listed = await api.request("GET", core_path("pods", namespace))
+    since = {"resourceVersion": listed["metadata"]["resourceVersion"], "timeoutSeconds": 60}
+
     async def record_pods() -> None:
-        async for event in api.watch(core_path("pods", namespace), {"timeoutSeconds": 60}):
+        async for event in api.watch(core_path("pods", namespace), since):
             pod = event["object"]
             nodes.add(pod["spec"].get("nodeName") or "")
             phase = (pod.get("status") or {}).get("phase")
