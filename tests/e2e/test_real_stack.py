@@ -120,9 +120,26 @@ class Stack:
     def wait_scan(
         self, scan_id: str, check: Callable[[dict[str, Any]], bool], what: str, timeout: float = 90
     ) -> dict[str, Any]:
-        return dict(
-            poll(lambda: (s := self.scan(scan_id)) and check(s) and s, f"scan {scan_id}: {what}", timeout)
-        )
+        try:
+            return dict(
+                poll(lambda: (s := self.scan(scan_id)) and check(s) and s, f"scan {scan_id}: {what}", timeout)
+            )
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.diagnosis(scan_id)}") from None
+
+    def diagnosis(self, scan_id: str) -> str:
+        """What a wait that timed out needs explained: the Scan's status, its Events, its Pods' states,
+        and the operators' last lines (the stack is gone once the module ends)."""
+        out = [f"--- status: {json.dumps(self.scan(scan_id).get('status'), indent=1)}"]
+        events = self.api.get(f"/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.name={scan_id}")
+        out += [f"--- event {e['reason']}: {e['message']}" for e in (events or {}).get("items", [])]
+        for pod in self.pods(f"{SCAN_LABEL}={scan_id}"):
+            out.append(f"--- pod {pod['metadata']['name']}: {json.dumps(pod.get('status'), indent=1)}")
+        for pod in self.pods("app.kubernetes.io/component=operator"):
+            name = pod["metadata"]["name"]
+            got = self.api.http.get(f"/api/v1/namespaces/{NS}/pods/{name}/log", params={"tailLines": "60"})
+            out.append(f"--- {name}:\n{got.text}")
+        return "\n".join(out)
 
     def events(self, scan_id: str, reason: str) -> list[str]:
         got = self.api.get(f"/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.name={scan_id}")
