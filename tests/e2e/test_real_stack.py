@@ -262,20 +262,30 @@ def test_a_scanner_over_its_memory_limit_is_oom_killed_by_the_kernel_and_rescann
 def test_a_scanner_pod_deleted_or_evicted_mid_scan_is_rescanned_and_the_rescan_finishes(
     clean: Stack, how: str
 ) -> None:
-    scan_id = clean.launch()
-    pod = clean.scanner_pod(scan_id, lambda p: p["status"].get("phase") == "Running", "running")
-    path = f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}"
-    if how == "deleted":
-        clean.api.http.delete(path).raise_for_status()
-    else:  # as `kubectl drain` does
-        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": pod["metadata"]}
-        clean.api.http.post(f"{path}/eviction", json=eviction).raise_for_status()
-    assert clean.rest_status(scan_id)["scan_state"] != "SCAN_HAS_FINAL_RESULT"  # it was mid-scan
-    # An eviction ends the Pod gracefully (SIGTERM, then the grace period): on two cores shared with the
-    # suite's other workers this took over 90 s once.
-    scan = clean.wait_scan(
-        scan_id, lambda s: condition(s, "Deleted").get("reason") == "Replaced", "replaced", timeout=150
-    )
+    def replaced(scan: dict[str, Any]) -> bool:
+        return condition(scan, "Deleted").get("reason") == "Replaced"
+
+    # The scanner may record its final result between the test seeing it run and the kubelet acting on
+    # the deletion (it gets SIGTERM seconds later on a busy machine): the scan is then rightly complete
+    # and nothing was tested, so a new scan is tried.
+    for _ in range(3):
+        scan_id = clean.launch()
+        pod = clean.scanner_pod(scan_id, lambda p: p["status"].get("phase") == "Running", "running")
+        path = f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}"
+        if how == "deleted":
+            clean.api.http.delete(path).raise_for_status()
+        else:  # as `kubectl drain` does
+            eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": pod["metadata"]}
+            clean.api.http.post(f"{path}/eviction", json=eviction).raise_for_status()
+        scan = clean.wait_scan(
+            scan_id,
+            lambda s: replaced(s) or condition(s, "Complete").get("status") == "True",
+            "replaced, or complete",
+        )
+        if replaced(scan):
+            break
+    else:
+        pytest.fail("each of 3 scans recorded its final result before its scanner was signalled")
     (replacing,) = clean.events(scan_id, "Replacing")
     assert "(exit code 143)" in replacing  # SIGTERM, as a real server reports it
     new = scan["spec"]["replacedBy"]
