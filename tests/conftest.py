@@ -133,14 +133,16 @@ async def archive(archive_dsn: str) -> AsyncIterator[Archive]:
 
 
 # Modules whose tests run on one pytest-xdist worker, in file order (`make test`, `--dist loadgroup`):
-# the machine has one real node and test_real_stack's tests share one stack; test_cli's share one
-# launched scan. xdist hands the largest group out first: the real-node tests, the suite's longest part,
-# start at once. (By path: xdist 3.8's own xdist_group marks do not reach its scheduler under pytest 9,
-# which no longer takes the node id the mark is written into.)
+# the machine has one real node and test_real_stack's tests share one stack; the e2e modules on the
+# session's `stack` share one worker, so one stack is started rather than one a worker (each also runs
+# its timers all session), and test_cli's share one launched scan. xdist hands the largest group out
+# first. (By path: xdist 3.8's own xdist_group marks do not reach its scheduler under pytest 9, which
+# no longer takes the node id the mark is written into.)
+SESSION_STACK = ("actions", "cli", "handoff", "identity", "kubectl", "lifecycle", "metrics", "stack")
 TOGETHER = {
     "tests/e2e/test_real_node.py": "real_node",
     "tests/e2e/test_real_stack.py": "real_node",
-    "tests/e2e/test_cli.py": "cli",
+    **{f"tests/e2e/test_{name}.py": "stack" for name in SESSION_STACK},
 }
 
 
