@@ -38,19 +38,18 @@ lint: venv              ## ruff, mypy strict, the layering contracts (pyproject'
 
 # pytest-xdist workers, each with its own control plane and PostgreSQL (tests/conftest.py); most tests
 # wait on timers and processes rather than compute, hence more workers than the 2 cores. --dist loadgroup keeps every
-# real-node test on one worker, in order, handed out first (the longest group). 0: serial. The whole
-# suite keeps both cores busy with 3; test-fast's tests wait more on the API server than they compute.
+# real-node test on one worker, in order, handed out first (the longest group). TEST_WORKERS=0: serial.
+# More than 3 only adds control planes: 4 (whole suite) and 5 (test-fast) were slower, both cores busy.
 TEST_WORKERS ?= 3
-FAST_WORKERS ?= 5
-xdist = $(if $(filter 0,$(1)),,-n $(1) --dist loadgroup)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 test: lint              ## lint, then the whole suite against a real control plane (or SKYSCAN_TEST_KUBECONFIG)
 	@# As root with apt, the real node's Debian packages come first, so its tests run (README, Tests).
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then bash tools/node/packages.sh; fi
-	bin=$$(bash tools/k8s/build.sh) && SKYSCAN_K8S_BIN_READY=$$bin $(PY) -m pytest $(call xdist,$(TEST_WORKERS)) $(PYTEST_ARGS)
+	bin=$$(bash tools/k8s/build.sh) && SKYSCAN_K8S_BIN_READY=$$bin $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test-fast: venv         ## the inner loop: tests/unit and the shim's integration tests (no lint, no operator, no e2e)
-	bin=$$(bash tools/k8s/build.sh) && SKYSCAN_K8S_BIN_READY=$$bin $(PY) -m pytest $(call xdist,$(FAST_WORKERS)) tests/unit tests/integration/shim $(PYTEST_ARGS)
+	bin=$$(bash tools/k8s/build.sh) && SKYSCAN_K8S_BIN_READY=$$bin $(PY) -m pytest $(XDIST) tests/unit tests/integration/shim $(PYTEST_ARGS)
 
 test-unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
