@@ -160,17 +160,7 @@ async def rounds(
     made: list[str] = []
     first = 10_000_000
     async with config.session(CONCURRENCY) as http:
-
-        async def post(_: int) -> None:
-            async with http.post(f"{shim.base}/scan", json=harness.POST_REQUEST) as r:
-                if r.status != 200:
-                    raise AssertionError(f"POST /scan: {r.status} {await r.text()}")
-                made.append((await r.json())["scan_id"])
-
-        async def raw(i: int) -> None:
-            made.append(await harness.create_scan(api, ns, harness.scan_spec(first + i)))
-
-        kinds = {"post": post, "raw": raw}
+        kinds = harness.create_calls(http, shim.base, api, ns, first, made)
         for call in kinds.values():
             await harness.load_loop(call, 2 * CONCURRENCY, CONCURRENCY)
         per = max(1, args.creates // args.rounds)

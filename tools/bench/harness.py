@@ -299,6 +299,25 @@ async def create_scan(
     return name
 
 
+def create_calls(
+    http: aiohttp.ClientSession, shim_url: str, api: Kube, ns: str, first: int, made: list[str]
+) -> dict[str, Call]:
+    """The two creates the benches compare, as load-loop calls: "post", `POST /scan` through the shim
+    (the Scan and its event), and "raw", a Scan made straight in the API server (numbered from `first`).
+    Each made Scan's name is appended to `made`."""
+
+    async def post(_: int) -> None:
+        async with http.post(f"{shim_url}/scan", json=POST_REQUEST) as r:
+            if r.status != 200:
+                raise AssertionError(f"POST /scan: {r.status} {await r.text()}")
+            made.append((await r.json())["scan_id"])
+
+    async def raw(i: int) -> None:
+        made.append(await create_scan(api, ns, scan_spec(first + i)))
+
+    return {"post": post, "raw": raw}
+
+
 async def create_scans(
     api: Kube, ns: str, n: int, *, concurrency: int = 16, event: bool = False, first: int = 0
 ) -> list[str]:
