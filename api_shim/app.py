@@ -107,16 +107,10 @@ def guard(route: Route, metrics: ShimMetrics) -> Handler:
                     if identity.scan_id is not None:
                         _confine(request, identity.scan_id, route)
                     request[IDENTITY] = identity
-                bodies = request.app[BODIES]
-                if not bodies.size(request):  # no body to make room for (a GET): the same, one context less
+                async with request.app[BODIES].room(request):  # after auth: only callers' bodies are read
                     if identity is not None and _to_check(request, route, identity):
                         await _check(request, route, identity)
                     response = await handler(request)
-                else:
-                    async with bodies.room(request):  # after auth: only callers' bodies are ever read
-                        if identity is not None and _to_check(request, route, identity):
-                            await _check(request, route, identity)
-                        response = await handler(request)
             except Exception as e:
                 response = error_response(request, e)  # a redirection is raised again
             else:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 
 from aiohttp import web
 
 from api_shim.errors import ApiError
+
+NO_BODY: AbstractAsyncContextManager[None] = nullcontext()  # a request without one: nothing to hold
 
 
 class BodyBudget:
@@ -42,13 +44,14 @@ class BodyBudget:
     def _fits(self, size: int) -> bool:
         return self.held == 0 or self.held + size <= self.total
 
-    @asynccontextmanager
-    async def room(self, request: web.Request) -> AsyncIterator[None]:
-        """Hold room for the request's body while the block runs; then let go of the body read."""
+    def room(self, request: web.Request) -> AbstractAsyncContextManager[None]:
+        """Hold room for the request's body while the block runs; then let go of the body read. A
+        request without a body (most: the GETs) gets a shared context that does nothing."""
         size = self.size(request)
-        if size == 0:
-            yield
-            return
+        return self._held(request, size) if size else NO_BODY
+
+    @asynccontextmanager
+    async def _held(self, request: web.Request, size: int) -> AsyncIterator[None]:
         async with self._room:
             try:
                 await asyncio.wait_for(self._room.wait_for(lambda: self._fits(size)), self.wait)
