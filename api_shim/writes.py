@@ -119,7 +119,7 @@ class ScanWrites:
         def decide(scan: Obj) -> Change:
             record = ScanRecord(scan)
             refusal = workers_refusal(
-                deleted=record.deleted or bool(scan["metadata"].get("deletionTimestamp")),
+                deleted=record.deleted or record.deleting,
                 has_final_result=record.has_final_result,
                 workflow_id=record.workflow_id,
                 deactivated=record.deactivated,

@@ -93,6 +93,11 @@ class ScanRecord:
         return bool(self.spec.get("deleted"))
 
     @property
+    def deleting(self) -> bool:
+        """Hard-deleted (`deletionTimestamp` set): held by a finalizer until the operator lets go."""
+        return bool(self.obj["metadata"].get("deletionTimestamp"))
+
+    @property
     def sensor_event_id(self) -> str:
         return str(self.spec["sensorEventId"])
 

@@ -138,7 +138,7 @@ class ScanView:
             uid=meta["uid"],
             generation=meta.get("generation"),
             created_at=cond.epoch(meta.get("creationTimestamp")) or 0.0,
-            deleting=bool(meta.get("deletionTimestamp")),
+            deleting=record.deleting,
             finalizers=tuple(meta.get("finalizers") or ()),
             labels=dict(meta.get("labels") or {}),
             spec=model.ScanSpec.model_validate(record.spec),
