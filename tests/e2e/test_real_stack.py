@@ -129,13 +129,16 @@ class Stack:
 
     def diagnosis(self, scan_id: str) -> str:
         """What a wait that timed out needs explained: the Scan's status, its Events, its Pods' states,
-        and the operators' last lines (the stack is gone once the module ends)."""
+        and the last lines of them, the operators, the shims and the WMS (the stack is gone once the module
+        ends)."""
         out = [f"--- status: {json.dumps(self.scan(scan_id).get('status'), indent=1)}"]
         events = self.api.get(f"/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.name={scan_id}")
         out += [f"--- event {e['reason']}: {e['message']}" for e in (events or {}).get("items", [])]
-        for pod in self.pods(f"{SCAN_LABEL}={scan_id}"):
+        scan_pods = self.pods(f"{SCAN_LABEL}={scan_id}")
+        for pod in scan_pods:
             out.append(f"--- pod {pod['metadata']['name']}: {json.dumps(pod.get('status'), indent=1)}")
-        for pod in self.pods("app.kubernetes.io/component=operator"):
+        serving = self.pods("app.kubernetes.io/component in (operator,shim)")
+        for pod in scan_pods + serving + self.pods(f"app.kubernetes.io/name={real_stack.WMS}"):
             name = pod["metadata"]["name"]
             got = self.api.http.get(f"/api/v1/namespaces/{NS}/pods/{name}/log", params={"tailLines": "60"})
             out.append(f"--- {name}:\n{got.text}")
@@ -432,7 +435,11 @@ def test_a_follower_whose_shim_pod_is_deleted_reconnects_through_the_service_to_
             f"/api/v1/namespaces/{NS}/pods/{serving['metadata']['name']}"
         ).raise_for_status()
         assert clean.rest_status(scan_id)["scan_state"] != "SCAN_HAS_FINAL_RESULT"  # deleted mid-scan
-        out, err = follower.communicate(timeout=150)
+        try:
+            out, err = follower.communicate(timeout=150)
+        except subprocess.TimeoutExpired as e:
+            printed = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else str(e.stdout or "")
+            raise AssertionError(f"the follower printed:\n{printed}\n{clean.diagnosis(scan_id)}") from None
     finally:
         follower.kill()
     assert follower.returncode == 0, out + err

@@ -48,7 +48,8 @@ async def shim(archive_dsn: str, make_shim: MakeShim) -> ShimUnderTest:
 
 async def archive_scan(shim: ShimUnderTest, archive: Archive, scan_id: str) -> None:
     """Move a scan as the operator does: read it and its payloads, store them in one put, delete the
-    Scan only as it was read; then wait until the shim's cache no longer holds it."""
+    Scan only as it was read; then wait until the shim's cache no longer holds it and the garbage
+    collector has removed the result and startup objects the Scan owned."""
     obj = await shim.kube_scan(scan_id)
     ns, event_id = shim.namespace, obj["spec"]["sensorEventId"]
     event = await payloads.stored(shim.api, ns, names.event_object_name(event_id)) or await archive.event(
@@ -65,7 +66,10 @@ async def archive_scan(shim: ShimUnderTest, archive: Archive, scan_id: str) -> N
     await shim.api.request("DELETE", scan_path(ns, scan_id), body={"preconditions": unchanged})
 
     async def dropped() -> bool:
-        return shim.state.scans.cache.get(scan_id) is None
+        owned = (names.result_object_name(scan_id), names.startup_object_name(scan_id))
+        return shim.state.scans.cache.get(scan_id) is None and all(
+            [await payloads.stored(shim.api, ns, name) is None for name in owned]
+        )
 
     await eventually(dropped, timeout=30)
 
