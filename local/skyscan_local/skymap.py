@@ -8,7 +8,9 @@ their sub-pixels, about extension * (nside / previous nside)^2 of them. The defa
 8:0 64:12 512:24 gives 768 + ~768 + ~1536 pixels, a final result of about 0.5 MB of JSON.
 
 Everything is deterministic: the truth from the event's identity (rescans of an event share it), the
-reconstruction noise from the scan id. Pure: numpy and healpy for the pixel geometry, no I/O.
+reconstruction noise from the scan id. Pure: numpy and healpy for the pixel geometry, no I/O. healpy
+is imported where it is used: it takes a second (it brings matplotlib), which every importer of the
+scanner simulator would pay, most never drawing a sky.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import healpy
 import numpy as np
 import numpy.typing as npt
 
@@ -52,6 +53,8 @@ class TrueEvent:
 
     @property
     def vector(self) -> Floats:
+        import healpy
+
         return np.asarray(healpy.ang2vec(math.pi / 2 - self.dec, self.ra), dtype=np.float64)
 
 
@@ -87,6 +90,8 @@ def estimated_pixels(nsides: dict[int, int]) -> dict[int, int]:
 
 
 def _angles(nside: int, pixels: Ints, towards: Floats) -> Floats:
+    import healpy
+
     x, y, z = healpy.pix2vec(nside, pixels)
     cosine = np.clip(x * towards[0] + y * towards[1] + z * towards[2], -1.0, 1.0)
     return np.asarray(np.arccos(cosine), dtype=np.float64)
@@ -94,6 +99,8 @@ def _angles(nside: int, pixels: Ints, towards: Floats) -> Floats:
 
 def _nearest(nside: int, centre: Floats, count: int) -> Ints:
     """About `count` pixels of `nside` nearest `centre` (at least the one holding it)."""
+    import healpy
+
     radius = math.sqrt(count * healpy.nside2pixarea(nside) / math.pi)
     found = np.asarray(healpy.query_disc(nside, centre, radius), dtype=np.int64)
     return found if found.size else np.asarray([healpy.vec2pix(nside, *centre)], dtype=np.int64)
@@ -147,6 +154,8 @@ class ScanSky:
         return best
 
     def _refine(self, previous: int, nside: int, extension: int) -> Ints:
+        import healpy
+
         best = self.best_fit()
         centre = (np.asarray(healpy.pix2vec(best[0], best[1]), dtype=np.float64) if best
                   else self.truth.vector)  # fmt: skip

@@ -17,7 +17,7 @@ so a scan completes only when the scanner's sidecar uploaded the file and the UR
 Each fetch is logged (`worker fetched startup.json for <workflow> via presigned URL: 200 (N bytes)`)
 and listed by `GET /_sim/fetches`. This is the simulator's one background task.
 
-Test hooks live under `/_sim/` (faults, delays, pinned statuses, configuration, inspection); an OIDC
+Test hooks live under `/_sim/` (faults, delays, pinned statuses, configuration, inspection, a reset); an OIDC
 stub (`/.well-known/openid-configuration`, `/oidc/token`) exercises client-credentials auth.
 """
 
@@ -168,7 +168,13 @@ class WMS:
     """The simulated service's state and rules; `advance` applies everything time has made due."""
 
     def __init__(self, settings: SimulatorSettings) -> None:
-        self.settings = settings
+        self.configured = settings
+        self.reset()
+        self.load()
+
+    def reset(self) -> None:
+        """Back to the settings it started with and no state (a test's start, when tests share it)."""
+        self.settings = self.configured
         self.workflows: dict[str, Workflow] = {}
         self.tasks: dict[str, str] = {}  # task_id -> workflow_id
         self.faults: list[Fault] = []
@@ -178,7 +184,6 @@ class WMS:
         self.tokens: set[str] = set()
         self.fetches: list[dict[str, Any]] = []  # every startup.json fetch by workers, in order
         self.due: dict[str, tuple[Workflow, Taskforce]] = {}  # taskforce uuid -> workers waiting on init
-        self.load()
 
     # --- persistence (`state_file`) ---
     def load(self) -> None:
@@ -627,6 +632,11 @@ def routes() -> web.RouteTableDef:
         wms = request.app[WMS_KEY]
         wms.faults.clear()
         wms.delays.clear()
+        return web.json_response({"ok": True})
+
+    @r.post("/_sim/reset")
+    async def reset(request: web.Request) -> web.Response:
+        request.app[WMS_KEY].reset()
         return web.json_response({"ok": True})
 
     @r.post("/_sim/statuses")

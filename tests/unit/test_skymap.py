@@ -1,5 +1,7 @@
 """The scanner simulator's results look like real ones: the whole sky at the coarsest nside, refinement
-around the best fit, icecube-skyreader's serialization, a realistic size (wms-and-scanner C.5/C.6)."""
+around the best fit, icecube-skyreader's serialization, a realistic size (wms-and-scanner C.5/C.6).
+
+healpy and skyreader are imported where used: every xdist worker collects this module, one runs it."""
 
 from __future__ import annotations
 
@@ -7,9 +9,7 @@ import json
 import math
 from typing import Any
 
-import healpy
 import numpy as np
-from skyreader import SkyScanResult
 
 from skyscan_local import skymap
 
@@ -21,6 +21,8 @@ METADATA = {"run_id": 123456, "event_id": 42, "event_type": "neutrino", "mjd": 6
 def scanned(nsides: dict[int, int], scan_id: str = "scan-1", batches: int = 3) -> skymap.ScanSky:
     """A scan played as the simulator plays it: each nside sent, then finished in batches; every
     partial result on the way reads with skyreader."""
+    from skyreader import SkyScanResult
+
     sky = skymap.ScanSky(skymap.true_event(METADATA), scan_id, nsides)
     for nside in nsides:
         sent = sky.send(nside)
@@ -32,10 +34,15 @@ def scanned(nsides: dict[int, int], scan_id: str = "scan-1", batches: int = 3) -
 
 
 def degrees_between(nside: int, pixel: int, towards: np.ndarray[Any, Any]) -> float:
+    import healpy
+
     return math.degrees(math.acos(min(1.0, float(np.dot(healpy.pix2vec(nside, pixel), towards)))))
 
 
 def test_a_final_result_is_a_real_sized_skyreader_result_around_the_true_direction() -> None:
+    import healpy
+    from skyreader import SkyScanResult
+
     sky = scanned(DEFAULT)
     body = {"scan_result": sky.result(METADATA, final=True), "is_final": True}
     size = len(json.dumps(body))
@@ -65,6 +72,8 @@ def test_a_final_result_is_a_real_sized_skyreader_result_around_the_true_directi
 
 
 def test_partial_results_grow_and_deserialize_and_the_draws_are_reproducible() -> None:
+    from skyreader import SkyScanResult
+
     sky = skymap.ScanSky(skymap.true_event(METADATA), "scan-2", DEFAULT)
     assert sky.result(METADATA, final=False) == {}  # nothing finished: the scanner PUTs {}
     assert sky.send(8) == 768

@@ -85,8 +85,9 @@ class Simulator:
         return [tuple(r) for r in (await self.call("GET", "/_sim/requests"))["requests"]]
 
 
-@pytest.fixture
-def wms() -> Iterator[Simulator]:
+@pytest.fixture(scope="session")
+def wms_process() -> Iterator[Simulator]:
+    """One simulator a worker: a process a test cost about 0.4 s of CPU on ~100 tests."""
     process = subprocess.Popen(
         [sys.executable, "-m", "skyscan_local.wms_simulator", "--port", "0", "--activation-delay", "0.5",
          "--step-delay", "0.3"],
@@ -100,6 +101,14 @@ def wms() -> Iterator[Simulator]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+@pytest.fixture
+def wms(wms_process: Simulator) -> Simulator:
+    """The worker's simulator, reset: no workflows, requests or faults of an earlier test, its settings
+    as started (the test's operators are stopped before the next test resets it)."""
+    httpx.post(f"{wms_process.url}/_sim/reset", timeout=10).raise_for_status()
+    return wms_process
 
 
 class RestartableWMS(Simulator):
