@@ -3,6 +3,7 @@ away: restarting the session's shared cluster would disturb every other test."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Iterator
@@ -21,12 +22,14 @@ class OwnCluster:
     stack: Stack
     cluster_dir: Path
 
-    def restart_api_server(self, down_seconds: float, *, crash: bool = False) -> float:
+    async def restart_api_server(self, down_seconds: float, *, crash: bool = False) -> float:
         """Stop the API server (SIGTERM, or SIGKILL when `crash`), keep it down `down_seconds`, start it
-        again with the same command line and port; returns how long it was unreachable. Blocks."""
+        again with the same command line and port; returns how long it was unreachable. The test's other
+        tasks run while it is down; its start blocks until it answers (from this thread, so it dies with
+        the test's process)."""
         began = time.monotonic()
         control_plane.stop_component(self.cluster_dir, "kube-apiserver", crash=crash)
-        time.sleep(max(0.0, down_seconds - (time.monotonic() - began)))
+        await asyncio.sleep(max(0.0, down_seconds - (time.monotonic() - began)))
         control_plane.start_component(self.cluster_dir, "kube-apiserver", tie_to_parent=True)
         return time.monotonic() - began
 

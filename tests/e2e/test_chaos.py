@@ -108,7 +108,7 @@ async def test_scans_survive_random_kills_of_every_component(own: OwnCluster, ow
         down = rng.uniform(0.5, 3) if name != "kube-apiserver" else rng.uniform(5, 10)
         if name == "kube-apiserver":
             log(began, f"SIGKILL kube-apiserver, down {down:.1f}s")
-            took = own.restart_api_server(down, crash=True)  # blocks, launcher included
+            took = await own.restart_api_server(down, crash=True)  # the launcher goes on meanwhile
             log(began, f"kube-apiserver back after {took:.1f}s")
             continue
         localstack.kill(stack.settings, name)
