@@ -37,15 +37,16 @@ lint: venv              ## ruff, mypy strict, the layering contracts (pyproject'
 	$(PY) tools/raw_access.py
 
 # pytest-xdist workers, each with its own control plane and PostgreSQL (tests/conftest.py); most tests
-# wait on timers and processes rather than compute, hence more workers than the 2 cores. --dist loadgroup keeps every
-# real-node test on one worker, in order, handed out first (the longest group). TEST_WORKERS=0: serial.
+# wait on timers and processes rather than compute, hence more workers than the 2 cores. --dist worksteal
+# with tests/conftest.py's scheduler keeps every real-node test on one worker, in order, handed out
+# first (the longest group). TEST_WORKERS=0: serial.
 # More than 3 only adds control planes: 4 (whole suite) and 5 (test-fast) were slower, both cores busy.
 TEST_WORKERS ?= 3
 # Byte-compiled modules are kept (in the gitignored __pycache__ dirs), whatever the shell says: every
 # operator, shim and simulator a test starts, and every xdist worker's rewritten test modules, would
 # otherwise be compiled again from source (test-fast's collection: 5.2 s of CPU a worker, 3.0 s kept).
 unexport PYTHONDONTWRITEBYTECODE
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 test: lint              ## lint, then the whole suite against a real control plane (or SKYSCAN_TEST_KUBECONFIG)
 	@# As root with apt, the real node's Debian packages come first, so its tests run (README, Tests).
