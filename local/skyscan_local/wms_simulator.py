@@ -17,8 +17,8 @@ so a scan completes only when the scanner's sidecar uploaded the file and the UR
 Each fetch is logged (`worker fetched startup.json for <workflow> via presigned URL: 200 (N bytes)`)
 and listed by `GET /_sim/fetches`. This is the simulator's one background task.
 
-Test hooks live under `/_sim/` (faults, delays, pinned statuses, configuration, inspection, a reset); an OIDC
-stub (`/.well-known/openid-configuration`, `/oidc/token`) exercises client-credentials auth.
+Test hooks live under `/_sim/` (faults, delays, pinned statuses, configuration, inspection, a reset);
+an OIDC stub (`/.well-known/openid-configuration`, `/oidc/token`) exercises client-credentials auth.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ class Simulator:
 
 @pytest.fixture(scope="session")
 def wms_process() -> Iterator[Simulator]:
-    """One simulator a worker: a process a test cost about 0.4 s of CPU on ~100 tests."""
+    """One simulator a worker, not one a test: each cost about 0.44 s of CPU to start (39 tests)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "skyscan_local.wms_simulator", "--port", "0", "--activation-delay", "0.5",
          "--step-delay", "0.3"],
