@@ -150,9 +150,9 @@ KEPT = 2 * MIN_PENDING  # of a worker's tests in order, how many a steal leaves 
 class _Together(WorkStealingScheduling):
     """xdist's work stealing with TOGETHER's groups kept whole. Each worker starts with a share of the
     tests and one that runs out takes half the untouched tests of the busiest, so no test waits on a
-    round trip to the controller (xdist's loadgroup hands out one test at a time: test-fast took 89 s
-    with it, 73 s with this). Each group goes, in file order, to one worker ahead of its share, and
-    is never stolen."""
+    round trip to the controller (xdist's loadgroup hands out one test at a time: test-fast took
+    89-97 s with it, 73-78 s with work stealing). Each group goes, in file order, to one worker ahead
+    of its share, and is never stolen."""
 
     together: frozenset[int] = frozenset()
 
