@@ -19,6 +19,7 @@ from skyscan import kube, model
 from skyscan.kube import Kube, scan_path
 from skyscan.status import compact
 from tests.conftest import Cluster
+from tests.helpers import eventually
 from tests.unit.test_crd import minimal_spec
 
 COUNT = 5
@@ -84,6 +85,12 @@ async def test_a_listing_from_the_watch_cache_comes_whole(
     api: Kube, namespace: str, stored: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(cache_module, "PAGE_SIZE", 2)  # asked for, but not how the watch cache answers
+
+    async def in_watch_cache() -> bool:  # it trails etcd for a moment after writes (a loaded run saw 4)
+        listed = await api.request("GET", scan_path(namespace), params={"resourceVersion": "0"})
+        return len(listed["items"]) == COUNT
+
+    await eventually(in_watch_cache, timeout=10)
     scans = ScanCache(api, namespace)
     await scans._relist()
     assert sorted(s["metadata"]["name"] for s in scans) == [f"scan-{i}" for i in range(COUNT)]
