@@ -38,8 +38,8 @@ lint: venv              ## ruff, mypy strict, the layering contracts (pyproject'
 
 # pytest-xdist workers, each with its own control plane and PostgreSQL (tests/conftest.py); most tests
 # wait on timers and processes rather than compute, hence more workers than the 2 cores. --dist worksteal
-# with tests/conftest.py's scheduler keeps every real-node test on one worker, in order, handed out
-# first (the longest group). TEST_WORKERS=0: serial.
+# with tests/conftest.py's scheduler keeps every real-node test on one worker, in order, from the
+# start. TEST_WORKERS=0: serial.
 # More than 3 only adds control planes: 4 (whole suite) and 5 (test-fast) were slower, both cores busy.
 TEST_WORKERS ?= 3
 # Byte-compiled modules are kept (in the gitignored __pycache__ dirs), whatever the shell says: every

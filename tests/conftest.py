@@ -135,7 +135,8 @@ async def archive(archive_dsn: str) -> AsyncIterator[Archive]:
 # Modules whose tests run on one pytest-xdist worker, in file order (`make test`, `--dist worksteal`):
 # the machine has one real node and test_real_stack's tests share one stack; the e2e modules on the
 # session's `stack` share one worker, so one stack is started rather than one a worker (each also runs
-# its timers all session), and test_cli's share one launched scan. The largest group is handed out first.
+# its timers all session), and test_cli's share one launched scan. Each group starts at once, on a worker
+# of its own while there are workers enough.
 SESSION_STACK = ("actions", "cli", "handoff", "identity", "kubectl", "lifecycle", "metrics", "stack")
 TOGETHER = {
     "tests/e2e/test_real_node.py": "real_node",
@@ -167,7 +168,7 @@ class _Together(WorkStealingScheduling):
                 if group := TOGETHER.get(nodeid.split("::", 1)[0]):
                     groups.setdefault(group, []).append(index)
             self.together = frozenset(i for indices in groups.values() for i in indices)
-            for k, indices in enumerate(sorted(groups.values(), key=len, reverse=True)):
+            for k, indices in enumerate(groups.values()):
                 node = self.nodes[k % len(self.nodes)]
                 self.node2pending[node].extend(indices)
                 node.send_runtest_some(indices)

@@ -438,7 +438,7 @@ def test_a_follower_whose_shim_pod_is_deleted_reconnects_through_the_service_to_
         try:
             out, err = follower.communicate(timeout=150)
         except subprocess.TimeoutExpired as e:
-            printed = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else str(e.stdout or "")
+            printed = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
             raise AssertionError(f"the follower printed:\n{printed}\n{clean.diagnosis(scan_id)}") from None
     finally:
         follower.kill()
