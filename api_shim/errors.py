@@ -93,6 +93,12 @@ def error_response(request: web.Request, e: Exception) -> web.Response:
     if isinstance(e, kube.ApiError):
         if e.status in (408, 429, 500, 502, 503, 504):
             return json_error(503, "kubernetes API unavailable", f"The API server answered {e.status}.")
+        if e.quota_exceeded:
+            return json_error(
+                503,
+                "quota exceeded",
+                "The namespace's resource quota is used up: nothing was stored; try again later.",
+            )
         log.exception(
             "unexpected API server answer on %s %s", request.method, request.path, extra=_about(request)
         )

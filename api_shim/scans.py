@@ -150,23 +150,48 @@ class Scans:
     # --- writes ----------------------------------------------------------------------------------
 
     async def create(self, spec: Obj, event: bytes | None = None) -> Obj:
-        """A new Scan, then its sensor event owned by it: `event` stored anew, else the stored one it
-        names (from the archive if the cluster no longer has it). A failure in between removes the
-        Scan; a crash in between leaves a Scan without its event, which the operator fails
-        (`EventMissing`) after a grace period: no event is ever stored without an owner."""
-        scan = await self.store.create(new_scan_id(), spec, now())
-        sensor_event_id = ScanRecord(scan).sensor_event_id
-        try:
-            if event is not None:
-                await payloads.create_event(self.api, self.namespace, sensor_event_id, event, owners=[scan])
-            else:
-                await self._attach_event(scan, sensor_event_id)
-        except Exception:
-            with contextlib.suppress(Exception):  # should this fail too, the operator fails the scan
+        """A new Scan and its sensor event: `event` stored anew beside it, else the stored one it names
+        (from the archive if the cluster no longer has it), which the Scan joins the owners of.
+
+        A new event is written at the same time as the Scan (a POST waits for one write, not two), so
+        it cannot name the Scan's uid yet: it names the scan it was stored for, and the operator makes
+        that Scan its owner when it first looks for the event. If either write fails, the other is
+        undone. A crash in between leaves a Scan without its event, which the operator fails
+        (`EventMissing`) after a grace period, or an event no Scan names, which its janitor deletes."""
+        name = new_scan_id()
+        if event is None:
+            scan = await self.store.create(name, spec, now())
+            try:
+                await self._attach_event(scan, spec["sensorEventId"])
+            except Exception:
+                await self._undo(scan)
+                raise
+            return scan
+        event_id = spec["sensorEventId"]
+        made, stored = await asyncio.gather(
+            self.store.create(name, spec, now()),
+            payloads.create_event(self.api, self.namespace, event_id, event, stored_for=name),
+            return_exceptions=True,
+        )
+        if isinstance(made, BaseException):
+            if not isinstance(stored, BaseException):
+                await self._undo(None, event_id)
+            raise made
+        if isinstance(stored, BaseException):
+            await self._undo(made)
+            raise stored
+        return made
+
+    async def _undo(self, scan: Obj | None, event_id: str | None = None) -> None:
+        """Remove what a launch cut short wrote. Should a removal fail too, the operator fails the Scan
+        and its janitor deletes the event, which no Scan names."""
+        if scan is not None:
+            with contextlib.suppress(Exception):
                 await self.store.delete(ScanRecord(scan).name)
             self.cache.forget(scan)
-            raise
-        return scan
+        if event_id is not None:
+            with contextlib.suppress(Exception):
+                await payloads.delete_event(self.api, self.namespace, event_id)
 
     async def _attach_event(self, scan: Obj, sensor_event_id: str) -> None:
         """Make the new scan an owner of its event; if the event is gone from the cluster (an event whose

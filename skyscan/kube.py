@@ -84,6 +84,11 @@ class ApiError(Exception):
             return text
         return str(found.get("message") or text) if isinstance(found, dict) else text
 
+    @property
+    def quota_exceeded(self) -> bool:
+        """The namespace's ResourceQuota refused the write (used up, or its usage not yet counted)."""
+        return self.status == 403 and "quota" in self.message.lower()
+
 
 # ------------------------------------------------------------------------------ paths
 def path(api: str, plural: str, namespace: str | None = None, name: str | None = None,

@@ -24,6 +24,8 @@ INSTALL_MANAGER = "skyscan-install"  # the CRD and the scanners' ServiceAccount 
 
 # --- annotations
 TIMESTAMP_ANNOTATION = "skyscan.io/timestamp"  # sub-second creation time (Unix seconds, as a string)
+# On a sensor event stored beside its Scan: the scan it was stored for, which the operator makes its owner.
+STORED_FOR_ANNOTATION = "skyscan.io/stored-for"
 
 # --- the scanner's identity
 SCANNER_SERVICE_ACCOUNT = "skyscan-scanner"  # scanner Pods run as it; it has no RBAC bindings at all

@@ -6,9 +6,11 @@ Scan update goes to every watcher). Format, for kubectl users and the operator:
 - ConfigMap `skyscan-event-<sensor_event_id>` (label `skyscan.io/payload=event`): the sensor
   event. Immutable, shared by every Scan that uses it (rescans, reuse by `sensor_event_id`); each
   such Scan is one of its ownerReferences, so it is garbage-collected with the last of them. The
-  shim creates the Scan first, then its event already owned by it (a reused event gets the new owner
-  by one patch): no event is ever stored without an owner. The operator starts no scan whose event
-  is missing, and deletes (or, if a Scan refers to it, adopts) any payload left without an owner.
+  shim writes a new event at the same time as its Scan, annotated `skyscan.io/stored-for` with the
+  scan's name (the Scan's uid is not known yet), and the operator makes that Scan its owner when it
+  first looks for the event; a reused event gets the new Scan as an owner by one patch. The operator
+  starts no scan whose event is missing, and deletes (or, if a Scan refers to it, adopts) any payload
+  left without an owner past a grace period.
 - ConfigMap `skyscan-result-<scan_id>` (label `skyscan.io/payload=result`): the latest result,
   overwritten on each PUT, owned by its Scan. `is_final` lives in the Scan's `status.result`.
 - ConfigMap `skyscan-startup-<scan_id>` (label `skyscan.io/payload=startup`): the scanner's
@@ -26,7 +28,7 @@ import asyncio
 import base64
 import gzip
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from skyscan import kube, names
@@ -113,14 +115,31 @@ async def stored(api: Kube, namespace: str, name: str) -> bytes | None:
 
 
 async def create_event(
-    api: Kube, namespace: str, sensor_event_id: str, data: bytes, owners: list[dict[str, Any]]
+    api: Kube,
+    namespace: str,
+    sensor_event_id: str,
+    data: bytes,
+    owners: Sequence[dict[str, Any]] = (),
+    stored_for: str | None = None,
 ) -> None:
-    """Store an encoded event, owned from the start by `owners` (the Scans that use it)."""
+    """Store an encoded event, owned from the start by `owners` (the Scans that use it), or annotated
+    with the one Scan it is `stored_for`, which the operator makes its owner."""
     body = configmap(
         names.event_object_name(sensor_event_id), "event", data, [owner_reference(o) for o in owners]
     )
     body["immutable"] = True
+    if stored_for is not None:
+        body["metadata"]["annotations"] = {names.STORED_FOR_ANNOTATION: stored_for}
     await api.read("POST", _configmap_path(namespace), body=body)  # the answer echoes the payload: unparsed
+
+
+async def delete_event(api: Kube, namespace: str, sensor_event_id: str) -> None:
+    """Delete an event a launch cut short stored (gone already: nothing to do)."""
+    try:
+        await api.read("DELETE", _configmap_path(namespace, names.event_object_name(sensor_event_id)))
+    except ApiError as e:
+        if e.status != 404:
+            raise
 
 
 async def event_exists(api: Kube, namespace: str, sensor_event_id: str) -> bool:

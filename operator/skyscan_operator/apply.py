@@ -80,7 +80,7 @@ def api_refusal(e: BaseException) -> str:
     retries forever too) and missing permissions of the operator (`APIForbidden`) do not."""
     if is_api_outage(e) or not isinstance(e, ApiError):
         return "APIUnavailable"
-    if e.status == 403 and "quota" in describe(e).lower():
+    if e.quota_exceeded:
         return "QuotaExceeded"
     if e.status in (401, 403):
         return "APIForbidden"
@@ -505,14 +505,17 @@ class Run:
 
     async def check_event(self, sensor_event_id: str) -> None:
         """Look (metadata only) whether the scan's sensor event is stored; if the scan is not one of
-        its owners (a kubectl-made event, or a launch cut short before its owner patch), become one,
-        so the event lives as long as the scan. The answer goes to the store for the next plan."""
+        its owners, become one, so the event lives as long as the scan: the last step of a launch for
+        an event stored for this scan (`skyscan.io/stored-for`), else worth telling (a kubectl-made
+        event, or a reuse cut short before its owner patch). The answer goes to the store for the
+        next plan."""
         s = self.scan
         meta = await payloads.event_metadata(self.a.api, s.namespace, sensor_event_id)
         if meta is not None and s.uid not in {o.get("uid") for o in meta.get("ownerReferences") or []}:
             try:
                 await payloads.add_event_owner(self.a.api, s.namespace, sensor_event_id, self.body)
-                self.event("EventAdopted", f"now an owner of its sensor event {sensor_event_id}")
+                if (meta.get("annotations") or {}).get(names.STORED_FOR_ANNOTATION) != s.name:
+                    self.event("EventAdopted", f"now an owner of its sensor event {sensor_event_id}")
             except ApiError as e:
                 if e.status != 404:
                     raise

@@ -177,7 +177,7 @@ class Controller:
             workflow=workflow,
             wms_poll_error=self.wms_poll_error if workflow_id else None,
             healthy_since=max(self.started_at, store.outage_at),
-            event=store.event_stored(key, now - planner.EVENT_RECHECK_SECONDS),
+            event=planner.event_seen(store.events.get(key), scan.created_at, now),
             admission=store.take_admission(key),
             lineage_recent=(
                 store.lineage_recent(key, now - self.settings.replacement_window_seconds) if transient else 0

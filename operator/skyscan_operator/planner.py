@@ -39,7 +39,11 @@ STUCK_REASONS = {
     "CreateContainerError": "ContainerConfigInvalid",
 }
 NEVER_STARTS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
-EVENT_RECHECK_SECONDS = 1.0  # a scan whose sensor event is missing looks again this often
+# A scan whose sensor event was missing at a look looks again after half its age then, within these
+# bounds: at once while the shim is still storing it, seldom for one made without it (kubectl).
+EVENT_RECHECK_SECONDS = (0.25, 5.0)
+# A miss this early is the shim storing the event right after the Scan: no EventMissing written for it.
+EVENT_QUIET_SECONDS = 2.0
 # Why a start attempt ended. Only failures of the scan itself count against `max_start_attempts`:
 # a definite WMS refusal of its request, its Job or Secret refused by the API server (invalid, or a
 # name someone else holds), a start that timed out while the WMS and the API server answered, its
@@ -625,11 +629,28 @@ def _start(d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, setting
     _start_steps(d, p, scan, now, settings)
 
 
+def event_recheck(age: float) -> float:
+    """Seconds from a look that missed a scan's sensor event, `age` seconds after the scan was made, to
+    the next look."""
+    low, high = EVENT_RECHECK_SECONDS
+    return min(high, max(low, age / 2))
+
+
+def event_seen(look: tuple[bool, float] | None, created_at: float, now: float) -> bool | None:
+    """What the last look at a scan's sensor event, (stored, when), says at `now`: stored, missing, or
+    None when it was never looked at or its miss is due another look."""
+    if look is None:
+        return None
+    stored, at = look
+    return stored if stored or now < at + event_recheck(at - created_at) else None
+
+
 def _event_stored(
     d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, settings: OperatorSettings
 ) -> bool:
     """No scan starts without its sensor event. The REST shim stores it right after the Scan, so a
-    missing one is waited for, looked at again, and after `event_grace_seconds` fails the scan."""
+    missing one is waited for and looked at again (`event_recheck`); it is shown missing once the scan
+    is `EVENT_QUIET_SECONDS` old, and fails the scan after `event_grace_seconds`."""
     if obs.event:
         if d.reason(cond.ADMITTED) == "EventMissing":
             d.set(cond.ADMITTED, False, "Queued", "waiting in the backlog")
@@ -648,8 +669,10 @@ def _event_stored(
         d.backlog = None
         p.event("EventMissing", message, warning=True)
         return False
-    d.set(cond.ADMITTED, False, "EventMissing", f"waiting for its sensor event (ConfigMap {name})")
-    p.wake(min(EVENT_RECHECK_SECONDS, due - now))
+    age = now - scan.created_at
+    if age >= EVENT_QUIET_SECONDS:
+        d.set(cond.ADMITTED, False, "EventMissing", f"waiting for its sensor event (ConfigMap {name})")
+    p.wake(min(event_recheck(age), due - now))
     return False
 
 

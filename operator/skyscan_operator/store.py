@@ -249,7 +249,7 @@ class Store:
             entry.attempts >= self.settings.max_start_attempts
             and cond.reason(scan.conditions, cond.ADMITTED) in ATTEMPT_FAILURES
         )
-        if entry is None or exhausted or not self.event_stored(key, 0.0):
+        if entry is None or exhausted or not self.event_stored(key):
             self.line.remove(key)
             return
         shown = shown_hold(scan)
@@ -288,13 +288,10 @@ class Store:
         """Whether the scan's sensor event was found stored, looked at `at`."""
         self.events[sys.intern(namespace), sys.intern(name)] = (stored, at)
 
-    def event_stored(self, key: Key, missing_since: float) -> bool | None:
-        """Whether the scan's sensor event was seen stored; a miss counts only if looked at after
-        `missing_since` (else None: look again)."""
+    def event_stored(self, key: Key) -> bool:
+        """Whether the scan's sensor event was seen stored."""
         seen = self.events.get(key)
-        if seen is None or (not seen[0] and seen[1] < missing_since):
-            return None
-        return seen[0]
+        return seen is not None and seen[0]
 
     def lineage_recent(self, key: Key, since: float) -> int:
         """Scans sharing this scan's root request (through `spec.rescanOf`) created after `since`;

@@ -30,6 +30,7 @@ from skyscan_operator.planner import (
     ScanView,
     SetFinalizer,
     WorkflowView,
+    event_seen,
     plan,
     replacement_body,
 )
@@ -232,7 +233,7 @@ def test_a_scan_waits_for_its_missing_event_then_fails_after_the_grace_period() 
     admitted = cond.find(p.status["conditions"], cond.ADMITTED)
     assert admitted is not None and (admitted["status"], admitted["reason"]) == ("False", "EventMissing")
     assert "skyscan-event-ev1" in admitted["message"] and p.status["backlog"]["attempts"] == 0
-    assert p.actions == [] and p.requeue_after == 1.0  # looks again soon
+    assert p.actions == [] and p.requeue_after == 5.0  # looks again: a 100 s old scan, seldom
     assert plan(scan(first), missing, created + 149.5, grace).requeue_after == pytest.approx(0.5)
     # Stored meanwhile: back to the normal backlog.
     p2 = plan(scan(p.status), STORED, NOW + 1, grace)
@@ -248,6 +249,36 @@ def test_a_scan_waits_for_its_missing_event_then_fails_after_the_grace_period() 
     assert [e.reason for e in p.events] == ["EventMissing"]
     assert ScanRecord({"spec": {}, "status": p.status}).is_terminal
     assert plan(scan(p.status), missing, created + 200, grace).actions == []  # terminal: inert
+
+
+def test_a_new_scan_whose_event_is_being_stored_looks_again_at_once_and_shows_nothing_missing() -> None:
+    young = NOW - 100 + 0.1  # scan() was made 0.1 s ago
+    first = plan(scan(), Observed(), young, S).status
+    p = plan(scan(first), Observed(event=False), young, S)
+    assert reason(p.status, cond.ADMITTED) == "Queued" and p.status == first  # nothing more to write
+    assert p.actions == [] and p.requeue_after == 0.25
+    p = plan(scan(first), Observed(event=False), NOW - 100 + 2, S)  # still missing, 2 s on: shown
+    assert reason(p.status, cond.ADMITTED) == "EventMissing" and p.requeue_after == 1.0
+
+
+@pytest.mark.parametrize(
+    ("looked_after", "now_after", "seen"),
+    [
+        (0.1, 0.3, False),  # missed at 0.1 s: looked again 0.25 s later
+        (0.1, 0.36, None),
+        (4.0, 5.9, False),  # missed at 4 s: 2 s later
+        (4.0, 6.01, None),
+        (60.0, 64.9, False),  # missed at 60 s: 5 s later at most
+        (60.0, 65.01, None),
+    ],
+)
+def test_a_missing_event_is_looked_for_again_after_half_the_scans_age(
+    looked_after: float, now_after: float, seen: bool | None
+) -> None:
+    created = NOW - 100
+    assert event_seen((False, created + looked_after), created, created + now_after) is seen
+    assert event_seen((True, created + looked_after), created, created + 1000) is True
+    assert event_seen(None, created, NOW) is None
 
 
 def test_an_attempt_that_takes_too_long_fails() -> None:

@@ -23,6 +23,7 @@ from tests.integration.operator.conftest import (
     condition,
     create_scan,
     get_scan,
+    scan_events,
     st,
     wait_scan,
 )
@@ -116,6 +117,30 @@ async def test_the_janitor_removes_ownerless_payloads_and_adopts_used_ones(
     await api.request("GET", core_path("configmaps", namespace, "not-a-payload"))  # not a payload: kept
 
 
+async def test_a_scan_owns_the_event_stored_for_it_once_the_operator_looks_and_only_a_foreign_one_is_told(
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    operator(SKYSCAN_LOW_PRIORITY_INTERVAL_SECONDS="3600")  # the scans wait in the backlog
+
+    async def owned_by(name: str, event_id: str) -> None:
+        uid = (await get_scan(api, namespace, name))["metadata"]["uid"]
+
+        async def owned() -> bool:
+            return await event_owners(api, namespace, event_id) == {uid}
+
+        await eventually(owned, timeout=30)
+
+    launched = await create_scan(api, namespace, event=False, priority=0)
+    await payloads.create_event(api, namespace, launched, EVENT, stored_for=launched)  # as POST /scan does
+    await owned_by(launched, launched)
+    by_hand = await create_scan(api, namespace, event=False, sensorEventId="by-hand", priority=0)
+    await payloads.create_event(api, namespace, "by-hand", EVENT)  # kubectl-made: no owner, no scan named
+    await owned_by(by_hand, "by-hand")
+    await scan_events(api, namespace, by_hand, "EventAdopted")
+    # Events are posted in order: one about the first adoption would be there by now.
+    assert "EventAdopted" not in await scan_events(api, namespace, launched)
+
+
 async def test_a_shim_killed_amid_launches_leaves_no_debris_and_no_scan_without_its_event(
     api: Kube,
     namespace: str,
@@ -149,11 +174,15 @@ async def test_a_shim_killed_amid_launches_leaves_no_debris_and_no_scan_without_
 
     scans = (await api.request("GET", scan_path(namespace)))["items"]
     assert {s["metadata"]["name"] for s in scans} >= set(acknowledged)
-    # An acknowledged POST is a complete scan: its event is stored and owned by it, now.
+    # An acknowledged POST is a complete scan: its event is stored, now, for it (or owned by it already:
+    # the operator makes the scan its owner at its first look, which `settled` waits for below).
     for scan in scans:
-        if scan["metadata"]["name"] in acknowledged:
-            owners = await event_owners(api, namespace, scan["spec"]["sensorEventId"])
-            assert owners is not None and scan["metadata"]["uid"] in owners
+        if (name := scan["metadata"]["name"]) in acknowledged:
+            meta = await payloads.event_metadata(api, namespace, scan["spec"]["sensorEventId"])
+            assert meta is not None
+            owners = {o["uid"] for o in meta.get("ownerReferences") or []}
+            stored_for = (meta.get("annotations") or {}).get(names.STORED_FOR_ANNOTATION)
+            assert scan["metadata"]["uid"] in owners or stored_for == name
 
     # After the grace periods, every Scan has its event or is Failed/EventMissing, and no payload lacks
     # an owner.

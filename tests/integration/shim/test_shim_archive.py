@@ -49,12 +49,14 @@ async def shim(archive_dsn: str, make_shim: MakeShim) -> ShimUnderTest:
 async def archive_scan(shim: ShimUnderTest, archive: Archive, scan_id: str) -> None:
     """Move a scan as the operator does: read it and its payloads, store them in one put, delete the
     Scan only as it was read; then wait until the shim's cache no longer holds it and the garbage
-    collector has removed the result and startup objects the Scan owned."""
+    collector has removed the result and startup objects the Scan owned. (The Scan owns its live
+    event by then: the operator makes it an owner of the event stored for it at its first look.)"""
     obj = await shim.kube_scan(scan_id)
     ns, event_id = shim.namespace, obj["spec"]["sensorEventId"]
-    event = await payloads.stored(shim.api, ns, names.event_object_name(event_id)) or await archive.event(
-        event_id
-    )
+    event = await payloads.stored(shim.api, ns, names.event_object_name(event_id))
+    if event is not None:
+        await payloads.add_event_owner(shim.api, ns, event_id, obj)
+    event = event or await archive.event(event_id)
     assert event is not None
     result = (
         await payloads.stored(shim.api, ns, names.result_object_name(scan_id))

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from skyscan import names, payloads
+from skyscan import model, names, payloads
 from skyscan.kube import core_path, scan_path
 from skyscan.state import NOT_YET_REQUESTED
+from tests.helpers import eventually
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest, scan_body
 
 SCAN_ID = re.compile(r"^[0-9a-f]{11}x[0-9a-f]{20}$")
@@ -228,6 +229,35 @@ async def test_invalid_requests_are_refused_and_nothing_is_written(
     assert configmaps["items"] == []
 
 
+@pytest.mark.parametrize("refused", ["count/configmaps", f"count/{model.PLURAL}.{model.GROUP}"])
+async def test_a_launch_one_of_whose_two_writes_is_refused_leaves_neither(
+    shim: ShimUnderTest, refused: str
+) -> None:
+    """The Scan and its event are written at once: a quota refusing either leaves no trace of the other."""
+    kept = await shim.launch()
+    plural = refused.removeprefix("count/")
+    path = core_path("configmaps", shim.namespace) if plural == "configmaps" else scan_path(shim.namespace)
+    stored = str(len((await shim.api.request("GET", path))["items"]))  # the namespace's own CA among them
+    quota = {"metadata": {"name": "full"}, "spec": {"hard": {refused: stored}}}  # no more
+    await shim.api.request("POST", core_path("resourcequotas", shim.namespace), body=quota)
+
+    async def counted() -> bool:
+        got = await shim.api.request("GET", core_path("resourcequotas", shim.namespace, "full"))
+        return bool((got.get("status") or {}).get("used", {}).get(refused) == stored)
+
+    await eventually(counted, timeout=30)
+    reply = await shim.call("POST", "/scan", json_body=scan_body())
+    assert (reply.status, reply.body["reason"]) == (503, "quota exceeded"), reply.body
+    listed = await shim.api.request("GET", scan_path(shim.namespace))
+    assert [s["metadata"]["name"] for s in listed["items"]] == [kept["scan_id"]]
+    configmaps = await shim.api.request(
+        "GET", core_path("configmaps", shim.namespace), params={"labelSelector": names.PAYLOAD_LABEL}
+    )
+    assert [c["metadata"]["name"] for c in configmaps["items"]] == [
+        names.event_object_name(kept["sensor_event_id"])
+    ]
+
+
 async def test_integral_numbers_are_integers(shim: ShimUnderTest) -> None:
     """As in JSON Schema, 91.0 is an integer: taken as 91 wherever an integer is expected."""
     manifest = await shim.launch(
@@ -302,9 +332,9 @@ async def test_events_are_stored_once_and_shared(shim: ShimUnderTest) -> None:
     name = names.event_object_name(first["sensor_event_id"])
     cm = await shim.api.request("GET", core_path("configmaps", shim.namespace, name))
     assert cm["immutable"] and set(cm["binaryData"]) == {payloads.DATA_KEY}
-    assert sorted(o["name"] for o in cm["metadata"]["ownerReferences"]) == sorted(
-        [first["scan_id"], reused["scan_id"]]
-    )
+    # Stored beside the first Scan, named for it (the operator makes it an owner); the reuse joined.
+    assert cm["metadata"]["annotations"] == {names.STORED_FOR_ANNOTATION: first["scan_id"]}
+    assert [o["name"] for o in cm["metadata"]["ownerReferences"]] == [reused["scan_id"]]
     assert payloads.decode(cm) == event
 
 
