@@ -1,10 +1,11 @@
 """The payload janitor (pure): which payload ConfigMaps without an owner to delete, and which to adopt.
 
-The REST shim creates every payload already owned by its Scan, so a payload without an owner is
-debris (of an older shim killed mid-launch, or a kubectl-made event whose Scan never came, or one
-left by `kubectl delete scan --cascade=orphan`), or a kubectl-made event that a Scan uses. Once it
-is older than the grace period, debris is deleted and a used payload is adopted by every Scan that
-names it (so it goes with the last of them). Each change is made only if the object has not changed
+The REST shim creates results and startup files already owned by their Scan, and a new sensor event
+beside its Scan, which the operator makes its owner within moments. So a payload without an owner past
+the grace period is debris (an event whose Scan was never made: a launch cut short; a kubectl-made event
+whose Scan never came; one left by `kubectl delete scan --cascade=orphan`), or an event that a Scan uses
+and no reconcile has adopted yet. Then debris is deleted and a used payload is adopted by every Scan
+that names it (so it goes with the last of them). Each change is made only if the object has not changed
 since it was listed (a resourceVersion precondition), and at most `budget` changes per sweep.
 
 Which Scans name a payload is asked of the API server only when a sweep finds an ownerless payload

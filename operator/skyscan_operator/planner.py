@@ -42,7 +42,7 @@ NEVER_STARTS = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 # A scan whose sensor event was missing at a look looks again after half its age then, within these
 # bounds: at once while the shim is still storing it, seldom for one made without it (kubectl).
 EVENT_RECHECK_SECONDS = (0.25, 5.0)
-# A miss this early is the shim storing the event right after the Scan: no EventMissing written for it.
+# A miss this early is the shim still storing the event beside the Scan: no EventMissing written for it.
 EVENT_QUIET_SECONDS = 2.0
 # Why a start attempt ended. Only failures of the scan itself count against `max_start_attempts`:
 # a definite WMS refusal of its request, its Job or Secret refused by the API server (invalid, or a
@@ -648,7 +648,7 @@ def event_seen(look: tuple[bool, float] | None, created_at: float, now: float) -
 def _event_stored(
     d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, settings: OperatorSettings
 ) -> bool:
-    """No scan starts without its sensor event. The REST shim stores it right after the Scan, so a
+    """No scan starts without its sensor event. The REST shim stores it beside the Scan, so a
     missing one is waited for and looked at again (`event_recheck`); it is shown missing once the scan
     is `EVENT_QUIET_SECONDS` old, and fails the scan after `event_grace_seconds`."""
     if obs.event:

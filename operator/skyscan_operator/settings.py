@@ -110,7 +110,7 @@ class OperatorSettings(BaseSettings):
         default=60.0,
         gt=0,
         description="A scan whose sensor event is not stored this long after its creation is Failed "
-        "(EventMissing); until then it waits (the REST shim stores the event right after the Scan).",
+        "(EventMissing); until then it waits (the REST shim stores the event at the same time as the Scan).",
     )
     max_running_scanners: int = Field(
         default=0, ge=0, description="Cap on concurrently started, unfinished scans; 0 = no cap."
