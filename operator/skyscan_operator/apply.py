@@ -458,6 +458,9 @@ class Run:
         return applied
 
     async def create_job(self, job: dict[str, Any]) -> None:
+        # The credential the Job's Pod will present is on record first: an operator that died right
+        # after creating the Job would otherwise leave a scanner the shim refuses as revoked.
+        await self.flush()
         created = await self.apply_owned(job)
         name = job["metadata"]["name"]
         created_at = cond.epoch(created["metadata"].get("creationTimestamp"))

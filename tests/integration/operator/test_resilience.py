@@ -3,6 +3,9 @@ killed for a transient reason replaced exactly once."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from skyscan import kube, names
 from skyscan.kube import Kube, core_path, scan_path
 from skyscan_local import control_plane as localcluster
@@ -21,6 +24,39 @@ from tests.integration.operator.conftest import (
     st,
     wait_scan,
 )
+
+
+async def test_the_scanners_credential_is_on_record_before_its_job_exists(
+    api: Kube, namespace: str, wms: Simulator, operator: OperatorFactory
+) -> None:
+    """An operator killed right after creating a Job leaves no Pod whose credential the Scan does not
+    record (the shim would refuse it as revoked): the status holding it is written first."""
+    since = (await api.request("GET", scan_path(namespace)))["metadata"]["resourceVersion"]
+    recorded: list[int] = []  # resourceVersions of the Scan holding a credential
+    job_made: list[int] = []
+
+    async def follow(path: str, seen: list[int], wanted: Any) -> None:
+        async for e in api.watch(path, {"resourceVersion": since, "timeoutSeconds": "60"}):
+            if e["type"] in ("ADDED", "MODIFIED") and wanted(e["object"]):
+                seen.append(int(e["object"]["metadata"]["resourceVersion"]))
+
+    watches = [
+        asyncio.create_task(follow(scan_path(namespace), recorded, lambda s: st(s).get("scannerCredential"))),
+        asyncio.create_task(follow(kube.path("batch/v1", "jobs", namespace), job_made, lambda _: True)),
+    ]
+
+    async def job_seen() -> bool:
+        return bool(job_made)
+
+    try:
+        operator()
+        await create_scan(api, namespace, priority=200)
+        await eventually(job_seen, timeout=60)
+    finally:
+        for w in watches:
+            w.cancel()
+        await asyncio.gather(*watches, return_exceptions=True)
+    assert recorded and min(recorded) < min(job_made)  # one etcd: resourceVersions order the writes
 
 
 async def test_operator_killed_mid_request_creates_no_second_workflow(
