@@ -4,6 +4,7 @@ killed for a transient reason replaced exactly once."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from skyscan import kube, names
@@ -35,7 +36,7 @@ async def test_the_scanners_credential_is_on_record_before_its_job_exists(
     recorded: list[int] = []  # resourceVersions of the Scan holding a credential
     job_made: list[int] = []
 
-    async def follow(path: str, seen: list[int], wanted: Any) -> None:
+    async def follow(path: str, seen: list[int], wanted: Callable[[dict[str, Any]], object]) -> None:
         async for e in api.watch(path, {"resourceVersion": since, "timeoutSeconds": "60"}):
             if e["type"] in ("ADDED", "MODIFIED") and wanted(e["object"]):
                 seen.append(int(e["object"]["metadata"]["resourceVersion"]))
