@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CLUSTER_DIR ?= .skyscan/cluster
 
-.PHONY: venv binaries crds check-crds chart-schema lint test test-fast test-unit mutate bench cluster-up cluster-down up down reset status demo clean
+.PHONY: venv binaries crds check-crds chart-schema lint test test-fast test-unit mutate bench cluster-up cluster-down up down reset status demo audit-node clean
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml local/pyproject.toml
@@ -91,6 +91,9 @@ down:                   ## stop exactly what `make up` started; its data stays (
 
 reset: venv             ## after `make down`: delete the local stack's data (every Scan, the archive, logs, tokens)
 	$(PY) -m skyscan_local.real_stack reset && $(PY) -m skyscan_local.stack reset
+
+audit-node: venv        ## an attacker's probes against the running `make up NODE=real` stack: each must be refused
+	$(PY) -m skyscan_local.audit
 
 status: venv
 	@$(PY) -m skyscan_local.stack status

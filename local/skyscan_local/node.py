@@ -14,8 +14,10 @@ registry), Services through kube-proxy (iptables mode), cluster DNS from CoreDNS
   endpoint reconciler, so kube-proxy has no endpoints for it and leaves it to that rule.
 - The kubelet serves on the bridge's address only, to client certificates of a CA of the node's own
   (its key is discarded once it signed the API server's), authorised by the API server (webhook).
-- Pods reach the host only for DNS, the API server and the ports a caller allows; forwarding between
-  the bridge and any other interface is dropped: Pod traffic never leaves the machine.
+- Pods reach the host only for DNS, the API server and the ports a caller allows, those only from the
+  Pods a label selector names (`host_clients`: their addresses kept in an ipset by a watcher,
+  skyscan_local.host_clients); forwarding between the bridge and any other interface is dropped: Pod
+  traffic never leaves the machine.
 
 Everything it changes on the host is recorded in its state file before it is made and undone by
 `stop`: processes, the bridge, iptables chains, mounts, cgroups under /kubepods, the fixed directories
@@ -58,7 +60,8 @@ POD_CIDR = "10.99.0.0/24"
 GATEWAY = "10.99.0.1"  # the bridge's address: the node's InternalIP, cluster DNS, the kubelet
 KUBERNETES_SERVICE = ("10.0.0.1", 443)  # the first address of the control plane's service range
 KUBE_ROUTER_HEALTH_PORT = 20244  # its default; it listens on every address (Pods' traffic to it is dropped)
-IPSET_PREFIXES = ("KUBE-", "kube-router-")  # kube-router's sets
+IPSET_PREFIXES = ("KUBE-", "kube-router-", "SKYSCAN-NODE-")  # kube-router's sets, and ours
+CLIENTS_IPSET = "SKYSCAN-NODE-CLIENTS"  # the addresses of the Pods that may reach the host ports
 CLUSTER_DOMAIN = "cluster.local"
 KUBELET_PORT = 10250
 KUBELET_SYSCTLS = {"vm.overcommit_memory": "1", "kernel.panic": "10", "kernel.panic_on_oops": "1"}  # it sets
@@ -93,6 +96,7 @@ class NodeState:
     bridge: bool = False
     chains: bool = False
     host_ports: list[int] = field(default_factory=list)  # as started with
+    host_clients: str = ""  # as started with: "<namespace>/<label selector>"
     ipsets: list[str] | None = None  # kube-router's prefixes' sets before the start (None: not recorded)
 
 
@@ -287,9 +291,11 @@ def corefile(kubeconfig: str, ready_port: int, health_port: int) -> str:
 def firewall_rules(api_port: int, host_ports: tuple[int, ...]) -> dict[str, list[list[str]]]:
     """Our chains (by `table/chain`), each jumped to first from the built-in chain of its suffix. The
     host is guarded in the mangle table, ahead of the filter table where a NetworkPolicy enforcer
-    (kube-router) accepts what policies allow: no policy can open the host to Pods."""
+    (kube-router) accepts what policies allow: no policy can open the host to Pods. The host ports
+    take only the addresses in CLIENTS_IPSET."""
     svc_ip, svc_port = KUBERNETES_SERVICE
     to_host = ["-i", BRIDGE, "-d", f"{GATEWAY}/32"]
+    from_clients = ["-m", "set", "--match-set", CLIENTS_IPSET, "src"]
     return {
         # Pods reach the API server at the `kubernetes` Service's address (it listens on loopback), and
         # the host's loopback services (PostgreSQL: a real deployment keeps its database outside the
@@ -313,7 +319,8 @@ def firewall_rules(api_port: int, host_ports: tuple[int, ...]) -> dict[str, list
             ["-i", BRIDGE, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"],
             [*to_host, "-p", "udp", "--dport", "53", "-j", "RETURN"],
             [*to_host, "-p", "tcp", "--dport", "53", "-j", "RETURN"],
-            *([*to_host, "-p", "tcp", "--dport", str(port), "-j", "RETURN"] for port in host_ports),
+            *([*to_host, "-p", "tcp", "--dport", str(port), *from_clients, "-j", "RETURN"]
+              for port in host_ports),
             ["-i", BRIDGE, "-j", "DROP"],
         ],
     }  # fmt: skip
@@ -529,13 +536,14 @@ def start(
     *,
     images_dir: Path | None = None,
     host_ports: tuple[int, ...] = (),
+    host_clients: str = "",
     tie_to_parent: bool = False,
     timeout: float = 120.0,
 ) -> NodeState:
     """Start the node on the running control plane in `cluster_dir` (any previous run of it stopped
     and undone first); on failure everything made so far is undone. `host_ports`: TCP ports of
     services on the host's loopback that Pods may reach, at the bridge's address, besides DNS and the
-    API server."""
+    API server; `host_clients` ("<namespace>/<label selector>"): the Pods that may (none if empty)."""
     if reason := unfit_reason():
         raise NodeError(f"this machine cannot run a real node: {reason}")
     node_dir, cluster_dir = node_dir.resolve(), cluster_dir.resolve()
@@ -554,6 +562,7 @@ def start(
         kept_mounts=[m for m in host.mount_points() if host.under(m, [Path(d) for d in FIXED_DIRS])],
         cgroups=[str(h / "kubepods") for h in host.cgroup_hierarchies()],
         host_ports=list(host_ports),
+        host_clients=host_clients,
     )
     for d in (p.logs, p.pod_logs, p.cni_conf, p.ipam, p.kubelet_root, p.containerd_root):
         d.mkdir(parents=True, exist_ok=True)
@@ -587,6 +596,9 @@ def _start(
     host.run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
     host.run("ip", "link", "set", BRIDGE, "up")
     host.write_sysctl(f"net.ipv4.conf.{BRIDGE}.route_localnet", "1")  # the DNAT to the API server
+    state.ipsets = host.ipsets(IPSET_PREFIXES)  # what was there before: kept by `stop`
+    _save(state)
+    host.run("ipset", "create", CLIENTS_IPSET, "hash:ip")  # empty until the watcher fills it
     state.chains = True
     _save(state)
     _add_chains(cluster.ports["apiserver"], host_ports)
@@ -644,12 +656,15 @@ def _start(
 
     # NetworkPolicy enforced, as a cluster whose network plugin implements it: kube-router's firewall
     # alone (Pods' egress and ingress by iptables chains KUBE-ROUTER-*/KUBE-POD-FW-* and ipsets).
-    state.ipsets = host.ipsets(IPSET_PREFIXES)
-    _save(state)
     router = _spawn(state, "kube-router", kube_router_argv(bin_dir, kubeconfig), tie_to_parent)
     with httpx.Client(timeout=5) as plain:
         _wait(lambda: plain.get(f"http://127.0.0.1:{KUBE_ROUTER_HEALTH_PORT}/healthz").status_code == 200,
               "kube-router", timeout, router, p.logs / "kube-router.log")  # fmt: skip
+    if state.host_clients:
+        namespace, selector = state.host_clients.split("/", 1)
+        argv = [sys.executable, "-m", "skyscan_local.host_clients", "--kubeconfig", kubeconfig,
+                "--namespace", namespace, "--selector", selector, "--ipset", CLIENTS_IPSET]  # fmt: skip
+        _spawn(state, "host-clients", argv, tie_to_parent)
 
 
 def kube_router_argv(bin_dir: Path, kubeconfig: str) -> list[str]:
@@ -671,7 +686,13 @@ def ensure(node_dir: Path, cluster_dir: Path, **options: Any) -> NodeState:
     """The recorded node when all its processes run, else one started anew (`start`'s options)."""
     state = load(node_dir.resolve())
     names = {"containerd", "coredns", "kubelet", "kube-proxy", "kube-router"}
-    same_ports = state is not None and state.host_ports == list(options.get("host_ports", ()))
+    if options.get("host_clients"):
+        names.add("host-clients")
+    same_ports = (
+        state is not None
+        and state.host_ports == list(options.get("host_ports", ()))
+        and state.host_clients == options.get("host_clients", "")
+    )
     if (
         state
         and same_ports
@@ -720,9 +741,11 @@ def _undo(state: NodeState, timeout: float) -> tuple[list[str], list[str]]:
 
     by_name = {proc.name: proc for proc in state.processes}
     first = [
-        by_name[n].recorded() for n in ("kube-router", "kube-proxy", "kubelet", "coredns") if n in by_name
+        by_name[n].recorded()
+        for n in ("host-clients", "kube-router", "kube-proxy", "kubelet", "coredns")
+        if n in by_name
     ]
-    step("kube-router, kube-proxy, kubelet, coredns", lambda: processes.stop(first, timeout))
+    step("host-clients, kube-router, kube-proxy, kubelet, coredns", lambda: processes.stop(first, timeout))
     kubepods = [Path(g) for g in state.cgroups]
     step("pod processes", lambda: host.kill_cgroups(kubepods))
     if "containerd" in by_name:

@@ -27,6 +27,7 @@ import asyncio
 import base64
 import json
 import os
+import secrets
 import shlex
 import shutil
 import ssl
@@ -47,6 +48,11 @@ CHART = REPO / "charts" / "skyscan"
 NAMESPACE = RELEASE = "skyscan"
 SHIM_IP = "10.0.0.80"  # in the control plane's service range (10.0.0.0/24), named by the certificate
 WMS = "skyscan-wms"
+WMS_ADDRESS = f"http://{WMS}.{NAMESPACE}.svc:8081"
+WMS_CREDENTIALS = "skyscan-wms-credentials"  # the operator's client of the simulator, as the chart reads it
+WMS_CLIENT_ID = "skyscan"
+# The Pods that reach the host's PostgreSQL (the node's firewall): the operator's and the shim's.
+ARCHIVE_CLIENTS = f"{NAMESPACE}/app.kubernetes.io/name=skyscan,app.kubernetes.io/component in (operator,shim)"
 ARCHIVE_SECRET = "skyscan-archive"  # SKYSCAN_ARCHIVE_DSN, as the chart reads it
 TAGS = ["4.0.0", "4.1.2", "4.2.0", "dev-branch-abc1234"]  # the scanner image is tagged with each
 ENV_KEYS = (*localstack.ENV_KEYS, "SSL_CERT_FILE")
@@ -95,26 +101,37 @@ def chart_values(shim_ip: str = SHIM_IP) -> dict[str, Any]:
             "SKYSCAN_SCANNER_IMAGE": "localhost/skyscan-scanner",
             "SKYSCAN_IMAGE_PULL_GRACE_SECONDS": "20",  # no registry here: a missing image never comes
         },
-        "wms": {"address": f"http://{WMS}.{NAMESPACE}.svc:8081", "oidcIssuer": ""},
+        # The simulator is its own OIDC issuer, and refuses a request without its token, as EWMS does.
+        "wms": {"address": WMS_ADDRESS, "oidcIssuer": WMS_ADDRESS, "credentialsSecret": WMS_CREDENTIALS},
         "archive": {"dsnSecret": ARCHIVE_SECRET},
         "presignKey": {"secretName": "skyscan-presign-key"},
-        # Scanners reach the in-cluster WMS simulator's Pods (DNS is the node's CoreDNS, port 53).
+        # Scanners reach the in-cluster WMS simulator's Pods, and DNS at the node's CoreDNS only.
         "networkPolicy": {
             "enabled": True,
             "wms": {
                 "to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": WMS}}}],
                 "ports": [{"port": 8081, "protocol": "TCP"}],
             },
+            "dns": {"to": [{"ipBlock": {"cidr": f"{node.GATEWAY}/32"}}]},
         },
         "tokens": {"secretName": "skyscan-shim-tokens"},
     }
 
 
 def wms_simulator(image: str = "localhost/skyscan-scanner:dev") -> list[dict[str, Any]]:
-    """The WMS simulator as a Deployment and its Service; its workers fetch startup.json from the shim
-    through their presigned URLs, trusting the chart's CA only."""
+    """The WMS simulator as a Deployment, its Service and its NetworkPolicy: it requires the token its
+    OIDC stub grants the operator's client (Secret WMS_CREDENTIALS), is reached by the operator and the
+    scanners only, and reaches the shim only (its workers fetch startup.json through their presigned
+    URLs, trusting the chart's CA only) and DNS."""
     labels = {"app.kubernetes.io/name": WMS}
-    env = {**localstack.LOCAL_DEFAULTS["wms-simulator"], "SSL_CERT_FILE": "/etc/skyscan/rest-ca/ca.crt"}
+    env = {
+        **localstack.LOCAL_DEFAULTS["wms-simulator"],
+        "SSL_CERT_FILE": "/etc/skyscan/rest-ca/ca.crt",
+        "SKYSCAN_WMS_SIM_REQUIRE_AUTH": "true",
+        "SKYSCAN_WMS_SIM_CLIENT_ID": WMS_CLIENT_ID,
+    }
+    client_secret = {"name": WMS_CREDENTIALS, "key": "SKYSCAN_WMS_CLIENT_SECRET"}
+    secret_env = {"name": "SKYSCAN_WMS_SIM_CLIENT_SECRET", "valueFrom": {"secretKeyRef": client_secret}}
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -134,7 +151,7 @@ def wms_simulator(image: str = "localhost/skyscan-scanner:dev") -> list[dict[str
                             "imagePullPolicy": "Never",
                             "command": ["python", "-m", "skyscan_local.wms_simulator"],
                             "args": ["--host", "0.0.0.0", "--port", "8081"],
-                            "env": [{"name": k, "value": v} for k, v in env.items()],
+                            "env": [*({"name": k, "value": v} for k, v in env.items()), secret_env],
                             "ports": [{"name": "http", "containerPort": 8081}],
                             "readinessProbe": {
                                 "httpGet": {"path": "/.well-known/openid-configuration", "port": "http"},
@@ -165,7 +182,37 @@ def wms_simulator(image: str = "localhost/skyscan-scanner:dev") -> list[dict[str
         "metadata": {"name": WMS, "namespace": NAMESPACE, "labels": labels},
         "spec": {"selector": labels, "ports": [{"name": "http", "port": 8081, "targetPort": "http"}]},
     }
-    return [deployment, service]
+
+    def skyscan(component: str) -> dict[str, Any]:
+        return {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "skyscan",
+                                                "app.kubernetes.io/component": component}}}  # fmt: skip
+
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": WMS, "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "podSelector": {"matchLabels": labels},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {
+                    "from": [skyscan("operator"), skyscan("scanner")],
+                    "ports": [{"port": 8081, "protocol": "TCP"}],
+                }
+            ],
+            "egress": [
+                {
+                    "to": [skyscan("shim")],
+                    "ports": [{"port": 8080, "protocol": "TCP"}],
+                },
+                {
+                    "to": [{"ipBlock": {"cidr": f"{node.GATEWAY}/32"}}],
+                    "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+                },
+            ],
+        },
+    }
+    return [deployment, service, policy]
 
 
 # --- the cluster's API, as the admin -------------------------------------------------------------
@@ -203,7 +250,8 @@ class Api:
 def _path(obj: dict[str, Any]) -> str:
     kind, name = obj["kind"], obj["metadata"]["name"]
     group = "/api/v1" if obj["apiVersion"] == "v1" else f"/apis/{obj['apiVersion']}"
-    plural = {"Deployment": "deployments", "Service": "services", "Secret": "secrets"}[kind]
+    plural = {"Deployment": "deployments", "Service": "services", "Secret": "secrets",
+              "NetworkPolicy": "networkpolicies", "Namespace": "namespaces"}[kind]  # fmt: skip
     ns = obj["metadata"].get("namespace")
     return f"{group}/namespaces/{ns}/{plural}/{name}" if ns else f"{group}/{plural}/{name}"
 
@@ -235,6 +283,32 @@ def secret(name: str, data: dict[str, bytes]) -> dict[str, Any]:
         "type": "Opaque",
         "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
     }
+
+
+def adoptable_namespace() -> dict[str, Any]:
+    """The namespace with Helm's ownership marks, so `helm install` adopts it rather than refuse it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": NAMESPACE,
+            "labels": {"app.kubernetes.io/managed-by": "Helm"},
+            "annotations": {
+                "meta.helm.sh/release-name": RELEASE,
+                "meta.helm.sh/release-namespace": NAMESPACE,
+            },
+        },
+    }
+
+
+def wms_secret(d: Path) -> bytes:
+    """The operator's client secret at the WMS simulator, made once (mode 0600 in the real stack's dir)."""
+    f = real_dir(d) / "wms-client-secret"
+    if not f.exists():
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.touch(mode=0o600)
+        f.write_text(secrets.token_urlsafe(32))
+    return f.read_bytes().strip()
 
 
 # --- up and down -----------------------------------------------------------------------------------
@@ -302,8 +376,9 @@ def up(
     node.prepare_control_plane(cluster_dir, node_dir)
     cluster = control_plane.ensure(cluster_dir, tie_to_parent=tie_to_parent)
     node.ensure(
-        node_dir, cluster_dir, images_dir=images, host_ports=(archive.port,), tie_to_parent=tie_to_parent
-    )
+        node_dir, cluster_dir, images_dir=images, host_ports=(archive.port,), host_clients=ARCHIVE_CLIENTS,
+        tie_to_parent=tie_to_parent,
+    )  # fmt: skip
     _tag_scanner_images(node_dir)
     api = Api(cluster_dir)
     api.http.patch(
@@ -311,8 +386,9 @@ def up(
         content=json.dumps({"spec": {"unschedulable": True}}),
         headers={"Content-Type": "application/merge-patch+json"},
     ).raise_for_status()  # Skyscan's Pods and its scanners' run on the real node
-    if api.get(f"/api/v1/namespaces/{NAMESPACE}") is None:
-        api.http.post("/api/v1/namespaces", json={"metadata": {"name": NAMESPACE}}).raise_for_status()
+    # Made for the Secrets before the release, marked as the release's for Helm to adopt: the chart
+    # labels it with its Pod Security level.
+    api.apply(_path(ns := adoptable_namespace()), ns)
     state = localstack.load_state(d)
     settings = localstack.LocalStackSettings(SKYSCAN_LOCAL_DIR=d)  # type: ignore[call-arg]
     state["tokens"] = localstack.ensure_tokens(settings, state)
@@ -322,6 +398,8 @@ def up(
         s,
     )
     api.apply(_path(s := secret("skyscan-presign-key", {"key": key.read_bytes().strip()})), s)
+    wms_client = {"SKYSCAN_WMS_CLIENT_ID": WMS_CLIENT_ID.encode(), "SKYSCAN_WMS_CLIENT_SECRET": wms_secret(d)}
+    api.apply(_path(s := secret(WMS_CREDENTIALS, wms_client)), s)
     dsn = archive_dsn(archive.dsn(localstack.ARCHIVE_DATABASE))
     api.apply(_path(s := secret(ARCHIVE_SECRET, {"SKYSCAN_ARCHIVE_DSN": dsn.encode()})), s)
     values = real_dir(d) / "values.yaml"

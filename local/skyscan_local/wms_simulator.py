@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import hmac
 import json
 import logging
 import os
@@ -74,7 +75,15 @@ class SimulatorSettings(BaseSettings):
     step_delay: float = Field(default=1.0, ge=0, description="Seconds between taskforce phases.")
     page_size: int = Field(default=1000, ge=1, description="Objects per query page (next_after beyond).")
     clusters: list[str] = Field(default=["osg", "sub-2", "local"], description="Known cluster locations.")
-    require_auth: bool = Field(default=False, description="Require a bearer token minted by /oidc/token.")
+    require_auth: bool = Field(
+        default=False,
+        description="Require a bearer token minted by /oidc/token on the EWMS routes and the test hooks "
+        "(/_sim/*), as EWMS does.",
+    )
+    client_id: str | None = Field(default=None, description="The one client /oidc/token serves; unset: any.")
+    client_secret: str | None = Field(
+        default=None, description="That client's secret, checked by /oidc/token; unset: not checked."
+    )
     run_init_command: bool = Field(
         default=False, description="Workers fetch startup.json from the init command's URL before working."
     )
@@ -521,18 +530,26 @@ def _take(rules: list[Any], request: web.Request, now: float) -> Any:
     return None
 
 
+def _client_known(settings: SimulatorSettings, client_id: str, secret: str) -> bool:
+    """The client credentials grant's check, when the simulator is given its one client."""
+    if settings.client_id is not None and not hmac.compare_digest(client_id, settings.client_id):
+        return False
+    return settings.client_secret is None or hmac.compare_digest(secret, settings.client_secret)
+
+
 @web.middleware
 async def simulate(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Request log, auth, injected faults and delays; only the EWMS routes are affected."""
     wms = request.app[WMS_KEY]
-    if not request.path.startswith("/v1/"):
-        return await handler(request)
-    now = time.time()
-    wms.requests.append((request.method, request.path))
-    if wms.settings.require_auth:
+    ewms, hook = request.path.startswith("/v1/"), request.path.startswith("/_sim/")
+    if wms.settings.require_auth and (ewms or hook):
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         if token not in wms.tokens:
             return error(401, "missing or invalid bearer token")
+    if not ewms:
+        return await handler(request)
+    now = time.time()
+    wms.requests.append((request.method, request.path))
     if fault := _take(wms.faults, request, now):
         return error(fault.status, "injected fault")
     delay = _take(wms.delays, request, now)
@@ -604,6 +621,9 @@ def routes() -> web.RouteTableDef:
         form = await request.post()
         if form.get("grant_type") != "client_credentials" or not form.get("client_id"):
             return error(400, "client_credentials grant with a client_id expected")
+        settings = request.app[WMS_KEY].settings
+        if not _client_known(settings, str(form["client_id"]), str(form.get("client_secret", ""))):
+            return error(401, "unknown client or wrong secret")
         jwt = fake_jwt({"sub": str(form["client_id"]), "ewms_role": "user"}, 300)
         request.app[WMS_KEY].tokens.add(jwt)
         return web.json_response({"access_token": jwt, "token_type": "Bearer", "expires_in": 300})
@@ -652,7 +672,7 @@ def routes() -> web.RouteTableDef:
     async def config(request: web.Request) -> web.Response:
         wms = request.app[WMS_KEY]
         wms.settings = wms.settings.model_copy(update=await request.json())
-        return web.json_response(wms.settings.model_dump())
+        return web.json_response(wms.settings.model_dump(exclude={"client_secret"}))
 
     @r.get("/_sim/workflows")
     async def all_workflows(request: web.Request) -> web.Response:

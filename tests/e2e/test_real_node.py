@@ -113,12 +113,14 @@ def default_routers() -> list[str]:
 
 REACH = """
 import socket, sys
-def reach(host, port):
-    try:
-        socket.create_connection((host, port), timeout=2).close()
-        return "reached"
-    except OSError as e:
-        return f"refused ({e.__class__.__name__})"
+def reach(host, port):  # three tries: a host client's address is allowed a moment after it starts
+    for _ in range(3):
+        try:
+            socket.create_connection((host, port), timeout=2).close()
+            return "reached"
+        except OSError as e:
+            error = e
+    return f"refused ({error.__class__.__name__})"
 for target in sys.argv[1:]:
     host, port = target.rsplit(":", 1)
     print(target, reach(host, int(port)))
@@ -162,7 +164,9 @@ def test_real_node_runs_pods_and_leaves_the_host_as_it_found_it(own_cluster: Pat
     allowed, allowed_port = listener()
     try:
         began = time.monotonic()
-        node.start(NODE_DIR, own_cluster, host_ports=(allowed_port,), tie_to_parent=True)
+        # The allowed host port takes the Pods labelled reach=allowed only.
+        node.start(NODE_DIR, own_cluster, host_ports=(allowed_port,), host_clients=f"{NS}/reach=allowed",
+                   tie_to_parent=True)  # fmt: skip
         print(f"node up in {time.monotonic() - began:.1f}s")
         during = host.snapshot()
         assert node.BRIDGE in during["interfaces"] and during["iptables"] != before["iptables"]
@@ -185,7 +189,7 @@ def test_real_node_runs_pods_and_leaves_the_host_as_it_found_it(own_cluster: Pat
 
         gateway = node.GATEWAY
         beyond = ["1.1.1.1:443", *(f"{router}:53" for router in default_routers())]
-        probe = python_pod("reach", REACH)
+        probe = python_pod("reach", REACH, labels={"reach": "allowed"})
         host_side = [
             f"{gateway}:{allowed_port}",
             f"{gateway}:{closed_port}",
@@ -194,9 +198,13 @@ def test_real_node_runs_pods_and_leaves_the_host_as_it_found_it(own_cluster: Pat
         probe["spec"]["containers"][0]["args"] = [*host_side, *beyond]
         api.create(f"/api/v1/namespaces/{NS}/pods", probe)
         api.create(f"/api/v1/namespaces/{NS}/pods", python_pod("api", API_FROM_POD))
-        phases = api.finished(["reach", "api"], 90)
+        stranger = python_pod("stranger", REACH)  # not labelled: the allowed port is not its
+        stranger["spec"]["containers"][0]["args"] = [f"{gateway}:{allowed_port}"]
+        api.create(f"/api/v1/namespaces/{NS}/pods", stranger)
+        phases = api.finished(["reach", "api", "stranger"], 90)
         reach, api_log = api.log("reach"), api.log("api")
-        assert phases == {"reach": "Succeeded", "api": "Succeeded"}, (reach, api_log)
+        assert phases == {"reach": "Succeeded", "api": "Succeeded", "stranger": "Succeeded"}, (reach, api_log)
+        assert f"{gateway}:{allowed_port} refused" in api.log("stranger")
         assert "kubernetes.default.svc is 10.0.0.1" in api_log
         assert "API server answers 200" in api_log and "echo Service answers 200" in api_log
         assert "uid 10001" in api_log  # the image's user

@@ -32,7 +32,7 @@ import yaml
 
 from skyscan import names
 from skyscan.archive import MIGRATIONS
-from skyscan_local import host, node, real_stack
+from skyscan_local import audit, host, node, real_stack
 from tests.e2e.test_real_node import NODE_DIR
 
 UNFIT = node.unfit_reason()
@@ -335,40 +335,6 @@ def test_the_standby_operator_acts_within_15s_of_the_active_ones_pod_being_delet
     poll(functools.partial(clean.final, scan_id), "the final result", 120)
 
 
-PROBE = """
-import socket, sys
-for target in sys.argv[1:]:
-    host, port = target.rsplit(":", 1)
-    try:
-        socket.create_connection((host, int(port)), timeout=3).close()
-        print(target, "reached")
-    except OSError as e:
-        print(target, "refused", type(e).__name__)
-"""
-
-
-def probe_pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
-    """A Pod that waits, for `kubectl exec` to probe from."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS, "labels": labels},
-        "spec": {
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": False,
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 10001},
-            "containers": [
-                {
-                    "name": "probe",
-                    "image": "localhost/skyscan:dev",
-                    "imagePullPolicy": "Never",
-                    "command": ["python3", "-c", "import time; time.sleep(600)"],
-                }
-            ],
-        },
-    }
-
-
 def running_ip(stack: Stack, name: str) -> str | None:
     status = (stack.api.get(f"/api/v1/namespaces/{NS}/pods/{name}") or {}).get("status") or {}
     return status.get("podIP") if status.get("phase") == "Running" else None
@@ -376,17 +342,15 @@ def running_ip(stack: Stack, name: str) -> str | None:
 
 @pytest.mark.timeout(240)
 def test_scanner_pods_reach_only_the_shim_the_wms_and_dns_as_their_network_policy_says(clean: Stack) -> None:
+    sleeping = ["python3", "-c", "import time; time.sleep(600)"]
     pods = {"as-scanner": names.SCANNER_LABELS, "other": {"app.kubernetes.io/name": "probe"}}
     for name, labels in pods.items():
-        clean.api.http.post(f"/api/v1/namespaces/{NS}/pods", json=probe_pod(name, labels)).raise_for_status()
+        pod = audit.probe_pod(name, NS, labels, sleeping)
+        clean.api.http.post(f"/api/v1/namespaces/{NS}/pods", json=pod).raise_for_status()
     ips = {name: poll(functools.partial(running_ip, clean, name), f"{name} running", 60) for name in pods}
 
     # Enforced once the node's kube-router has chains for the Pod (a moment after it starts).
-    def programmed() -> bool:
-        rules = host.run("iptables", "-S", "KUBE-ROUTER-INPUT").stdout
-        return all(f"-s {ip}/32" in rules for ip in ips.values())
-
-    poll(programmed, "kube-router's rules for the probes", 30)
+    poll(lambda: all(f"-s {ip}/32" in audit.node_rules() for ip in ips.values()), "kube-router's rules", 30)
     operator = clean.pods("app.kubernetes.io/component=operator")[0]["status"]["podIP"]
     targets = {"shim": f"{real_stack.SHIM_IP}:8080", "wms": f"{real_stack.WMS}.{NS}.svc:8081",
                "operator": f"{operator}:8081", "API server": "kubernetes.default.svc:443"}  # fmt: skip
@@ -394,15 +358,27 @@ def test_scanner_pods_reach_only_the_shim_the_wms_and_dns_as_their_network_polic
     for name in pods:
         done = subprocess.run(
             ["kubectl", "--kubeconfig", clean.env["KUBECONFIG"], "-n", NS, "exec", name, "--",
-             "python3", "-c", PROBE, *targets.values()],
+             "python3", "-c", audit.CONNECT, *targets.values()],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         reach[name] = {what: f"{target} reached" in done.stdout for what, target in targets.items()}
     assert reach["as-scanner"] == {"shim": True, "wms": True, "operator": False, "API server": False}
-    assert reach["other"] == dict.fromkeys(targets, True)  # the policy selects scanners only
+    # Other Pods of the namespace: the shim's and the API server, not the operator's ports (its
+    # metrics port only, for Prometheus) nor the WMS (the operator and scanners only).
+    assert reach["other"] == {"shim": True, "wms": False, "operator": False, "API server": True}
     for name in pods:
         clean.api.http.delete(f"/api/v1/namespaces/{NS}/pods/{name}").raise_for_status()
+
+
+@pytest.mark.timeout(300)
+def test_make_audit_node_finds_every_probe_refused(clean: Stack) -> None:
+    """`make audit-node`'s probes (skyscan_local.audit): an attacker's Pod in another namespace, a
+    scanner-labelled one, each component's token, the archive's DSN, Pods and Scans the namespace and
+    the operator must refuse."""
+    probes = audit.Audit(clean.dir).run()
+    assert len(probes) >= 25, [p.line() for p in probes]
+    assert [p.line() for p in probes if not p.refused] == []
 
 
 def shim_streams(pod: dict[str, Any]) -> float:
@@ -467,11 +443,18 @@ def serving_pods(stack: Stack) -> set[str]:
 
 
 def wms_config(stack: Stack, **changes: Any) -> dict[str, Any]:
-    """Change the in-cluster WMS simulator's settings, through the API server's Service proxy."""
-    proxy = f"/api/v1/namespaces/{NS}/services/http:{real_stack.WMS}:8081/proxy/_sim/config"
-    got = stack.api.http.patch(proxy, json=changes)
-    got.raise_for_status()
-    return dict(got.json())
+    """Change the in-cluster WMS simulator's settings (its Service from the host), with the token its
+    OIDC stub grants the operator's client, as every request to it needs."""
+    with httpx.Client(base_url=stack.env["SKYSCAN_WMS_URL"], timeout=10) as wms:
+        form = {"grant_type": "client_credentials", "client_id": real_stack.WMS_CLIENT_ID,
+                "client_secret": real_stack.wms_secret(stack.dir).decode()}  # fmt: skip
+        token = wms.post("/oidc/token", data=form)
+        token.raise_for_status()
+        got = wms.patch(
+            "/_sim/config", json=changes, headers={"Authorization": f"Bearer {token.json()['access_token']}"}
+        )
+        got.raise_for_status()
+        return dict(got.json())
 
 
 @pytest.mark.timeout(600)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skyscan_local import host, node
+from skyscan_local import host, host_clients, node
 
 P = node.Paths(Path("/tmp/n"))
 
@@ -57,9 +57,15 @@ def test_pods_reach_no_host_port_but_dns_the_api_server_and_the_allowed_ones() -
         "tcp",
         "--dport",
         "5432",
+        "-m",
+        "set",
+        "--match-set",
+        node.CLIENTS_IPSET,
+        "src",
         "-j",
         "RETURN",
-    ] in inbound
+    ] in inbound  # from the allowed Pods' addresses only
+    assert not any("5432" in rule and node.CLIENTS_IPSET not in rule for rule in inbound)
     api, allowed = rules["nat/PREROUTING"]
     assert api[-1] == "127.0.0.1:6443"
     assert allowed[allowed.index("-d") + 1] == f"{node.GATEWAY}/32" and allowed[-1] == "127.0.0.1:5432"
@@ -79,3 +85,34 @@ def test_an_iptables_table_that_holds_nothing_is_as_if_absent() -> None:
 def test_a_containerd_not_yet_listening_is_waited_for_not_failed(tmp_path: Path) -> None:
     """Its socket absent (containerd still starting) is a "not yet" for the start's wait, not an error."""
     assert node._containerd_answers(node.Paths(tmp_path)) is False
+
+
+def test_the_host_clients_set_is_replaced_whole_in_one_swap() -> None:
+    """The watcher's `ipset restore` input: the new members in a temporary set swapped in at once, so no
+    moment holds a Pod that left or lacks one that stays."""
+    script = host_clients.restore_script("SKYSCAN-NODE-CLIENTS", ["10.99.0.9", "10.99.0.7", "10.99.0.9"])
+    assert script.splitlines() == [
+        "create SKYSCAN-NODE-CLIENTS-NEW hash:ip -exist",
+        "flush SKYSCAN-NODE-CLIENTS-NEW",
+        "add SKYSCAN-NODE-CLIENTS-NEW 10.99.0.7",
+        "add SKYSCAN-NODE-CLIENTS-NEW 10.99.0.9",
+        "swap SKYSCAN-NODE-CLIENTS-NEW SKYSCAN-NODE-CLIENTS",
+        "destroy SKYSCAN-NODE-CLIENTS-NEW",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "deleting", "member"),
+    [
+        ({"phase": "Running", "podIP": "10.99.0.5"}, False, "10.99.0.5"),
+        ({"phase": "Pending"}, False, None),  # no address yet
+        ({"phase": "Running", "podIP": "10.99.0.5"}, True, None),  # being deleted
+        ({"phase": "Succeeded", "podIP": "10.99.0.5"}, False, None),  # its address may be reused
+        ({"phase": "Failed", "podIP": "10.99.0.5"}, False, None),
+    ],
+)
+def test_a_pod_is_a_host_client_while_it_holds_its_address(
+    status: dict[str, str], deleting: bool, member: str | None
+) -> None:
+    meta = {"name": "p", **({"deletionTimestamp": "2026-11-28T00:00:00Z"} if deleting else {})}
+    assert host_clients.address({"metadata": meta, "status": status}) == member

@@ -58,16 +58,32 @@ app.kubernetes.io/component: {{ . }}
 {{- toYaml $out }}
 {{- end -}}
 
-{{/* A NetworkPolicy egress rule to DNS (networkPolicy.dns): the peers given, else any address; port 53
-either way. */}}
+{{/* A NetworkPolicy egress rule to the cluster's DNS (networkPolicy.dns): its peers, port 53. */}}
 {{- define "skyscan.dnsEgress" -}}
+{{- if not .to }}
+{{- fail "networkPolicy.dns.to: the cluster's DNS as NetworkPolicy peers (empty would allow port 53 anywhere)" }}
+{{- end }}
 - ports:
     - port: 53
       protocol: UDP
     - port: 53
       protocol: TCP
-  {{- with .to }}
   to:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
+    {{- toYaml .to | nindent 4 }}
+{{- end -}}
+
+{{/* The admission policies' variables: the object written (the old one for a DELETE), its labels, the
+old object's labels (the same on a CREATE: an UPDATE must find the object ours before and after). */}}
+{{- define "skyscan.admissionVariables" -}}
+variables:
+  - name: target
+    expression: "request.operation == 'DELETE' ? oldObject : object"
+  - name: labels
+    expression: "variables.target.metadata.?labels.orValue({})"
+  - name: oldLabels
+    expression: "request.operation == 'UPDATE' ? oldObject.metadata.?labels.orValue({}) : variables.labels"
+  - name: scanId
+    expression: "variables.labels[?'skyscan.io/scan-id'].orValue('')"
+  - name: payload
+    expression: "variables.labels[?'skyscan.io/payload'].orValue('')"
 {{- end -}}
