@@ -8,7 +8,7 @@ module per resource), `plumbing` (the Shim state, Route, request parsing), `writ
 sequences), `view` (the REST manifest and other views of a Scan, pure), `launch` (POST /scan
 normalisation, pure), `models` (request/response models, error wording), `openapi`, `cache`
 (list+watch of Scans), `store` (Scan writes with conflict retries), `filters` (the /scans/find
-matcher), `auth`, `errors`, `sizes`, `tags`.
+matcher), `auth`, `errors`, `sizes` (the tag catalog is the domain's: `skyscan.tags`).
 """
 
 import sys

@@ -45,12 +45,12 @@ from api_shim.routes import ROUTES
 from api_shim.scanner_auth import ScannerTokens
 from api_shim.scans import Scans
 from api_shim.settings import ShimSettings
-from api_shim.tags import TagCatalog
 from api_shim.versions import MIN_VERSION_HEADER
 from api_shim.writes import ScanWrites
 from skyscan import kube, logs
 from skyscan.archive import Archive
 from skyscan.status import ScanRecord
+from skyscan.tags import TagCatalog
 
 AUTHENTICATORS = web.AppKey("authenticators", list[auth.Authenticator])
 # What scanners and clients poll: aiohttp tries the routes under /scan in the order they were added.

@@ -17,7 +17,6 @@ from pydantic import ValidationError
 from api_shim.errors import ApiError, bad_request
 from api_shim.models import ScanRequestBody, validation_reason
 from api_shim.sizes import InvalidSize, SizeTooLarge, parse_size
-from api_shim.tags import TagError, resolve_tag
 from skyscan.manifest import finite
 from skyscan.model import (
     INTEGER_MAX,
@@ -27,6 +26,7 @@ from skyscan.model import (
     ScanSpec,
     scanner_env_allowed,
 )
+from skyscan.tags import TagError, resolve_tag
 
 # The largest normalised scan request a Scan holds, as JSON: the largest valid one (25 environment
 # variables of 4096 characters) is about 110 KB; etcd caps the whole object near 1.5 MiB.

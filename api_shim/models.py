@@ -25,6 +25,8 @@ from skyscan.manifest import (
 )
 from skyscan.manifest import Manifest as Manifest  # the REST manifest is the domain's
 from skyscan.model import (
+    SENSOR_EVENT_ID_MAX_LENGTH,
+    SENSOR_EVENT_ID_PATTERN,
     Classifiers,
     DebugMode,
     EventMetadata,
@@ -87,7 +89,7 @@ class ScanRequestBody(Body):
         Annotated[str, Field(min_length=2, pattern=r"^\s*\{[\s\S]*\}\s*$")] | JsonObject | None
     ) = None
     sensor_event_id: (
-        Annotated[str, Field(max_length=48, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")] | None
+        Annotated[str, Field(max_length=SENSOR_EVENT_ID_MAX_LENGTH, pattern=SENSOR_EVENT_ID_PATTERN)] | None
     ) = None
     nsides: Nsides
     real_or_simulated_event: RealOrSimulatedEvent

@@ -19,9 +19,9 @@ from api_shim.encoded import Form, encode
 from api_shim.errors import ApiError, bad_request, not_found
 from api_shim.scans import Scans, archived
 from api_shim.settings import ShimSettings
-from api_shim.tags import TagCatalog
 from api_shim.writes import ScanWrites
 from skyscan.kube import Kube
+from skyscan.tags import TagCatalog
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)

@@ -13,8 +13,9 @@ from pydantic import Field, PrivateAttr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api_shim.oidc import PeopleIssuerConfig
-from skyscan import model, names, presign
+from skyscan import model, names, policy, presign
 from skyscan.logs import LogFormat
+from skyscan.tags import DEFAULT_MIN_TAG
 
 
 class ShimSettings(BaseSettings):
@@ -38,11 +39,11 @@ class ShimSettings(BaseSettings):
     )
 
     known_clusters: dict[str, int | None] = Field(
-        default={"osg": 100, "sub-2": 100, "local": 5},
+        default_factory=lambda: dict(policy.DEFAULT_KNOWN_CLUSTERS),
         description="WMS cluster location -> max workers when debug_mode has client-logs (null: no cap).",
     )
     max_n_workers: int = Field(
-        default=10_000,
+        default=policy.DEFAULT_MAX_N_WORKERS,
         ge=1,
         le=model.N_WORKERS_MAX,
         description="The most workers a request asks for at one cluster location (each request_clusters "
@@ -54,7 +55,7 @@ class ShimSettings(BaseSettings):
         description="CVMFS-style directory of images named skymap_scanner:<tag>.",
     )
     tags: list[str] = Field(default_factory=list, description="Extra known image tags (JSON list).")
-    min_tag: str = Field(default="4.0.0", description="Semver tags older than this are refused.")
+    min_tag: str = Field(default=DEFAULT_MIN_TAG, description="Semver tags older than this are refused.")
     scanner_env_allowed: model.EnvAllowList = Field(
         default_factory=list,
         description="Names users may set in scanner_server_env_from_user besides the scanner's tuning "

@@ -57,6 +57,9 @@ CREATE INDEX scans_rescan_of ON scans (rescan_of) WHERE rescan_of IS NOT NULL;
 # longer has to name a stored event (GET /i3-event answers 404 for it, as in the cluster).
 SCHEMA_V2 = "ALTER TABLE scans DROP CONSTRAINT IF EXISTS scans_sensor_event_id_fkey;"
 MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2)
+# Every table the migrations create (with their indexes): what the archive's role must own
+# (skyscan.archive_role). A migration that adds a table adds it here.
+TABLES = ("skyscan_schema", "sensor_events", "scans")
 MIGRATION_LOCK = 0x736B797363616E  # pg_advisory_xact_lock key: "skyscan" in ASCII
 
 # The columns of `scans`, in the order `columns` returns them and the INSERT names them.

@@ -263,6 +263,12 @@ class WorkerRequest(KubeModel):
     n_workers: NWorkers
 
 
+# A sensor event's id, as REST takes one to reuse (it mints uuid4 hex ids itself): the name of the event's
+# ConfigMap ends with it (`names.event_object_name`), so it stays within a DNS label's characters.
+SENSOR_EVENT_ID_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+SENSOR_EVENT_ID_MAX_LENGTH = 48
+
+
 class ScanSpec(KubeModel):
     """The normalised scan request (sizes in bytes, clusters as pairs, the resolved image tag)."""
 

@@ -18,11 +18,12 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 import pytest
 from xdist.scheduler.worksteal import MIN_PENDING, WorkStealingScheduling
 
-from skyscan import install, kube
+from skyscan import archive_role, install, kube
 from skyscan.archive import Archive
 from skyscan_local import control_plane as localcluster
 from skyscan_local import postgres
@@ -120,6 +121,27 @@ async def archive_dsn(archive_server: ArchiveServer) -> AsyncIterator[str]:
     name = f"t_{secrets.token_hex(6)}"
     yield await postgres.create_database(archive_server.admin_dsn, name)
     await postgres.drop_database(archive_server.admin_dsn, name)
+
+
+def login_dsn(admin_dsn: str, role: str, password: str, database: str) -> str:
+    """A DSN of the admin's server for another login and database."""
+    parts = urlsplit(admin_dsn)
+    server = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{role}:{quote(password, safe='')}@{server}", path=f"/{database}").geturl()
+
+
+@pytest.fixture
+async def archive_role_dsn(archive_server: ArchiveServer) -> AsyncIterator[str]:
+    """The DSN of a fresh, empty database owned by a fresh least-privilege role (skyscan.archive_role,
+    as a deployment logs in), both dropped after the test."""
+    name = f"t_{secrets.token_hex(6)}"
+    dsn = login_dsn(archive_server.admin_dsn, name, secrets.token_hex(16), name)
+    try:
+        await archive_role.provision(archive_server.admin_dsn, dsn)
+        yield dsn
+    finally:
+        await postgres.drop_database(archive_server.admin_dsn, name)
+        await postgres.drop_role(archive_server.admin_dsn, name)
 
 
 @pytest.fixture

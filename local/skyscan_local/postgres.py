@@ -1,8 +1,13 @@
 """A local PostgreSQL server for the archive: `make up` runs one, the test session runs another.
 
 Everything lives in one directory: `data/` (the cluster, owned by the server's user, its unix
-socket inside), `password` (the superuser's, mode 0600), `server.json` (pid, command line, port) and
-`postgres.log`. The data survives `stop`; `start` on the same directory finds it again.
+socket inside), `password` (the superuser's, mode 0600), `app-password` (the archive's role's, made
+on first use, mode 0600), `server.json` (pid, command line, port) and `postgres.log`. The data
+survives `stop`; `start` on the same directory finds it again.
+
+Two logins: the superuser, only over the unix socket and loopback, and the archive's least-privilege
+role `skyscan` (`ensure_app_login`: skyscan.archive_role), which alone may also log in from the
+`clients` networks, to its own database only.
 
 The binaries: `pg_config --bindir`, else the newest Debian `/usr/lib/postgresql/<version>/bin`,
 else (as root) `apt-get install -y postgresql`. PostgreSQL refuses to run as root, so as root the
@@ -28,11 +33,15 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
+from skyscan import archive_role
 from skyscan_local import processes
 
 SUPERUSER = "postgres"
 SERVER_USER = "postgres"  # the OS user the server runs as when we are root
 STATE_FILE, PASSWORD_FILE, LOG_FILE = "server.json", "password", "postgres.log"
+APP_PASSWORD_FILE = "app-password"
+APP_ROLE = APP_DATABASE = "skyscan"  # the archive's least-privilege login and its database
+HBA_KEYWORDS = {"all", "sameuser", "samerole", "samegroup", "replication"}
 DEBIAN_BINARIES = Path("/usr/lib/postgresql")
 
 
@@ -56,8 +65,26 @@ class Server:
         return self.recorded().alive()
 
     def dsn(self, database: str = "postgres") -> str:
+        """The superuser's DSN (over loopback)."""
         password = (Path(self.dir) / PASSWORD_FILE).read_text().strip()  # hex: safe in a URL
         return f"postgresql://{SUPERUSER}:{password}@127.0.0.1:{self.port}/{database}"
+
+    def app_dsn(self, role: str = APP_ROLE, database: str = APP_DATABASE) -> str:
+        """The archive's role's DSN (over loopback); its password is made on first use and kept.
+        The role exists once `ensure_app_login` has run."""
+        password = _app_password(Path(self.dir) / APP_PASSWORD_FILE)  # hex: safe in a URL
+        return f"postgresql://{_checked(role)}:{password}@127.0.0.1:{self.port}/{_checked(database)}"
+
+
+def _app_password(path: Path) -> str:
+    """The password in `path`, or a new one written there (mode 0600 from the start) if it is missing."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(16) + "\n")
+    return path.read_text().strip()
 
 
 def _has_server(bindir: Path) -> bool:
@@ -182,16 +209,28 @@ def _argv(bindir: Path, data: Path, port: int, durable: bool) -> list[str]:
     ]  # fmt: skip
 
 
-def _write_hba(data: Path, clients: tuple[str, ...]) -> None:
-    """Who may log in: the socket's owner, password logins from loopback and from `clients` (CIDRs,
-    e.g. a local node's Pod network). Rewritten at each start; initdb's file is ours to replace."""
+def hba_lines(clients: tuple[str, ...], role: str = APP_ROLE, database: str = APP_DATABASE) -> list[str]:
+    """Who may log in (pg_hba.conf, first match wins): anyone over the unix socket (inside the data
+    directory, which only the server's user may enter) and with a password from loopback, so the
+    superuser only there; from `clients` (CIDRs, e.g. a local node's Pod network) only `role`, to
+    `database`, with its password; nobody from anywhere else."""
     lines = [
         "local all all trust",
         "host all all 127.0.0.1/32 scram-sha-256",
         "host all all ::1/128 scram-sha-256",
     ]
-    lines += [f"host all all {cidr} scram-sha-256" for cidr in clients]
-    (data / "pg_hba.conf").write_text("\n".join(lines) + "\n")  # keeps the file's owner
+    if {role, database} & HBA_KEYWORDS:
+        raise ValueError(f"not a name pg_hba.conf takes literally: {role!r}, {database!r}")
+    lines += [f"host {_checked(database)} {_checked(role)} {cidr} scram-sha-256" for cidr in clients]
+    return [*lines, "host all all 0.0.0.0/0 reject", "host all all ::/0 reject"]
+
+
+def _write_hba(
+    data: Path, clients: tuple[str, ...], role: str = APP_ROLE, database: str = APP_DATABASE
+) -> None:
+    """hba_lines into the cluster's pg_hba.conf: rewritten at each start (initdb's file is ours to
+    replace)."""
+    (data / "pg_hba.conf").write_text("\n".join(hba_lines(clients, role, database)) + "\n")  # keeps its owner
 
 
 def load(root: Path) -> Server | None:
@@ -218,7 +257,7 @@ def start(
 ) -> Server:
     """Start the server of `root` (initialized on first use) on `port` if free (0: any free port);
     returns once it accepts connections. Stopped again if it does not get there. `clients`: CIDRs
-    besides loopback allowed to log in with the password."""
+    besides loopback from which the archive's role (APP_ROLE, only it) may log in with its password."""
     current = load(root)
     if current and current.running():
         raise PostgresError(f"a PostgreSQL server already runs from {root} (pid {current.pid})")
@@ -294,11 +333,32 @@ async def create_database(admin_dsn: str, name: str, *, exist_ok: bool = False) 
     return with_database(admin_dsn, name)
 
 
+async def ensure_app_login(server: Server, role: str = APP_ROLE, database: str = APP_DATABASE) -> str:
+    """The archive's least-privilege login on `server` (skyscan.archive_role: the role, its database,
+    its ownership of Skyscan's tables), made or brought back to what it should be; returns its DSN."""
+    dsn = server.app_dsn(role, database)
+    try:
+        await archive_role.provision(server.dsn(), dsn)
+    except archive_role.ArchiveRoleError as e:
+        raise PostgresError(f"the archive's role: {e}") from e
+    return dsn
+
+
 async def drop_database(admin_dsn: str, name: str) -> None:
     """Drop database `name`, disconnecting whoever still uses it."""
     quoted = f'"{_checked(name)}"'
     conn = await asyncpg.connect(admin_dsn)
     try:
         await conn.execute(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)")
+    finally:
+        await conn.close()
+
+
+async def drop_role(admin_dsn: str, name: str) -> None:
+    """Drop role `name` if it exists (after the databases it owns: what it owns elsewhere stops it)."""
+    quoted = f'"{_checked(name)}"'
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f"DROP ROLE IF EXISTS {quoted}")
     finally:
         await conn.close()

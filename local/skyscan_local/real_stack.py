@@ -330,10 +330,10 @@ def _archive(d: Path, tie_to_parent: bool) -> postgres.Server:
         server = postgres.ensure(
             real_dir(d) / "postgres", clients=(node.POD_CIDR,), tie_to_parent=tie_to_parent
         )
-        asyncio.run(postgres.create_database(server.dsn(), localstack.ARCHIVE_DATABASE, exist_ok=True))
+        asyncio.run(postgres.ensure_app_login(server))
     except postgres.PostgresError as e:
         raise RealStackError(str(e)) from e
-    return server  # its database: server.dsn(localstack.ARCHIVE_DATABASE)
+    return server  # its archive's login: server.app_dsn()
 
 
 def archive_dsn(host_dsn: str) -> str:
@@ -400,7 +400,7 @@ def up(
     api.apply(_path(s := secret("skyscan-presign-key", {"key": key.read_bytes().strip()})), s)
     wms_client = {"SKYSCAN_WMS_CLIENT_ID": WMS_CLIENT_ID.encode(), "SKYSCAN_WMS_CLIENT_SECRET": wms_secret(d)}
     api.apply(_path(s := secret(WMS_CREDENTIALS, wms_client)), s)
-    dsn = archive_dsn(archive.dsn(localstack.ARCHIVE_DATABASE))
+    dsn = archive_dsn(archive.app_dsn())
     api.apply(_path(s := secret(ARCHIVE_SECRET, {"SKYSCAN_ARCHIVE_DSN": dsn.encode()})), s)
     values = real_dir(d) / "values.yaml"
     values.write_text(yaml.safe_dump(chart_values()))
@@ -431,7 +431,7 @@ def up(
         "SKYSCAN_WMS_URL": f"http://{wms['spec']['clusterIP']}:8081",
         "KUBECONFIG": cluster.kubeconfig,
         "SKYSCAN_NAMESPACE": NAMESPACE,
-        "SKYSCAN_ARCHIVE_DSN": archive.dsn(localstack.ARCHIVE_DATABASE),  # from the host
+        "SKYSCAN_ARCHIVE_DSN": archive.app_dsn(),  # from the host
         "SKYSCAN_OPERATOR_METRICS_URL": "",
         "SSL_CERT_FILE": str(bundle),
     }

@@ -57,9 +57,15 @@ ENV_KEYS = (
     "SKYSCAN_URL", "SKYSCAN_USER_TOKEN", "SKYSCAN_SYSTEM_TOKEN", "SKYSCAN_WMS_URL", "KUBECONFIG",
     "SKYSCAN_NAMESPACE", "SKYSCAN_ARCHIVE_DSN", "SKYSCAN_OPERATOR_METRICS_URL",
 )  # fmt: skip
-ARCHIVE_DATABASE = "skyscan"
+ARCHIVE_DATABASE = postgres.APP_DATABASE
 
-# The local configuration of each component (short timers, the local clusters and tag catalog).
+# The local clusters and tag catalog, which the shim and the operator both hold scans to.
+CATALOG = {
+    "SKYSCAN_KNOWN_CLUSTERS": json.dumps({"osg": 100, "sub-2": 100, "local": 5}),
+    "SKYSCAN_TAGS": json.dumps(["3.4.0", "4.0.0", "4.1.2", "4.2.0", "dev-branch-abc1234"]),
+    "SKYSCAN_MIN_TAG": "4.0.0",
+}
+# The local configuration of each component (short timers, the catalog above).
 # A variable already set in the environment wins over these.
 LOCAL_DEFAULTS: dict[str, dict[str, str]] = {
     "wms-simulator": {
@@ -69,13 +75,12 @@ LOCAL_DEFAULTS: dict[str, dict[str, str]] = {
         "SKYSCAN_WMS_SIM_RUN_INIT_COMMAND": "true",  # workers fetch startup.json before they start
     },
     "shim": {
-        "SKYSCAN_KNOWN_CLUSTERS": json.dumps({"osg": 100, "sub-2": 100, "local": 5}),
-        "SKYSCAN_TAGS": json.dumps(["3.4.0", "4.0.0", "4.1.2", "4.2.0", "dev-branch-abc1234"]),
-        "SKYSCAN_MIN_TAG": "4.0.0",
+        **CATALOG,
         "SKYSCAN_HOST": "127.0.0.1",
         "SKYSCAN_SHUTDOWN_DELAY_SECONDS": "0",  # no Service routes to a host process: `make down` at once
     },
     "operator": {
+        **CATALOG,
         "SKYSCAN_BACKLOG_TICK_SECONDS": "1",
         "SKYSCAN_LOW_PRIORITY_INTERVAL_SECONDS": "2",
         "SKYSCAN_START_RETRY_DELAY_SECONDS": "5",
@@ -337,14 +342,15 @@ def ensure_cluster(s: LocalStackSettings, state: dict[str, Any]) -> str:
 
 def ensure_archive(s: LocalStackSettings, state: dict[str, Any]) -> str:
     """The archive's DSN: the given one, or database `skyscan` on the local PostgreSQL (started if
-    it is not running; its data is kept across `down` and `up`)."""
+    it is not running; its data is kept across `down` and `up`) with its least-privilege role
+    `skyscan` (provisioned at each `up`: an archive made as the superuser is handed over to it)."""
     if s.archive_dsn:
         state["local_postgres"] = False
         return s.archive_dsn
     state["local_postgres"] = True
     try:
         server = postgres.ensure(s.postgres_dir, port=s.postgres_port, tie_to_parent=s.tie_to_parent)
-        return asyncio.run(postgres.create_database(server.dsn(), ARCHIVE_DATABASE, exist_ok=True))
+        return asyncio.run(postgres.ensure_app_login(server, database=ARCHIVE_DATABASE))
     except postgres.PostgresError as e:
         raise StackError(str(e)) from e
 

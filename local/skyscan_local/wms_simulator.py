@@ -542,6 +542,8 @@ async def simulate(request: web.Request, handler: Handler) -> web.StreamResponse
     """Request log, auth, injected faults and delays; only the EWMS routes are affected."""
     wms = request.app[WMS_KEY]
     ewms, hook = request.path.startswith("/v1/"), request.path.startswith("/_sim/")
+    if ewms:
+        wms.requests.append((request.method, request.path))
     if wms.settings.require_auth and (ewms or hook):
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         if token not in wms.tokens:
@@ -549,7 +551,6 @@ async def simulate(request: web.Request, handler: Handler) -> web.StreamResponse
     if not ewms:
         return await handler(request)
     now = time.time()
-    wms.requests.append((request.method, request.path))
     if fault := _take(wms.faults, request, now):
         return error(fault.status, "injected fault")
     delay = _take(wms.delays, request, now)

@@ -35,6 +35,7 @@ from skyscan_operator.planner import (
     CreateJob,
     Deactivate,
     DeleteJob,
+    Event,
     IssueScannerCredential,
     Plan,
     ProvisionQueues,
@@ -109,6 +110,23 @@ def sooner(a: float | None, b: float | None) -> float | None:
 Replan = Callable[[ScanView], Plan]
 
 
+async def write_status(
+    api: Kube, store: Store, namespace: str, name: str, wanted: dict[str, Any]
+) -> dict[str, Any]:
+    """Write the operator's status keys `wanted`: a server-side apply of all of them as the operator, so
+    a key it leaves out is removed. A key another writer left (an older operator's merge patches, a
+    kubectl edit) is not the operator's to drop by apply: what still differs afterwards is put right by
+    one merge patch. Returns the Scan as written (and stores it)."""
+    path = scan_path(namespace, name, "status")
+    applied = {k: v for k, v in wanted.items() if v is not None}
+    body = {"apiVersion": model.API_VERSION, "kind": model.KIND, "metadata": {"name": name}}
+    new: dict[str, Any] = await api.apply(path, {**body, "status": applied}, names.OPERATOR_MANAGER)
+    if left := merge_patch(ScanRecord(new).operator_keys(), wanted):
+        new = await api.request("PATCH", path, body={"status": left}, content_type=MERGE)
+    store.put_scan(new)
+    return new
+
+
 class Applier:
     def __init__(
         self,
@@ -121,6 +139,22 @@ class Applier:
     ) -> None:
         self.api = api
         self.wms, self.store, self.events, self.settings, self.clock = wms, store, events, settings, clock
+
+    async def refuse_unreadable(self, body: dict[str, Any], plan: tuple[dict[str, Any], list[Event]]) -> None:
+        """Write the status `planner.refuse_unreadable` planned for a Scan it cannot read, and post its
+        events (a Scan gone meanwhile needs neither)."""
+        wanted, events = plan
+        meta = body["metadata"]
+        if not merge_patch(ScanRecord(body).operator_keys(), wanted):
+            return
+        try:
+            await write_status(self.api, self.store, meta["namespace"], meta["name"], wanted)
+        except ApiError as e:
+            if e.status == 404:
+                return
+            raise
+        for event in events:
+            self.events.post(body, event.type, event.reason, event.message, self.clock())
 
     async def apply(
         self, scan: ScanView, body: dict[str, Any], plan: Plan, replan: Replan | None = None
@@ -192,21 +226,12 @@ class Run:
         return ScanView.from_body(body)
 
     async def flush(self) -> None:
-        """Write the operator's keys if they changed since last written (Stop if the Scan is gone): a
-        server-side apply of all of them as the operator, so a key it leaves out is removed. A key
-        another writer left (an older operator's merge patches, a kubectl edit) is not the operator's
-        to drop by apply: what still differs afterwards is put right by one merge patch."""
+        """Write the operator's keys if they changed since last written (Stop if the Scan is gone)."""
         wanted = self.wanted()
         if not merge_patch(self.written, wanted):
             return
-        s = self.scan
-        path = scan_path(s.namespace, s.name, "status")
-        applied = {k: v for k, v in wanted.items() if v is not None}
-        body = {"apiVersion": model.API_VERSION, "kind": model.KIND, "metadata": {"name": s.name}}
         try:
-            new = await self.a.api.apply(path, {**body, "status": applied}, names.OPERATOR_MANAGER)
-            if left := merge_patch(ScanRecord(new).operator_keys(), wanted):
-                new = await self.a.api.request("PATCH", path, body={"status": left}, content_type=MERGE)
+            new = await write_status(self.a.api, self.a.store, self.scan.namespace, self.scan.name, wanted)
         except ApiError as e:
             if e.status == 404:
                 self.gone = True
@@ -214,7 +239,6 @@ class Run:
             raise
         self.written = copy.deepcopy(wanted)
         self.body = new
-        self.a.store.put_scan(new)
 
     async def stop(self, retry_after: float | None = None) -> NoReturn:
         """End the pass: what was recorded is written, the rest of the plan waits for the next pass."""

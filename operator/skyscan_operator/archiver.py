@@ -20,6 +20,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from skyscan import conditions as cond
 from skyscan import kube, logs, manifest, names, payloads
 from skyscan.status import ScanRecord, compact
@@ -33,6 +35,7 @@ if TYPE_CHECKING:  # imported when first connected: asyncpg costs ~3 MiB of RSS,
 log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, scan id)
 RETRY_SECONDS = 60.0  # after a move failed (archive or API server away)
+WITHOUT_EVENT = ("EventMissing", "InvalidSpec")  # Failed reasons of scans archived without their event
 
 
 def finished_at(record: ScanRecord) -> float:
@@ -147,12 +150,20 @@ class Archiver:
         archive = await self._connected()
         if event is None:
             event = await archive.event(event_id)
-        # A scan failed because its event was never stored goes without it; any other scan whose
-        # event is gone stays live, visibly (its event may yet be restored).
+        # A scan failed because its event was never stored, or refused before it looked for one (a Scan
+        # made with kubectl, InvalidSpec), goes without it; any other scan whose event is gone stays
+        # live, visibly (its event may yet be restored).
         failed = record.condition_true(cond.FAILED)
-        never_stored = failed and cond.reason(record.conditions, cond.FAILED) == "EventMissing"
+        never_stored = failed and cond.reason(record.conditions, cond.FAILED) in WITHOUT_EVENT
         if event is None and not never_stored:
             await self._post(obj, "Warning", "ArchiveSkipped", f"sensor event {event_id!r} is missing")
+            return
+        try:
+            view = manifest.of(obj)
+        except ValidationError:  # a spec the model cannot read (InvalidSpec): it stays live, visibly
+            await self._post(
+                obj, "Warning", "ArchiveSkipped", "its spec cannot be read (see its Failed condition)"
+            )
             return
         result = (
             await payloads.stored(self._api, namespace, names.result_object_name(name))
@@ -162,7 +173,7 @@ class Archiver:
         now = self._clock()
         from skyscan.archive import ArchivedScan
 
-        await archive.put(ArchivedScan(compact(obj), manifest.of(obj), event, result, now))
+        await archive.put(ArchivedScan(compact(obj), view, event, result, now))
         await self._post(
             obj, "Normal", "Archived", "moved to the archive; REST reads and finds still serve it"
         )

@@ -26,8 +26,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from skyscan import conditions as cond
-from skyscan import kube, logs, model, payloads
+from skyscan import kube, logs, model, payloads, policy
 from skyscan.status import ENDED_JOB_STATES, ScanRecord
+from skyscan.tags import TagCatalog
 from skyscan_operator import janitor, metrics, planner
 from skyscan_operator.apply import Applier, is_api_outage
 from skyscan_operator.archiver import Archiver
@@ -63,6 +64,7 @@ class Controller:
         self.events: EventPoster | None = None
         self.applier: Applier | None = None
         self.archiver: Archiver | None = None  # with an archive DSN
+        self.catalog = TagCatalog(settings.tag_catalog_dir, settings.tags)
         self._invalid: set[tuple[Key, str]] = set()
         self.wms_poll_error: str | None = None  # why the last batched WMS poll failed, if it did
         self.poll_failures = 0  # batched WMS polls failed in a row
@@ -165,7 +167,26 @@ class Controller:
             if wake is not None:
                 self.queue.add_after(key, wake)
 
-    def observe(self, key: Key, scan: ScanView, now: float) -> Observed:
+    async def refusal(self, key: Key, scan: ScanView) -> policy.Refusal | None:
+        """The request policy's verdict on the spec of a scan whose Job does not exist yet (see
+        `planner._refuse_invalid`): worked out once per generation of its spec, with the tag catalog as
+        it is then, and kept in the store until the scan starts or settles. A started, deleted or
+        failed scan is not looked at."""
+        record = scan.record
+        started = record.job() is not None
+        if started or scan.spec.deleted or scan.deleting or record.condition_true(cond.FAILED):
+            self.store.verdicts.pop(key, None)
+            return None
+        held = self.store.verdicts.get(key)
+        if held is not None and held[:2] == (scan.uid, scan.generation):
+            return held[2]
+        verdict = policy.refusal(scan.raw_spec, self.settings.request_policy(await self.catalog.tags()))
+        self.store.verdicts[key] = (scan.uid, scan.generation, verdict)
+        return verdict
+
+    def observe(
+        self, key: Key, scan: ScanView, now: float, refusal: policy.Refusal | None = None
+    ) -> Observed:
         store = self.store
         workflow_id = scan.record.workflow_id
         pods = store.pods_of(key)
@@ -186,6 +207,7 @@ class Controller:
             # The operator names the replacement in the spec only once it is created; it may have ended
             # or been archived since, and is never created again.
             replacement_exists=bool(scan.spec.replaced_by),
+            refusal=refusal,
         )
 
     async def reconcile(self, key: Key) -> float | None:
@@ -203,14 +225,17 @@ class Controller:
         try:
             scan = ScanView.from_body(body)
         except ValidationError as e:
-            self._report_invalid(key, body, e)
+            await self._refuse_unreadable(key, body, e)
+            if self.store.version(key) == version and settled(ScanRecord(body)):
+                self.store.settle(key)
             return None
         now = self.clock()
         if self._job_not_seen_yet(key, scan, now):
             return 1.0  # planning now would take the Job for deleted
+        refusal = await self.refusal(key, scan)
 
         def replan(view: ScanView) -> planner.Plan:
-            return planner.plan(view, self.observe(key, view, now), now, self.settings)
+            return planner.plan(view, self.observe(key, view, now, refusal), now, self.settings)
 
         try:
             wake = await self.applier.apply(scan, body, replan(scan), replan)
@@ -232,11 +257,20 @@ class Controller:
         since = max(cond.epoch(job.created_at) or 0.0, self.started_at)
         return now - since < JOB_WATCH_GRACE
 
-    def _report_invalid(self, key: Key, body: dict[str, Any], e: ValidationError) -> None:
+    async def _refuse_unreadable(self, key: Key, body: dict[str, Any], e: ValidationError) -> None:
+        """A Scan whose spec cannot be read even leniently: Failed/InvalidSpec if it has not started
+        (`planner.refuse_unreadable`), else reported invalid (an Event per version) and left alone."""
+        refusal = policy.invalid(e)
+        refused = planner.refuse_unreadable(body, refusal, self.clock())
+        if refused is not None and self.applier is not None:
+            await self.applier.refuse_unreadable(body, refused)
+            return
+        if ScanRecord(body).condition_true(cond.FAILED):
+            return  # it said why when it failed
         rv = body["metadata"].get("resourceVersion", "")
         if (key, rv) not in self._invalid and self.events:
             self._invalid.add((key, rv))
-            self.events.post(body, "Warning", "InvalidSpec", str(e)[:500], self.clock())
+            self.events.post(body, "Warning", "InvalidSpec", str(refusal)[:500], self.clock())
 
     # --- periodic loops ---
     async def _every(self, seconds: float, tick: Callable[[], Any]) -> None:

@@ -102,6 +102,11 @@ def main(argv: list[str] | None = None) -> int:
             "the shim over TLS (SKYSCAN_TLS_CERT_FILE, SKYSCAN_REST_CA_CONFIGMAP) unless a mesh encrypts",
             settings.rest_address,
         )
+    if not settings.tags and not (settings.tag_catalog_dir and settings.tag_catalog_dir.is_dir()):
+        logging.getLogger(__name__).warning(
+            "no image tags: SKYSCAN_TAGS is empty and SKYSCAN_TAG_CATALOG_DIR names no directory, so every "
+            "scan not yet started fails (InvalidSpec, spec.dockerTag); give the operator the shim's catalog"
+        )
     asyncio.run(operate(settings))
     return 0
 

@@ -10,7 +10,8 @@ A scan's life, as the status tells it:
   backlog entry (Admitted=False, reason why it waits) -> admitted (start attempt n) ->
   workflow requested (intent marker, then id) -> queues activated (Secret) -> Job created
   (backlog entry removed) -> pod running/ended -> final result -> WMS `finished` after a delay.
-Soft delete, hard delete (finalizer), failed start attempts and replaced scans end it early.
+Soft delete, hard delete (finalizer), failed start attempts and replaced scans end it early, and a
+spec that REST would have refused (a Scan made with kubectl) ends it before it starts.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from skyscan import conditions as cond
-from skyscan import model, names
+from skyscan import model, names, policy
 from skyscan.state import scan_state, workers_refusal
 from skyscan.status import ENDED_JOB_STATES, OPERATOR_KEYS, ScanRecord, holds_workflow
 from skyscan_operator import scanner_job, workforce
@@ -51,6 +52,7 @@ EVENT_QUIET_SECONDS = 2.0
 ATTEMPT_FAILURES = frozenset({"WMSRejected", "StartFailed", "StartTimedOut", "WorkflowLost"})
 # Outages and quota refusals interrupt an attempt without counting it; the scan backs off and retries.
 INTERRUPTIONS = frozenset({"WMSUnavailable", "APIUnavailable", "APIForbidden", "QuotaExceeded"})
+REFUSAL_MAX_CHARS = 1024  # of an InvalidSpec condition's message (an Event's is cut there too)
 
 
 # --- what the handlers observe ---
@@ -116,6 +118,9 @@ class Observed:
     # The scan's sensor event: True stored (and owned by the scan), False missing at the last look,
     # None not looked at yet (or long enough ago to look again).
     event: bool | None = None
+    # The first rule REST holds a request to that the scan's spec breaks (`skyscan.policy`), looked at
+    # while its Job does not exist; None: it breaks none, or it was not looked at (a started scan).
+    refusal: policy.Refusal | None = None
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,7 @@ class ScanView:
             deleting=record.deleting,
             finalizers=tuple(meta.get("finalizers") or ()),
             labels=dict(meta.get("labels") or {}),
-            spec=model.ScanSpec.model_validate(record.spec),
+            spec=record.scan_spec(),  # leniently (`model.STORED`): the request policy is `_refuse_invalid`'s
             raw_spec=record.spec,
             record=record,
             resource_version=meta.get("resourceVersion", ""),
@@ -359,11 +364,12 @@ def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) 
         _restart_if_workflow_lost(d, p, scan, obs, now)
         _replace_if_transient(d, p, scan, obs, now, settings)
         _fail_if_stuck(d, p, scan, obs, now, settings)
+        _refuse_invalid(d, p, scan, obs)
         if not (scan.spec.deleted or d.true(cond.FAILED)):
             _final_result(d, p, scan, now, settings)
             _start(d, p, scan, obs, now, settings)
         _stop_if_ended(d, p, scan, obs)
-    _worker_requests(d, p, scan)
+    _worker_requests(d, p, scan, settings)
     _revoke_credential(d, p, scan)
     _finalizer(d, p, scan)
     p.status = {
@@ -504,6 +510,49 @@ def _fail_if_stuck(
     message = f"pod {pod.name}: {pod.reason} for {waited:.0f}s: {pod.message or 'no message'}"
     d.set(cond.FAILED, True, STUCK_REASONS[pod.reason], message)
     p.event(STUCK_REASONS[pod.reason], message, warning=True)
+
+
+def _refuse_invalid(d: Draft, p: Plan, scan: ScanView, obs: Observed) -> None:
+    """A Scan made with kubectl skips the REST shim's checks, so the operator holds its spec to the same
+    rules (`skyscan.policy`: the model with its request policies, the tag catalog and minimum, the env
+    allow-list, the known clusters and worker bounds) before it does anything for the scan (looks for
+    its sensor event, requests a workflow, issues a credential, creates a Job): one that breaks one is
+    Failed/InvalidSpec, the message naming the field; `_stop_if_ended` then releases what an earlier
+    generation of its spec started.
+
+    The check holds until the scan's Job exists, for each generation of its spec (an edit before the
+    start is checked too); a started scan is never failed by it: its Job no longer reads the spec, and
+    a catalog or settings change must not kill scans that were valid when they started."""
+    refusal = obs.refusal
+    if refusal is None or d.job is not None or scan.spec.deleted or d.true(cond.FAILED):
+        return
+    _fail_invalid(d, p, str(refusal))
+
+
+def _fail_invalid(d: Draft, p: Plan, message: str) -> None:
+    if len(message) > REFUSAL_MAX_CHARS:  # it quotes what the spec holds, which may be long
+        message = message[: REFUSAL_MAX_CHARS - 1] + "…"
+    d.set(cond.FAILED, True, "InvalidSpec", message)
+    d.set(cond.ADMITTED, False, "InvalidSpec", message)
+    d.backlog = None
+    p.event("InvalidSpec", message, warning=True)
+
+
+def refuse_unreadable(
+    body: dict[str, Any], refusal: policy.Refusal, now: float
+) -> tuple[dict[str, Any], list[Event]] | None:
+    """The operator's status keys, and the events to post, for a Scan whose spec the model cannot read
+    even leniently (a map key the CRD schema cannot see, such as a classifier key over 25 characters),
+    so that `plan` cannot plan it: a scan that has not started is Failed/InvalidSpec, as
+    `_refuse_invalid` fails one. None when there is nothing to write: already failed, or started (no
+    plan can stop what it started; it is reported invalid and left alone)."""
+    record, meta = ScanRecord(body), body["metadata"]
+    d = Draft.of(record, now, meta.get("generation"), record.deleting)
+    if d.true(cond.FAILED) or d.job is not None or holds_workflow(d.workflow) or d.credential is not None:
+        return None
+    p = Plan(status={}, draft=d)
+    _fail_invalid(d, p, str(refusal))
+    return {"observedGeneration": meta.get("generation"), "state": d.state(record), **d.wire()}, p.events
 
 
 # Labels by which GitOps tools claim an object: a replacement carrying them would be pruned as drift.
@@ -741,7 +790,7 @@ def _stop_if_ended(d: Draft, p: Plan, scan: ScanView, obs: Observed) -> None:
         p.actions.append(DeleteJob(live.name))  # e.g. its workflow lost: the scanner would wait in vain
 
 
-def _worker_requests(d: Draft, p: Plan, scan: ScanView) -> None:
+def _worker_requests(d: Draft, p: Plan, scan: ScanView, settings: OperatorSettings) -> None:
     if not scan.spec.worker_requests and not d.worker_requests:
         return
     wanted = {r.id for r in scan.spec.worker_requests}
@@ -757,6 +806,8 @@ def _worker_requests(d: Draft, p: Plan, scan: ScanView) -> None:
             workflow_id=wf.id,
             deactivated=wf.deactivated,
         )
+        if r.n_workers > settings.max_n_workers:  # REST's bound (a Scan edited with kubectl skips it)
+            refusal = f"'n_workers': must be no more than {settings.max_n_workers}"
         if refusal or not wf.id:
             outcomes.append(model.WorkerRequestOutcome(id=r.id, state="Refused", reason=refusal))
         else:

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from skyscan import conditions as cond
 from skyscan import names
 from skyscan.packing import Packer
+from skyscan.policy import Refusal
 from skyscan.state import scan_state
 from skyscan.status import ScanRecord, compact, resource_version
 from skyscan_operator.backlog import Candidate, Hold, Line, holds
@@ -152,6 +153,8 @@ class Store:
     outage_at: float = 0.0  # when the operator last failed to reach the WMS or the API server
     events: dict[Key, tuple[bool, float]] = field(default_factory=dict)  # sensor event stored?, looked at
     deleted_jobs: dict[Key, str] = field(default_factory=dict)  # the last Job of a scan seen deleted
+    # The request policy's verdict on a scan not yet started: (uid, generation it was for, refusal).
+    verdicts: dict[Key, tuple[str, int | None, Refusal | None]] = field(default_factory=dict)
     _scans: dict[Key, tuple[int, bytes]] = field(default_factory=dict)  # resourceVersion, `kept` packed
     _workflow_of: dict[Key, str] = field(default_factory=dict)  # the inverse of `live_workflows`
     _lineage: dict[Key, tuple[str | None, float]] = field(default_factory=dict)  # rescanOf, created
@@ -200,6 +203,7 @@ class Store:
         self._scans.pop(key, None)
         self.events.pop(key, None)
         self.deleted_jobs.pop(key, None)
+        self.verdicts.pop(key, None)
         self.admissions.pop(key, None)
         self.granted.discard(key)
         self.waiting.discard(key)

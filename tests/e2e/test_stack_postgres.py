@@ -1,5 +1,5 @@
-"""`make up` without an archive DSN runs its own PostgreSQL and hands it to the shim and the operator;
-`make down` stops it and keeps its data."""
+"""`make up` without an archive DSN runs its own PostgreSQL and hands it to the shim and the operator,
+logged in as the archive's least-privilege role; `make down` stops it and keeps its data."""
 
 from __future__ import annotations
 
@@ -36,8 +36,12 @@ async def connects(dsn: str) -> bool:
         conn = await asyncpg.connect(dsn, timeout=5)
     except OSError:
         return False
-    await conn.execute("CREATE TABLE IF NOT EXISTS marker (x int)")
-    await conn.close()
+    try:
+        await conn.execute("CREATE TABLE IF NOT EXISTS marker (x int)")
+        login = await conn.fetchrow("SELECT rolname, rolsuper FROM pg_roles WHERE rolname = current_user")
+        assert tuple(login) == (postgres.APP_ROLE, False)
+    finally:
+        await conn.close()
     return True
 
 
@@ -59,6 +63,7 @@ def test_up_starts_postgres_for_both_processes_and_down_stops_it(
         env = localstack.up(settings)
         dsn = env["SKYSCAN_ARCHIVE_DSN"]
         assert dsn.endswith("/skyscan") and f"SKYSCAN_ARCHIVE_DSN={dsn}" in (stack_dir / "env").read_text()
+        assert dsn.startswith(f"postgresql://{postgres.APP_ROLE}:"), "not the superuser's"
         assert localstack.status(settings)["postgres"] is True
         records = localstack.load_state(stack_dir)["components"]
         for component in ("shim", "operator"):

@@ -131,6 +131,7 @@ async def test_a_standby_does_nothing_until_the_holder_lets_go_and_a_holder_that
         "SKYSCAN_NAMESPACE": namespace,
         "SKYSCAN_BACKLOG_TICK_SECONDS": "0.3",
         "SKYSCAN_SCANNER_EPHEMERAL_STORAGE": "",
+        "SKYSCAN_TAGS": '["4.2.0"]',  # examples/scan.yaml's: else the operator fails it (InvalidSpec)
         **TIMING,
     }
     a = await asyncio.to_thread(start_replica, "a", env, tmp_path)

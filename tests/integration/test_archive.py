@@ -1,4 +1,5 @@
-"""The PostgreSQL archive against a real server: schema, idempotent puts, reads, atomicity."""
+"""The PostgreSQL archive against a real server, logged in as its least-privilege role: schema,
+idempotent puts, reads, atomicity."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ from skyscan.archive import MIGRATION_LOCK, MIGRATIONS, Archive, migrate
 from skyscan.status import ScanRecord
 from tests.archived import record, scan_object
 from tests.helpers import eventually
+
+
+@pytest.fixture
+def archive_dsn(archive_role_dsn: str) -> str:
+    """This module's archives log in as a deployment does: as a least-privilege role that owns the
+    database (the migrations run as it too)."""
+    return archive_role_dsn
 
 
 def unpacked(payload: bytes | None) -> Any:

@@ -48,7 +48,7 @@ EVERYTHING: Doc = {
     },
     "oidc": {"issuers": [{"issuer": "https://kc.example.org/realms/r", "audience": "skyscan"}]},
     "wms": {"address": "https://wms.example.org", "oidcIssuer": "", "credentialsSecret": "wms-client"},
-    "archive": {"dsnSecret": "archive-dsn"},
+    "archive": {"dsnSecret": "archive-dsn", "adminDsnSecret": "archive-admin"},
     "presignKey": {"secretName": "presign"},
     "tokens": {"secretName": ""},
     "networkPolicy": {
@@ -97,11 +97,10 @@ def template(*args: str | Path, release: str = "skyscan", namespace: str = "skys
 
 def kustomized() -> list[Doc]:
     """`kubectl kustomize manifests`, the settings ConfigMap under its name without the hash suffix
-    (the chart rolls the Pods with a checksum annotation instead) and without the Namespace (Helm's
-    `--create-namespace`)."""
+    (the chart rolls the Pods with a checksum annotation instead)."""
     done = run(KUBECTL, "kustomize", REPO / "manifests")
     assert done.returncode == 0, done.stderr
-    docs = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] != "Namespace"]
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
     (settings,) = [d for d in docs if d["kind"] == "ConfigMap"]
     hashed = settings["metadata"]["name"]
     assert hashed.startswith("skyscan-settings-")
@@ -227,6 +226,16 @@ def test_the_values_show_in_what_the_chart_renders(tmp_path: Path) -> None:
         c["name"]: [s["secretRef"]["name"] for s in c["envFrom"] if "secretRef" in s] for c in (op, sh)
     }
     assert secrets == {"operator": ["wms-client", "archive-dsn"], "shim": ["archive-dsn"]}
+    # The admin login reaches the archive-role hook Job alone, which makes the DSN's role.
+    hook = find(docs, "Job", "prod-skyscan-archive-role")
+    assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    (container,) = hook["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["skyscan-archive-role"]
+    assert {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]} == {
+        "SKYSCAN_ARCHIVE_ADMIN_DSN": "archive-admin",
+        "SKYSCAN_ARCHIVE_DSN": "archive-dsn",
+    }
+    assert not any("archive-admin" in json.dumps(d) for d in docs if d is not hook)
     # No token Secret: the shim mounts only the presign key.
     volumes = shim["spec"]["template"]["spec"]["volumes"]
     assert [v["secret"]["secretName"] for v in volumes] == ["presign", "prod-skyscan-shim-tls"]
@@ -317,7 +326,19 @@ def test_the_scanner_network_policy_selects_the_operators_scanner_pods_and_lets_
         pod = find(docs, "Deployment", f"prod-skyscan-{component}")["spec"]["template"]["metadata"]
         assert not policy["podSelector"]["matchLabels"].items() <= pod["labels"].items(), component
     off = template("--set", "networkPolicy.enabled=false")
-    assert [d["metadata"]["name"] for d in off if d["kind"] == "NetworkPolicy"] == ["skyscan-shim"]
+    assert [d["metadata"]["name"] for d in off if d["kind"] == "NetworkPolicy"] == [
+        "skyscan-shim",
+        "skyscan-operator",
+    ]
+    # The cluster's DNS only: kube-dns by default, never port 53 of any address.
+    (default_dns,) = [r for r in find(template(), "NetworkPolicy", "skyscan-scanner")["spec"]["egress"]
+                      if {p["port"] for p in r["ports"]} == {53}]  # fmt: skip
+    assert default_dns["to"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ]
 
 
 def scanner_pod_labels() -> dict[str, str]:
@@ -348,13 +369,13 @@ def test_the_shims_policy_lets_connections_reach_its_port_only(tmp_path: Path) -
     assert policy["policyTypes"] == ["Ingress"]
     assert policy["ingress"] == [{"ports": [{"port": "http", "protocol": "TCP"}]}]
     assert {"name": "http", "containerPort": 8080} in shim["spec"]["containers"][0]["ports"]
-    assert not [
-        d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"].endswith("-operator")
-    ]
     (rule,) = find(template_everything(tmp_path), "NetworkPolicy", "prod-skyscan-shim")["spec"]["ingress"]
     assert rule["from"] == EVERYTHING["networkPolicy"]["shim"]["from"]
     off = template("--set", "networkPolicy.shim.enabled=false")
-    assert [d["metadata"]["name"] for d in off if d["kind"] == "NetworkPolicy"] == ["skyscan-scanner"]
+    assert [d["metadata"]["name"] for d in off if d["kind"] == "NetworkPolicy"] == [
+        "skyscan-scanner",
+        "skyscan-operator",
+    ]
 
 
 def template_everything(tmp_path: Path) -> list[Doc]:
@@ -392,8 +413,12 @@ def test_the_operators_policy_when_enabled_lets_it_reach_what_it_needs_and_nothi
     rules = find(none, "NetworkPolicy", "skyscan-operator")["spec"]["egress"]
     assert [r.get("to") for r in rules] == [
         [{"ipBlock": {"cidr": "10.0.0.1/32"}}],
-        None,
+        yaml.safe_load((CHART / "values.yaml").read_text())["networkPolicy"]["dns"]["to"],
     ]  # the API server, DNS
+    # Not enabled: its ports only, no egress rule.
+    policy = find(template(), "NetworkPolicy", "skyscan-operator")["spec"]
+    assert policy["policyTypes"] == ["Ingress"] and "egress" not in policy
+    assert policy["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}]}]
 
 
 def test_every_container_the_chart_runs_is_restricted_with_requests_and_limits(tmp_path: Path) -> None:
@@ -484,12 +509,17 @@ def test_the_chart_renders_what_the_kustomize_manifests_hold() -> None:
             mine, other = copy.deepcopy(ours["spec"]), copy.deepcopy(theirs["spec"])
             assert mine.pop("podSelector") and other.pop("podSelector")
             assert mine == other, name
-            if name == "skyscan-shim":
+            if name in ("skyscan-shim", "skyscan-operator"):
                 for docs, policy in ((chart, ours), (manifests, theirs)):
-                    pod = find(docs, "Deployment", "skyscan-shim")["spec"]["template"]["metadata"]["labels"]
+                    pod = find(docs, "Deployment", name)["spec"]["template"]["metadata"]["labels"]
                     assert selects(policy["spec"]["podSelector"], pod)
             else:
                 assert ours["spec"]["podSelector"] == theirs["spec"]["podSelector"], name
+        elif kind == "Namespace":  # the Pod Security labels
+            pss = {k: v for k, v in ours["metadata"]["labels"].items() if k.startswith("pod-security")}
+            assert pss and pss.items() <= theirs["metadata"]["labels"].items()
+        elif kind.startswith("ValidatingAdmissionPolicy"):
+            assert ours["spec"] == theirs["spec"], name
         elif kind == "CustomResourceDefinition":
             assert ours["spec"] == theirs["spec"] == yaml.safe_load(crd.render())["spec"]
     # The chart states two settings the manifests leave at their defaults (the same values).

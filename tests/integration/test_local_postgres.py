@@ -59,9 +59,23 @@ async def test_stop_keeps_the_data_and_the_next_start_finds_it(root: Path) -> No
 
 
 async def test_the_password_is_required_over_tcp(root: Path) -> None:
-    server = postgres.start(root, durable=False, tie_to_parent=True)
+    server = postgres.start(root, durable=False, tie_to_parent=True, clients=("10.99.0.0/16",))
     with pytest.raises(asyncpg.InvalidPasswordError):
         await asyncpg.connect(f"postgresql://{postgres.SUPERUSER}:wrong@127.0.0.1:{server.port}/postgres")
+    conn = await asyncpg.connect(server.dsn())
+    try:  # the server read every line of its pg_hba.conf as meant
+        rules = await conn.fetch(
+            "SELECT database, user_name, address, auth_method, error FROM pg_hba_file_rules"
+        )
+    finally:
+        await conn.close()
+    assert [r["error"] for r in rules] == [None] * len(postgres.hba_lines(("10.99.0.0/16",)))
+    assert [
+        (r["database"], r["user_name"], r["auth_method"]) for r in rules if r["address"] == "10.99.0.0"
+    ] == [(["skyscan"], ["skyscan"], "scram-sha-256")], (
+        "from the Pod network: the archive's role only, to its database only"
+    )
+    assert [r["auth_method"] for r in rules][-2:] == ["reject", "reject"]
 
 
 def test_a_directory_the_server_user_cannot_reach_is_refused_clearly(tmp_path: Path) -> None:

@@ -45,3 +45,28 @@ def test_files_that_are_no_cluster_are_refused_never_deleted(tmp_path: Path) -> 
         postgres._init(tmp_path, Path("/nonexistent"), None, durable=False)
     assert (tmp_path / "data" / "base").read_text() == "someone's"
     assert not (tmp_path / postgres.PASSWORD_FILE).exists()
+
+
+def test_the_superuser_logs_in_only_locally_and_pods_only_as_the_archive_role() -> None:
+    lines = postgres.hba_lines(("10.244.0.0/16",), "skyscan", "skyscan")
+    assert lines == [
+        "local all all trust",  # the socket is inside the data directory: the server's user only
+        "host all all 127.0.0.1/32 scram-sha-256",
+        "host all all ::1/128 scram-sha-256",
+        "host skyscan skyscan 10.244.0.0/16 scram-sha-256",
+        "host all all 0.0.0.0/0 reject",
+        "host all all ::/0 reject",
+    ]
+    assert postgres.hba_lines(()) == [*lines[:3], *lines[4:]], "no clients: loopback only"
+    for role, database in (("all", "skyscan"), ("skyscan", "replication"), ("sky scan", "skyscan")):
+        with pytest.raises(ValueError):
+            postgres.hba_lines(("10.0.0.0/8",), role, database)
+
+
+def test_the_archive_role_password_is_made_once_private_and_kept(tmp_path: Path) -> None:
+    server = postgres.Server(dir=str(tmp_path), port=5433, pid=1, argv=())
+    dsn = server.app_dsn()
+    password = (tmp_path / postgres.APP_PASSWORD_FILE).read_text().strip()
+    assert dsn == f"postgresql://skyscan:{password}@127.0.0.1:5433/skyscan" and len(password) == 32
+    assert oct((tmp_path / postgres.APP_PASSWORD_FILE).stat().st_mode & 0o777) == "0o600"
+    assert server.app_dsn() == dsn, "kept across calls (and restarts: it is a file of the server's directory)"

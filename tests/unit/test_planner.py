@@ -161,8 +161,9 @@ def test_the_scanner_credential_is_revoked_when_the_scanner_may_no_longer_act(wh
 
 
 def test_a_kubectl_scans_env_off_the_allow_list_is_left_out_with_a_warning() -> None:
-    """The shim refuses such names with a 400; a Scan applied with kubectl gets its Job without them,
-    and `kubectl describe` says which were left out."""
+    """The shim refuses such names with a 400, and the operator fails a Scan made with kubectl that has
+    them before it starts (`_refuse_invalid`, here not observed); as defence in depth the Job builder
+    leaves them out anyway, and `kubectl describe` says which."""
     status = admitted(id="WF-1", requestedAt=cond.iso(NOW - 3), queuesActivated=True)
     env = {"HTTPS_PROXY": "http://evil:3128", "SKYSCAN_LOG": "DEBUG", "OMP_NUM_THREADS": 2}
     p = plan(scan(status, finalizers=[FINALIZER], scannerServerEnvFromUser=env), Observed(), NOW, S)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from api_shim.sizes import InvalidSize, SizeTooLarge, parse_size
-from api_shim.tags import TagError, read_catalog_dir, resolve_tag, strip_v
+from skyscan.tags import TagError, read_catalog_dir, resolve_tag, strip_v
 
 
 @pytest.mark.parametrize(

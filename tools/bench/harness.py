@@ -10,6 +10,7 @@ aiohttp server the shim is compared with.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import secrets
@@ -579,6 +580,9 @@ async def start_operator(
         "SKYSCAN_LOG_LEVEL": "WARNING",
         "SKYSCAN_LIVENESS_ENDPOINT": f"http://127.0.0.1:{port}/healthz",
         "SKYSCAN_METRICS_PORT": str(processes.free_port()),  # served, as in production; never a taken port
+        # The tags of the bench's Scans (`scan_spec`) and of its shim's (it stores `latest` as given):
+        # the operator fails a scan whose tag is not in its catalog.
+        "SKYSCAN_TAGS": json.dumps([scan_spec(0)["dockerTag"], "latest"]),
         **settings,
     }
     server = await spawn(program, env, port)

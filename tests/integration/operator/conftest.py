@@ -25,6 +25,7 @@ from skyscan_local import control_plane as localcluster
 from skyscan_local.processes import free_port
 from tests.conftest import Cluster
 from tests.helpers import eventually
+from tests.integration.shim.conftest import TAGS as SHIM_TAGS
 from tests.unit.test_crd import minimal_spec
 
 # Short timers: every lifecycle step is a fraction of a second to a few seconds.
@@ -43,6 +44,9 @@ FAST = {
     "SKYSCAN_OUTAGE_RETRY_DELAY_SECONDS": "0.5",
     "SKYSCAN_OUTAGE_RETRY_MAX_DELAY_SECONDS": "4",
     "SKYSCAN_REST_ADDRESS": "http://skyscan-shim.test:8080",
+    # The operator fails a scan whose tag its catalog does not list: the tests' own Scans' and those a
+    # test shim (tests/integration/shim) resolves requests to.
+    "SKYSCAN_TAGS": json.dumps([minimal_spec()["dockerTag"], *SHIM_TAGS]),
     "SKYSCAN_SCANNER_EPHEMERAL_STORAGE": "",  # the kwok node advertises no ephemeral storage
     # One replica, killed and started again by tests: as a Pod restarted under its name, it takes its
     # Lease back at once (a new name would stand by until the old one's Lease expired).
