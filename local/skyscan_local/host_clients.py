@@ -1,13 +1,14 @@
-"""Keep an ipset holding the addresses of the Pods a label selector names, for the real node's firewall:
-the host's ports (the archive's PostgreSQL) take connections from those Pods only.
+"""Keep a mangle-table chain accepting the addresses of the Pods a label selector names, for the real
+node's firewall: the host's ports (the archive's PostgreSQL) take connections from those Pods only.
 
     python -m skyscan_local.host_clients --kubeconfig K --namespace skyscan \
-        --selector 'app.kubernetes.io/component in (operator,shim)' --ipset SKYSCAN-NODE-CLIENTS
+        --selector 'app.kubernetes.io/component in (operator,shim)' --chain SKYSCAN-NODE-CLIENTS
 
 A list, then a watch from its resourceVersion (a new list when the watch ends or fails). Each sync
-writes the whole set through `ipset restore` into a temporary set swapped in at once, so a Pod that
-went away is out at the next event, and nothing else ever is in: it fails closed (an empty set when it
-starts, the last known Pods while the API server cannot be reached).
+rewrites the whole chain in one `iptables-restore` transaction, so a Pod that went away is out at the
+next event, and nothing else ever is in: it fails closed (an empty chain when it starts, the last
+known Pods while the API server cannot be reached). Not an ipset: kube-router restores every ipset of
+the host from its own last view of them, which would undo a change made since.
 """
 
 from __future__ import annotations
@@ -37,17 +38,17 @@ def address(pod: dict[str, Any]) -> str | None:
     return str(ip) if ip else None
 
 
-def restore_script(name: str, addresses: Iterable[str]) -> str:
-    """`ipset restore` input replacing the members of `name` with `addresses`, in one swap."""
-    temporary = f"{name}-NEW"[:31]
-    lines = [f"create {temporary} hash:ip -exist", f"flush {temporary}"]
-    lines += [f"add {temporary} {ip}" for ip in sorted(set(addresses))]
-    lines += [f"swap {temporary} {name}", f"destroy {temporary}"]
-    return "\n".join(lines) + "\n"
+def restore_script(chain: str, addresses: Iterable[str]) -> str:
+    """`iptables-restore --noflush` input replacing the rules of mangle chain `chain` with one ACCEPT
+    per address, committed at once."""
+    lines = ["*mangle", f"-F {chain}"]
+    lines += [f"-A {chain} -s {ip}/32 -j ACCEPT" for ip in sorted(set(addresses))]
+    return "\n".join([*lines, "COMMIT"]) + "\n"
 
 
-def sync(name: str, addresses: Iterable[str]) -> None:
-    subprocess.run(["ipset", "restore"], input=restore_script(name, addresses), text=True, check=True)
+def sync(chain: str, addresses: Iterable[str]) -> None:
+    script = restore_script(chain, addresses)
+    subprocess.run(["iptables-restore", "--noflush", "-w", "5"], input=script, text=True, check=True)
 
 
 def client(kubeconfig: Path) -> httpx.Client:
@@ -72,22 +73,22 @@ def events(api: httpx.Client, path: str, selector: str, version: str) -> Iterato
                 yield json.loads(line)
 
 
-def run(api: httpx.Client, namespace: str, selector: str, ipset: str) -> None:
+def run(api: httpx.Client, namespace: str, selector: str, chain: str) -> None:
     path = f"/api/v1/namespaces/{namespace}/pods"
-    sync(ipset, ())
+    sync(chain, ())
     while True:
         try:
             listed = api.get(path, params={"labelSelector": selector})
             listed.raise_for_status()
             pods = {p["metadata"]["name"]: address(p) for p in listed.json()["items"]}
-            sync(ipset, filter(None, pods.values()))
+            sync(chain, filter(None, pods.values()))
             for event in events(api, path, selector, listed.json()["metadata"]["resourceVersion"]):
                 if event["type"] == "ERROR":  # e.g. 410 Gone: list again
                     break
                 pod = event["object"]
                 name = pod["metadata"]["name"]
                 pods[name] = None if event["type"] == "DELETED" else address(pod)
-                sync(ipset, filter(None, pods.values()))
+                sync(chain, filter(None, pods.values()))
         except (httpx.HTTPError, ValueError) as e:
             print(f"host-clients: {e!r}; listing again", file=sys.stderr, flush=True)
             time.sleep(1)
@@ -98,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--selector", required=True)
-    parser.add_argument("--ipset", required=True)
+    parser.add_argument("--chain", required=True)
     args = parser.parse_args(argv)
     with client(args.kubeconfig) as api:
-        run(api, args.namespace, args.selector, args.ipset)
+        run(api, args.namespace, args.selector, args.chain)
     return 0
 
 

@@ -15,7 +15,7 @@ registry), Services through kube-proxy (iptables mode), cluster DNS from CoreDNS
 - The kubelet serves on the bridge's address only, to client certificates of a CA of the node's own
   (its key is discarded once it signed the API server's), authorised by the API server (webhook).
 - Pods reach the host only for DNS, the API server and the ports a caller allows, those only from the
-  Pods a label selector names (`host_clients`: their addresses kept in an ipset by a watcher,
+  Pods a label selector names (`host_clients`: their addresses kept in a chain by a watcher,
   skyscan_local.host_clients); forwarding between the bridge and any other interface is dropped: Pod
   traffic never leaves the machine.
 
@@ -60,8 +60,10 @@ POD_CIDR = "10.99.0.0/24"
 GATEWAY = "10.99.0.1"  # the bridge's address: the node's InternalIP, cluster DNS, the kubelet
 KUBERNETES_SERVICE = ("10.0.0.1", 443)  # the first address of the control plane's service range
 KUBE_ROUTER_HEALTH_PORT = 20244  # its default; it listens on every address (Pods' traffic to it is dropped)
-IPSET_PREFIXES = ("KUBE-", "kube-router-", "SKYSCAN-NODE-")  # kube-router's sets, and ours
-CLIENTS_IPSET = "SKYSCAN-NODE-CLIENTS"  # the addresses of the Pods that may reach the host ports
+IPSET_PREFIXES = ("KUBE-", "kube-router-")  # kube-router's sets
+# The mangle chain accepting the Pods that may reach the host ports, one rule per address (an iptables
+# chain, not an ipset: kube-router restores every ipset of the host from its own last view of them).
+CLIENTS_CHAIN = "SKYSCAN-NODE-CLIENTS"
 CLUSTER_DOMAIN = "cluster.local"
 KUBELET_PORT = 10250
 KUBELET_SYSCTLS = {"vm.overcommit_memory": "1", "kernel.panic": "10", "kernel.panic_on_oops": "1"}  # it sets
@@ -292,10 +294,9 @@ def firewall_rules(api_port: int, host_ports: tuple[int, ...]) -> dict[str, list
     """Our chains (by `table/chain`), each jumped to first from the built-in chain of its suffix. The
     host is guarded in the mangle table, ahead of the filter table where a NetworkPolicy enforcer
     (kube-router) accepts what policies allow: no policy can open the host to Pods. The host ports
-    take only the addresses in CLIENTS_IPSET."""
+    take only the addresses CLIENTS_CHAIN accepts."""
     svc_ip, svc_port = KUBERNETES_SERVICE
     to_host = ["-i", BRIDGE, "-d", f"{GATEWAY}/32"]
-    from_clients = ["-m", "set", "--match-set", CLIENTS_IPSET, "src"]
     return {
         # Pods reach the API server at the `kubernetes` Service's address (it listens on loopback), and
         # the host's loopback services (PostgreSQL: a real deployment keeps its database outside the
@@ -319,8 +320,7 @@ def firewall_rules(api_port: int, host_ports: tuple[int, ...]) -> dict[str, list
             ["-i", BRIDGE, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"],
             [*to_host, "-p", "udp", "--dport", "53", "-j", "RETURN"],
             [*to_host, "-p", "tcp", "--dport", "53", "-j", "RETURN"],
-            *([*to_host, "-p", "tcp", "--dport", str(port), *from_clients, "-j", "RETURN"]
-              for port in host_ports),
+            *([*to_host, "-p", "tcp", "--dport", str(port), "-j", CLIENTS_CHAIN] for port in host_ports),
             ["-i", BRIDGE, "-j", "DROP"],
         ],
     }  # fmt: skip
@@ -596,11 +596,9 @@ def _start(
     host.run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
     host.run("ip", "link", "set", BRIDGE, "up")
     host.write_sysctl(f"net.ipv4.conf.{BRIDGE}.route_localnet", "1")  # the DNAT to the API server
-    state.ipsets = host.ipsets(IPSET_PREFIXES)  # what was there before: kept by `stop`
-    _save(state)
-    host.run("ipset", "create", CLIENTS_IPSET, "hash:ip")  # empty until the watcher fills it
     state.chains = True
     _save(state)
+    host.run("iptables", "-w", "5", "-t", "mangle", "-N", CLIENTS_CHAIN)  # empty until the watcher fills it
     _add_chains(cluster.ports["apiserver"], host_ports)
 
     p.containerd_config.parent.mkdir(parents=True, exist_ok=True)
@@ -656,6 +654,8 @@ def _start(
 
     # NetworkPolicy enforced, as a cluster whose network plugin implements it: kube-router's firewall
     # alone (Pods' egress and ingress by iptables chains KUBE-ROUTER-*/KUBE-POD-FW-* and ipsets).
+    state.ipsets = host.ipsets(IPSET_PREFIXES)
+    _save(state)
     router = _spawn(state, "kube-router", kube_router_argv(bin_dir, kubeconfig), tie_to_parent)
     with httpx.Client(timeout=5) as plain:
         _wait(lambda: plain.get(f"http://127.0.0.1:{KUBE_ROUTER_HEALTH_PORT}/healthz").status_code == 200,
@@ -663,7 +663,7 @@ def _start(
     if state.host_clients:
         namespace, selector = state.host_clients.split("/", 1)
         argv = [sys.executable, "-m", "skyscan_local.host_clients", "--kubeconfig", kubeconfig,
-                "--namespace", namespace, "--selector", selector, "--ipset", CLIENTS_IPSET]  # fmt: skip
+                "--namespace", namespace, "--selector", selector, "--chain", CLIENTS_CHAIN]  # fmt: skip
         _spawn(state, "host-clients", argv, tie_to_parent)
 
 

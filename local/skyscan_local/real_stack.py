@@ -113,6 +113,13 @@ def chart_values(shim_ip: str = SHIM_IP) -> dict[str, Any]:
                 "ports": [{"port": 8081, "protocol": "TCP"}],
             },
             "dns": {"to": [{"ipBlock": {"cidr": f"{node.GATEWAY}/32"}}]},
+            # The operator's metrics: from the host (the node: always allowed) and a Prometheus in
+            # namespace `monitoring`, were there one; no other Pod.
+            "operator": {
+                "metricsFrom": [
+                    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+                ]
+            },
         },
         "tokens": {"secretName": "skyscan-shim-tokens"},
     }
@@ -392,6 +399,7 @@ def up(
     state = localstack.load_state(d)
     settings = localstack.LocalStackSettings(SKYSCAN_LOCAL_DIR=d)  # type: ignore[call-arg]
     state["tokens"] = localstack.ensure_tokens(settings, state)
+    localstack.save_state(d, state)  # the next `up` keeps them: running shims and sourced envs hold them
     key = localstack.ensure_presign_key(settings)
     api.apply(
         _path(s := secret("skyscan-shim-tokens", {"tokens.json": (d / localstack.TOKEN_FILE).read_bytes()})),

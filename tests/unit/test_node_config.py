@@ -57,15 +57,10 @@ def test_pods_reach_no_host_port_but_dns_the_api_server_and_the_allowed_ones() -
         "tcp",
         "--dport",
         "5432",
-        "-m",
-        "set",
-        "--match-set",
-        node.CLIENTS_IPSET,
-        "src",
         "-j",
-        "RETURN",
-    ] in inbound  # from the allowed Pods' addresses only
-    assert not any("5432" in rule and node.CLIENTS_IPSET not in rule for rule in inbound)
+        node.CLIENTS_CHAIN,
+    ] in inbound  # which accepts the allowed Pods' addresses only
+    assert not any("5432" in rule and node.CLIENTS_CHAIN not in rule for rule in inbound)
     api, allowed = rules["nat/PREROUTING"]
     assert api[-1] == "127.0.0.1:6443"
     assert allowed[allowed.index("-d") + 1] == f"{node.GATEWAY}/32" and allowed[-1] == "127.0.0.1:5432"
@@ -87,17 +82,16 @@ def test_a_containerd_not_yet_listening_is_waited_for_not_failed(tmp_path: Path)
     assert node._containerd_answers(node.Paths(tmp_path)) is False
 
 
-def test_the_host_clients_set_is_replaced_whole_in_one_swap() -> None:
-    """The watcher's `ipset restore` input: the new members in a temporary set swapped in at once, so no
-    moment holds a Pod that left or lacks one that stays."""
+def test_the_host_clients_chain_is_replaced_whole_in_one_transaction() -> None:
+    """The watcher's `iptables-restore --noflush` input: the chain flushed and refilled in one commit,
+    so no moment holds a Pod that left or lacks one that stays."""
     script = host_clients.restore_script("SKYSCAN-NODE-CLIENTS", ["10.99.0.9", "10.99.0.7", "10.99.0.9"])
     assert script.splitlines() == [
-        "create SKYSCAN-NODE-CLIENTS-NEW hash:ip -exist",
-        "flush SKYSCAN-NODE-CLIENTS-NEW",
-        "add SKYSCAN-NODE-CLIENTS-NEW 10.99.0.7",
-        "add SKYSCAN-NODE-CLIENTS-NEW 10.99.0.9",
-        "swap SKYSCAN-NODE-CLIENTS-NEW SKYSCAN-NODE-CLIENTS",
-        "destroy SKYSCAN-NODE-CLIENTS-NEW",
+        "*mangle",
+        "-F SKYSCAN-NODE-CLIENTS",
+        "-A SKYSCAN-NODE-CLIENTS -s 10.99.0.7/32 -j ACCEPT",
+        "-A SKYSCAN-NODE-CLIENTS -s 10.99.0.9/32 -j ACCEPT",
+        "COMMIT",
     ]
 
 
