@@ -595,6 +595,9 @@ def _start(
     host.run("ip", "link", "add", BRIDGE, "type", "bridge")
     host.run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
     host.run("ip", "link", "set", BRIDGE, "up")
+    # The host reaches Services as the node does, from the bridge's address (else from its own uplink's,
+    # which no NetworkPolicy admitting the node names); the route goes with the bridge.
+    host.run("ip", "route", "add", control_plane.SERVICE_RANGE, "dev", BRIDGE, "src", GATEWAY)
     host.write_sysctl(f"net.ipv4.conf.{BRIDGE}.route_localnet", "1")  # the DNAT to the API server
     state.chains = True
     _save(state)

@@ -450,6 +450,14 @@ def up(
         60,
         error=RealStackError,
     )
+    # Its policy admits the node a moment after its Pod is ready (kube-router programs it then).
+    discovery = f"{env['SKYSCAN_WMS_URL']}/.well-known/openid-configuration"
+    processes.wait_until(
+        lambda: httpx.get(discovery, timeout=2).status_code == 200,
+        "the WMS simulator's Service from the host",
+        60,
+        error=RealStackError,
+    )
     (d / localstack.ENV_FILE).write_text("".join(f"export {k}={shlex.quote(env[k])}\n" for k in ENV_KEYS))
     (d / localstack.ENV_FILE).chmod(0o600)
     print(f"real node stack up in {time.monotonic() - began:.1f}s ({time.monotonic() - built:.1f}s after the "
