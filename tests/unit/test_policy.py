@@ -93,6 +93,27 @@ def test_a_refusal_names_the_field(changes: dict[str, Any], field: str, says: st
     assert says in refusal.message and str(refusal).startswith(f"{field}: ")
 
 
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"dockerTag": "dev"}, "'dev' is not a tag of the catalog (SKYSCAN_TAGS, SKYSCAN_TAG_CATALOG_DIR); "
+                               "a scan names one of its tags exactly"),
+        ({"classifiers": {"rescan": True}}, "classifier cannot contain 'rescan' sub-field"),
+        ({"scannerServerEnvFromUser": {"HTTPS_PROXY": "x"}},
+         "not on the scanner's env allow-list (its tuning variables and SKYSCAN_SCANNER_ENV_ALLOWED)"),
+    ],
+)  # fmt: skip
+def test_a_refusal_says_why_in_full(changes: dict[str, Any], message: str) -> None:
+    """The whole message a condition shows: pydantic's "Value error, " prefix dropped, the settings named."""
+    refusal = policy.refusal(minimal_spec(**changes), POLICY)
+    assert refusal is not None and refusal.message == message
+
+
+def test_a_sensor_event_id_of_the_longest_length_passes() -> None:
+    longest = "e" * policy.model.SENSOR_EVENT_ID_MAX_LENGTH
+    assert policy.refusal(minimal_spec(sensorEventId=longest), POLICY) is None
+
+
 def test_client_logs_caps_only_capped_clusters() -> None:
     uncapped = minimal_spec(
         requestClusters=[{"location": "sub-2", "nWorkers": 900}], debugMode=["client-logs"]
