@@ -344,21 +344,19 @@ async def ensure_app_login(server: Server, role: str = APP_ROLE, database: str =
     return dsn
 
 
-async def drop_database(admin_dsn: str, name: str) -> None:
-    """Drop database `name`, disconnecting whoever still uses it."""
-    quoted = f'"{_checked(name)}"'
+async def _execute(admin_dsn: str, sql: str) -> None:
     conn = await asyncpg.connect(admin_dsn)
     try:
-        await conn.execute(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)")
+        await conn.execute(sql)
     finally:
         await conn.close()
+
+
+async def drop_database(admin_dsn: str, name: str) -> None:
+    """Drop database `name`, disconnecting whoever still uses it."""
+    await _execute(admin_dsn, f'DROP DATABASE IF EXISTS "{_checked(name)}" WITH (FORCE)')
 
 
 async def drop_role(admin_dsn: str, name: str) -> None:
     """Drop role `name` if it exists (after the databases it owns: what it owns elsewhere stops it)."""
-    quoted = f'"{_checked(name)}"'
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f"DROP ROLE IF EXISTS {quoted}")
-    finally:
-        await conn.close()
+    await _execute(admin_dsn, f'DROP ROLE IF EXISTS "{_checked(name)}"')
