@@ -60,7 +60,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import jwt
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 log = logging.getLogger(__name__)
 
@@ -123,18 +123,40 @@ def _default_roles() -> dict[Role, list[str]]:
     return {"user": ["skyscan-user"], "system": ["skyscan-system"]}
 
 
+class RoleGrant(BaseModel):
+    """A role a token earns when one claim holds one value (the claim path as in `roles_claims`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    claim: str = Field(min_length=1)
+    value: str = Field(min_length=1)
+    role: Role
+
+
 class PeopleIssuerConfig(IssuerConfig):
     """An issuer of people's tokens: which claims carry roles, and which values grant `user`/`system`.
 
     A claim path is dot-separated (`realm_access.roles`, `resource_access.skyscan.roles`, `groups`,
     `sub`); a key that itself contains dots is matched whole. A claim may be a string or a list of
     strings. A token whose claims match no configured value is authenticated with no roles (403).
+    `roles_claims` pools the values of every claim it names; `grants` instead ties each role to its own
+    (claim, value) pairs, as IceCube's issuer sets them: `users` in one client's roles grants `user`,
+    and only `system` in another's grants `system`.
     """
 
     roles_claims: list[str] = Field(default_factory=lambda: ["realm_access.roles"], min_length=1)
     roles: dict[Role, list[str]] = Field(default_factory=_default_roles)
+    grants: list[RoleGrant] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_mapping(self) -> PeopleIssuerConfig:
+        if self.grants and {"roles_claims", "roles"} & self.model_fields_set:
+            raise ValueError("grants replaces roles_claims and roles: give one or the other")
+        return self
 
     def roles_of(self, claims: Mapping[str, Any]) -> frozenset[str]:
+        if self.grants:
+            return frozenset(g.role for g in self.grants if g.value in claim_values(claims, g.claim))
         values: set[str] = set()
         for path in self.roles_claims:
             values |= claim_values(claims, path)

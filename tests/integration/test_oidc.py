@@ -246,6 +246,32 @@ async def test_keycloak_claims_map_to_roles(
     assert identity == auth.Identity("alice", frozenset(roles))
 
 
+@pytest.mark.parametrize(
+    ("resource_access", "roles"),
+    [
+        ({"skydriver-external": {"roles": ["users"]}}, {"user"}),
+        ({"skydriver-external": {"roles": ["users"]}, "skydriver-internal": {"roles": ["system"]}},
+         {"user", "system"}),
+        ({"skydriver-external": {"roles": ["users", "system"]}}, {"user"}),  # system from its own client only
+    ],
+)  # fmt: skip
+async def test_icecubes_client_roles_map_to_roles_by_grants(
+    keycloak: LocalIssuer, verifier_for: MakeVerifier, resource_access: dict[str, Any], roles: set[str]
+) -> None:
+    """Tokens of the local issuer carrying the claims IceCube's issuer sets, mapped by `grants`."""
+    key = keycloak.new_key("RS256")
+    config = oidc.PeopleIssuerConfig.model_validate(
+        {"issuer": keycloak.issuer, "audience": "skyscan", "grants": [
+            {"claim": "resource_access.skydriver-external.roles", "value": "users", "role": "user"},
+            {"claim": "resource_access.skydriver-internal.roles", "value": "system", "role": "system"},
+        ]}
+    )  # fmt: skip
+    people = auth.OIDCPeople(verifier_for(config))
+    claims = keycloak.claims(resource_access=resource_access)
+    identity = await people.authenticate(keycloak.sign(key, claims))
+    assert identity == auth.Identity("alice", frozenset(roles))
+
+
 async def test_a_tokens_identity_is_mapped_once(keycloak: LocalIssuer, verifier_for: MakeVerifier) -> None:
     key = keycloak.new_key()
     people = auth.OIDCPeople(verifier_for(keycloak.config()))

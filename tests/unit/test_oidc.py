@@ -124,6 +124,47 @@ def test_role_mapping(roles_claims: list[str], mapping: dict[str, list[str]], ex
     assert config.roles_of(KEYCLOAK) == expected
 
 
+# IceCube's issuer: people who may scan have `users` in one client's roles, the scanners' accounts
+# `system` in another's.
+ICECUBE_GRANTS = [
+    {"claim": "resource_access.skydriver-external.roles", "value": "users", "role": "user"},
+    {"claim": "resource_access.skydriver-internal.roles", "value": "system", "role": "system"},
+]
+
+
+@pytest.mark.parametrize(
+    ("resource_access", "expected"),
+    [
+        ({"skydriver-external": {"roles": ["users"]}}, {"user"}),
+        ({"skydriver-internal": {"roles": ["system"]}}, {"system"}),
+        ({"skydriver-external": {"roles": ["users"]}, "skydriver-internal": {"roles": ["system"]}},
+         {"user", "system"}),
+        ({"skydriver-external": {"roles": ["system"]}}, set()),  # not pooled: system from its client only
+        ({"skydriver-internal": {"roles": ["users"]}}, set()),
+        ({"skyscan": {"roles": ["skyscan-user", "skyscan-system"]}}, set()),  # the default values: not here
+    ],
+)  # fmt: skip
+def test_grants_tie_each_role_to_its_own_claim(resource_access: dict[str, Any], expected: set[str]) -> None:
+    config = oidc.PeopleIssuerConfig.model_validate(
+        {"issuer": ISSUER, "audience": "skyscan", "grants": ICECUBE_GRANTS}
+    )
+    assert config.roles_of({**KEYCLOAK, "resource_access": resource_access}) == expected
+
+
+def test_grants_replace_the_pooled_mapping_and_are_not_mixed_with_it() -> None:
+    for pooled in ({"roles_claims": ["groups"]}, {"roles": BOTH}):
+        with pytest.raises(ValidationError, match="grants replaces roles_claims and roles"):
+            oidc.PeopleIssuerConfig.model_validate(
+                {"issuer": ISSUER, "audience": "skyscan", "grants": ICECUBE_GRANTS, **pooled}
+            )
+    bad = [{"claim": "groups", "value": "x", "role": "admin"}, {"claim": "", "value": "x", "role": "user"}]
+    for grant in bad:
+        with pytest.raises(ValidationError):
+            oidc.PeopleIssuerConfig.model_validate(
+                {"issuer": ISSUER, "audience": "skyscan", "grants": [grant]}
+            )
+
+
 def test_the_default_mapping_is_keycloak_realm_roles() -> None:
     config = oidc.PeopleIssuerConfig(issuer=ISSUER, audience="skyscan")
     assert config.roles_claims == ["realm_access.roles"]
