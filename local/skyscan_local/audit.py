@@ -392,7 +392,7 @@ class Audit:
             ).strip()
             self.record(
                 "a scanner-labelled Pod: the WMS simulator's workflows without a token",
-                Probe("", out == "401", out),
+                Probe("", out == "403", out),
             )
 
     def pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:

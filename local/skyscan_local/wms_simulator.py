@@ -547,7 +547,7 @@ async def simulate(request: web.Request, handler: Handler) -> web.StreamResponse
     if wms.settings.require_auth and (ewms or hook):
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         if token not in wms.tokens:
-            return error(401, "missing or invalid bearer token")
+            return error(403, "missing or invalid bearer token")  # as EWMS answers it
     if not ewms:
         return await handler(request)
     now = time.time()

@@ -37,7 +37,11 @@ class WMSError(Exception):
 
 
 class WMSUnavailable(WMSError):
-    """No answer, 5xx, 408 or 429 (or a 401 a fresh token did not cure), past the retries."""
+    """No answer, 5xx, 408 or 429 (or a refused token a fresh one did not cure), past the retries."""
+
+
+# How a WMS refuses a bearer token: 401 by the book, 403 as EWMS answers an expired or revoked one.
+TOKEN_REFUSED = (401, 403)
 
 
 def retried(error: BaseException, idempotent: bool) -> bool:
@@ -45,7 +49,7 @@ def retried(error: BaseException, idempotent: bool) -> bool:
     never opened (nothing was sent), and, for an idempotent call, anything else `WMSUnavailable`."""
     if not isinstance(error, WMSUnavailable):
         return False
-    return idempotent or error.status == 401 or isinstance(error.__cause__, httpx.ConnectError)
+    return idempotent or error.status in TOKEN_REFUSED or isinstance(error.__cause__, httpx.ConnectError)
 
 
 class TokenSource:
@@ -144,9 +148,9 @@ class WMSClient:
             metrics.wms_request(method, path, None, time.monotonic() - started)
             raise WMSUnavailable(method, path, None, f"{type(e).__name__}: {e}") from e
         metrics.wms_request(method, path, r.status_code, time.monotonic() - started)
-        if r.status_code == 401 and self._tokens:
+        if r.status_code in TOKEN_REFUSED and self._tokens:
             self._tokens.invalidate()  # expired early or revoked: mint a new one and try again
-            raise WMSUnavailable(method, path, 401, r.text[:300])
+            raise WMSUnavailable(method, path, r.status_code, r.text[:300])
         if r.status_code >= 500 or r.status_code in (408, 429):  # cannot now, not a refusal
             log.warning("WMS %s %s: HTTP %s", method, path, r.status_code)
             raise WMSUnavailable(method, path, r.status_code, r.text[:300])

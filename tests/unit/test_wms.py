@@ -150,7 +150,7 @@ async def test_oidc_client_credentials(sim: Sim) -> None:
     anonymous = client(sim)
     with pytest.raises(WMSError) as err:
         await anonymous.query_workflows(["x"])
-    assert err.value.status == 401
+    assert err.value.status == 403  # as EWMS refuses a missing or bad token
     authed = client(sim, oidc_issuer=sim.url, client_id="skyscan", client_secret="s3cret")
     assert await authed.query_workflows(["x"]) == []
     assert await authed.query_taskforces(["x"]) == []
@@ -211,9 +211,21 @@ async def test_a_refused_token_is_minted_again_and_even_a_post_is_sent_again(sim
     assert await wms.query_workflows(["x"]) == []
     sim.state.tokens.clear()  # the WMS forgets (revokes) the token the client holds
     created = await wms.request_workflow(request())
-    assert sim.posts("/v1/workflows") == 2  # refused unread (401), then accepted
+    assert sim.posts("/v1/workflows") == 2  # refused unread (403, as EWMS answers), then accepted
     assert list(sim.state.workflows) == [created["workflow"]["workflow_id"]]
     assert len(sim.state.tokens) == 1  # the fresh one
+    await wms.aclose()
+
+
+@pytest.mark.parametrize("status", [401, 403])
+async def test_a_token_refused_either_way_is_minted_again(sim: Sim, status: int) -> None:
+    """EWMS answers an expired or revoked token 403, the book 401: either way a fresh one is minted."""
+    sim.state.settings = sim.state.settings.model_copy(update={"require_auth": True})
+    wms = client(sim, oidc_issuer=sim.url, client_id="skyscan", client_secret="s3cret")
+    assert await wms.query_workflows(["x"]) == []
+    sim.state.faults.append(simulator.Fault(status, time.time() + 60, 1, "/v1/query/workflows", "POST"))
+    assert await wms.query_workflows(["x"]) == []
+    assert sim.state.requests.count(("POST", "/v1/query/workflows")) == 3  # the refused one tried again
     await wms.aclose()
 
 
