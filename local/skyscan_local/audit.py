@@ -19,7 +19,6 @@ import base64
 import functools
 import json
 import os
-import ssl
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import httpx
 
-from skyscan_local import node
+from skyscan_local import host_clients, node
 from skyscan_local.real_stack import ARCHIVE_SECRET, NAMESPACE, RELEASE, REPO, WMS, Api, real_dir
 
 OTHER_NAMESPACE = "skyscan-audit"
@@ -197,12 +196,7 @@ class Audit:
         return str(got.json()["status"]["token"])
 
     def as_account(self, account: str) -> httpx.Client:
-        return httpx.Client(
-            base_url=str(self.api.http.base_url),
-            verify=ssl.create_default_context(cafile=str(self.cluster_dir / "ca.crt")),
-            headers={"Authorization": f"Bearer {self.token(account)}"},
-            timeout=10,
-        )
+        return host_clients.client(Path(self.kubeconfig), self.token(account))
 
     def component_writes(self) -> None:
         ns = f"/api/v1/namespaces/{NAMESPACE}"

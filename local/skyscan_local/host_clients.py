@@ -51,14 +51,15 @@ def sync(chain: str, addresses: Iterable[str]) -> None:
     subprocess.run(["iptables-restore", "--noflush", "-w", "5"], input=script, text=True, check=True)
 
 
-def client(kubeconfig: Path) -> httpx.Client:
+def client(kubeconfig: Path, token: str | None = None) -> httpx.Client:
+    """The API server of a local kubeconfig, as its user, or with `token` (another account's)."""
     config = yaml.safe_load(kubeconfig.read_text())
     cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
     ca = cluster.get("certificate-authority") or str(kubeconfig.parent / "ca.crt")
     return httpx.Client(
         base_url=cluster["server"],
         verify=ssl.create_default_context(cafile=ca),
-        headers={"Authorization": f"Bearer {user['token']}"},
+        headers={"Authorization": f"Bearer {token or user['token']}"},
         timeout=httpx.Timeout(10, read=WATCH_SECONDS + 10),
     )
 

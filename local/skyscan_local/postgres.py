@@ -72,19 +72,8 @@ class Server:
     def app_dsn(self, role: str = APP_ROLE, database: str = APP_DATABASE) -> str:
         """The archive's role's DSN (over loopback); its password is made on first use and kept.
         The role exists once `ensure_app_login` has run."""
-        password = _app_password(Path(self.dir) / APP_PASSWORD_FILE)  # hex: safe in a URL
+        password = processes.kept_secret(Path(self.dir) / APP_PASSWORD_FILE)  # hex: safe in a URL
         return f"postgresql://{_checked(role)}:{password}@127.0.0.1:{self.port}/{_checked(database)}"
-
-
-def _app_password(path: Path) -> str:
-    """The password in `path`, or a new one written there (mode 0600 from the start) if it is missing."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(16) + "\n")
-    return path.read_text().strip()
 
 
 def _has_server(bindir: Path) -> bool:

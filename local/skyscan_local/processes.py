@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import os
 import pwd
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,6 +25,21 @@ import httpx
 _PR_SET_PDEATHSIG = 1  # prctl option, <linux/prctl.h>
 POLL_SECONDS = 0.2
 START_MARKER = "--- skyscan: started"  # the line `spawn` writes to a log before each start
+
+
+def kept_secret(path: Path, nbytes: int = 16) -> str:
+    """The random hex secret kept in `path`, made on first use: written whole to a file of mode 0600,
+    then linked into place, so it is never seen partly written and two first uses keep the same one."""
+    if not path.exists():
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(nbytes) + "\n")
+        with contextlib.suppress(FileExistsError):  # another made it first: theirs is kept
+            os.link(tmp, path)
+        tmp.unlink()
+    return path.read_text().strip()
 
 
 def die_with_parent() -> None:

@@ -27,7 +27,6 @@ import asyncio
 import base64
 import json
 import os
-import secrets
 import shlex
 import shutil
 import ssl
@@ -310,12 +309,8 @@ def adoptable_namespace() -> dict[str, Any]:
 
 def wms_secret(d: Path) -> bytes:
     """The operator's client secret at the WMS simulator, made once (mode 0600 in the real stack's dir)."""
-    f = real_dir(d) / "wms-client-secret"
-    if not f.exists():
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.touch(mode=0o600)
-        f.write_text(secrets.token_urlsafe(32))
-    return f.read_bytes().strip()
+    real_dir(d).mkdir(parents=True, exist_ok=True)
+    return processes.kept_secret(real_dir(d) / "wms-client-secret").encode()
 
 
 # --- up and down -----------------------------------------------------------------------------------

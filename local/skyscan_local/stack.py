@@ -28,7 +28,6 @@ import fcntl
 import hashlib
 import json
 import os
-import secrets
 import shlex
 import shutil
 import sys
@@ -389,11 +388,7 @@ def ensure_tokens(s: LocalStackSettings, state: dict[str, Any]) -> dict[str, str
 def ensure_presign_key(s: LocalStackSettings) -> Path:
     """The key signing the workers' startup.json URLs; kept across `up`s (so nothing restarts)."""
     key_file = s.dir / PRESIGN_KEY_FILE
-    if not key_file.exists():
-        tmp = s.dir / f"{PRESIGN_KEY_FILE}.tmp"
-        tmp.write_text(secrets.token_hex(32) + "\n")
-        tmp.chmod(0o600)
-        tmp.replace(key_file)
+    processes.kept_secret(key_file, 32)
     return key_file
 
 

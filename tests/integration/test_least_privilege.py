@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import ssl
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import pytest
 import yaml
 
 from skyscan import model
-from skyscan_local import audit
+from skyscan_local import audit, host_clients
 from skyscan_operator import scanner_job
 from skyscan_operator.settings import OperatorSettings
 from tests.conftest import Cluster
@@ -57,25 +56,10 @@ class Release:
             json={"spec": {"expirationSeconds": 600}},
         )
         got.raise_for_status()
-        return httpx.Client(
-            base_url=self.admin.base_url,
-            verify=ssl.create_default_context(cafile=str(Path(self.kubeconfig).parent / "ca.crt")),
-            headers={"Authorization": f"Bearer {got.json()['status']['token']}"},
-            timeout=10,
-        )
+        return host_clients.client(Path(self.kubeconfig), got.json()["status"]["token"])
 
     def path(self, resource: str, name: str = "", group: str = "/api/v1") -> str:
         return f"{group}/namespaces/{self.namespace}/{resource}" + (f"/{name}" if name else "")
-
-
-def admin_client(kubeconfig: str) -> httpx.Client:
-    config = yaml.safe_load(Path(kubeconfig).read_text())
-    return httpx.Client(
-        base_url=config["clusters"][0]["cluster"]["server"],
-        verify=ssl.create_default_context(cafile=config["clusters"][0]["cluster"]["certificate-authority"]),
-        headers={"Authorization": f"Bearer {config['users'][0]['user']['token']}"},
-        timeout=10,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +69,7 @@ def release(cluster: Cluster) -> Iterator[Release]:
     install makes beforehand."""
     name = f"skyscan-{secrets.token_hex(3)}"
     docs = [d for d in template(release=name, namespace=name) if d["kind"] in APPLIED]
-    admin = admin_client(cluster.kubeconfig)
+    admin = host_clients.client(Path(cluster.kubeconfig))  # the kubeconfig's user
     admin.post("/api/v1/namespaces", json={"metadata": {"name": name}}).raise_for_status()
     done = subprocess.run(
         [KUBECTL, "--kubeconfig", cluster.kubeconfig, "apply", "--server-side", "-f", "-"],
