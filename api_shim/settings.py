@@ -15,10 +15,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from api_shim.oidc import PeopleIssuerConfig
 from skyscan import model, names, policy, presign
 from skyscan.logs import LogFormat
-from skyscan.tags import DEFAULT_MIN_TAG
 
 
-class ShimSettings(BaseSettings):
+class ShimSettings(BaseSettings, policy.PolicySettings):  # with the request policy's fields
     model_config = SettingsConfigDict(env_prefix="SKYSCAN_", extra="ignore")
 
     namespace: str = Field(default="skyscan", description="The one namespace holding every Scan.")
@@ -36,31 +35,6 @@ class ShimSettings(BaseSettings):
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", description="The lowest level logged; `WARNING` leaves out the access log."
-    )
-
-    known_clusters: dict[str, int | None] = Field(
-        default_factory=lambda: dict(policy.DEFAULT_KNOWN_CLUSTERS),
-        description="WMS cluster location -> max workers when debug_mode has client-logs (null: no cap).",
-    )
-    max_n_workers: int = Field(
-        default=policy.DEFAULT_MAX_N_WORKERS,
-        ge=1,
-        le=model.N_WORKERS_MAX,
-        description="The most workers a request asks for at one cluster location (each request_clusters "
-        f"entry of POST /scan, add-workers' n_workers); 400 beyond. At most {model.N_WORKERS_MAX}, the "
-        "Scan CRD's bound.",
-    )
-    tag_catalog_dir: Path | None = Field(
-        default=None,
-        description="CVMFS-style directory of images named skymap_scanner:<tag>.",
-    )
-    tags: list[str] = Field(default_factory=list, description="Extra known image tags (JSON list).")
-    min_tag: str = Field(default=DEFAULT_MIN_TAG, description="Semver tags older than this are refused.")
-    scanner_env_allowed: model.EnvAllowList = Field(
-        default_factory=list,
-        description="Names users may set in scanner_server_env_from_user besides the scanner's tuning "
-        "variables (JSON list; an entry ending in * allows a prefix; the operator reads it too); reserved "
-        "names stay refused.",
     )
 
     # Sizes when a request names none: bytes, or a size such as "2GB"; the Scan model's defaults.

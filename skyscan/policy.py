@@ -17,12 +17,13 @@ import re
 import typing
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from skyscan import model
-from skyscan.tags import TagError, check_tag
+from skyscan.tags import DEFAULT_MIN_TAG, TagError, check_tag
 
 # The shim's and the operator's defaults of the settings of the same names.
 DEFAULT_KNOWN_CLUSTERS: dict[str, int | None] = {"osg": 100, "sub-2": 100, "local": 5}
@@ -44,6 +45,50 @@ class Policy:
     scanner_env_allowed: Collection[str]  # names, or PREFIX*, besides the scanner's tuning variables
     known_clusters: Mapping[str, int | None]  # location -> most workers with client-logs (None: no cap)
     max_n_workers: int  # per request_clusters entry
+
+
+class PolicySettings(BaseModel):
+    """The deployment's request policy as both components read it: the shim's and the operator's
+    settings classes take these fields (SKYSCAN_TAGS, ...) from here, so the two never disagree."""
+
+    known_clusters: dict[str, int | None] = Field(
+        default_factory=lambda: dict(DEFAULT_KNOWN_CLUSTERS),
+        description="WMS cluster location -> max workers when debug_mode has client-logs (null: no cap); "
+        "a scan asks for workers at these only.",
+    )
+    max_n_workers: int = Field(
+        default=DEFAULT_MAX_N_WORKERS,
+        ge=1,
+        le=model.N_WORKERS_MAX,
+        description="The most workers a request asks for at one cluster location (each request_clusters "
+        f"entry of a scan, each add-workers request); refused beyond (REST: 400). At most "
+        f"{model.N_WORKERS_MAX}, the Scan CRD's bound.",
+    )
+    tag_catalog_dir: Path | None = Field(
+        default=None,
+        description="CVMFS-style directory of images named skymap_scanner:<tag> (the shim and the operator "
+        "read it: mount it in both).",
+    )
+    tags: list[str] = Field(
+        default_factory=list, description="Extra known image tags (JSON list; the shim's and the operator's)."
+    )
+    min_tag: str = Field(default=DEFAULT_MIN_TAG, description="Semver tags older than this are refused.")
+    scanner_env_allowed: model.EnvAllowList = Field(
+        default_factory=list,
+        description="Names users may set in scanner_server_env_from_user besides the scanner's tuning "
+        "variables (JSON list; an entry ending in * allows a prefix; the shim and the operator read it); "
+        "reserved names stay refused.",
+    )
+
+    def request_policy(self, catalog: Collection[str]) -> Policy:
+        """The rules a Scan's spec is held to, with the tag catalog as it is now."""
+        return Policy(
+            tags=catalog,
+            min_tag=self.min_tag,
+            scanner_env_allowed=self.scanner_env_allowed,
+            known_clusters=self.known_clusters,
+            max_n_workers=self.max_n_workers,
+        )
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ as pydantic-settings reads them (`SKYSCAN_SCANNER_POD_ANNOTATIONS='{"a": "b"}'`)
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,12 +14,11 @@ from urllib.parse import urlsplit
 from pydantic import Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from skyscan import model, names, policy, presign
+from skyscan import names, policy, presign
 from skyscan.logs import LogFormat
-from skyscan.tags import DEFAULT_MIN_TAG
 
 
-class OperatorSettings(BaseSettings):
+class OperatorSettings(BaseSettings, policy.PolicySettings):  # with the request policy's fields
     model_config = SettingsConfigDict(env_prefix="SKYSCAN_", extra="ignore")
 
     # --- where ---
@@ -116,30 +114,6 @@ class OperatorSettings(BaseSettings):
     )
     max_running_scanners: int = Field(
         default=0, ge=0, description="Cap on concurrently started, unfinished scans; 0 = no cap."
-    )
-
-    # --- the request policy: the shim's settings of the same names (README, "The Scan resource") ---
-    tag_catalog_dir: Path | None = Field(
-        default=None,
-        description="CVMFS-style directory of images named skymap_scanner:<tag> (read by the shim and the "
-        "operator: mount it in both).",
-    )
-    tags: list[str] = Field(
-        default_factory=list, description="Extra known image tags (JSON list; the shim's and the operator's)."
-    )
-    min_tag: str = Field(default=DEFAULT_MIN_TAG, description="Semver tags older than this are refused.")
-    known_clusters: dict[str, int | None] = Field(
-        default_factory=lambda: dict(policy.DEFAULT_KNOWN_CLUSTERS),
-        description="WMS cluster location -> max workers when debug_mode has client-logs (null: no cap); "
-        "a scan asks for workers at these only.",
-    )
-    max_n_workers: int = Field(
-        default=policy.DEFAULT_MAX_N_WORKERS,
-        ge=1,
-        le=model.N_WORKERS_MAX,
-        description="The most workers a request asks for at one cluster location (each request_clusters "
-        f"entry of a scan, each add-workers request); refused beyond. At most {model.N_WORKERS_MAX}, the "
-        "Scan CRD's bound.",
     )
 
     # --- ending ---
@@ -258,12 +232,6 @@ class OperatorSettings(BaseSettings):
     scanner_env: dict[str, str] = Field(
         default_factory=dict, description="Extra scanner env (JSON object); the user's env cannot replace it."
     )
-    scanner_env_allowed: model.EnvAllowList = Field(
-        default_factory=list,
-        description="Names users may set in scanner_server_env_from_user besides the scanner's tuning "
-        "variables (JSON list; an entry ending in * allows a prefix; the shim reads it too); reserved "
-        "names stay refused.",
-    )
     scanner_restricted: bool = Field(
         default=True,
         description="The scanner container runs as the restricted Pod Security profile asks: not as root, "
@@ -305,16 +273,6 @@ class OperatorSettings(BaseSettings):
     @property
     def presign_key(self) -> bytes | None:
         return self._presign_key
-
-    def request_policy(self, catalog: Collection[str]) -> policy.Policy:
-        """The rules a Scan's spec is held to (`skyscan.policy`), with the tag catalog as it is now."""
-        return policy.Policy(
-            tags=catalog,
-            min_tag=self.min_tag,
-            scanner_env_allowed=self.scanner_env_allowed,
-            known_clusters=self.known_clusters,
-            max_n_workers=self.max_n_workers,
-        )
 
     @property
     def namespaces(self) -> list[str]:

@@ -136,3 +136,16 @@ def test_what_rest_stores_passes() -> None:
         )  # fmt: skip
         spec = normalise(body, CATALOG, defaults).spec
         assert policy.refusal(spec.to_kube(), POLICY) is None, tag
+
+
+def test_the_settings_give_the_policy_their_values_and_the_catalog_as_it_is() -> None:
+    settings = policy.PolicySettings(
+        min_tag="4.1.0", scanner_env_allowed=["OMP_*"], known_clusters={"osg": 3}, max_n_workers=5
+    )
+    assert settings.request_policy(CATALOG) == policy.Policy(
+        tags=CATALOG,
+        min_tag="4.1.0",
+        scanner_env_allowed=["OMP_*"],
+        known_clusters={"osg": 3},
+        max_n_workers=5,
+    )
