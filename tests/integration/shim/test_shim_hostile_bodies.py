@@ -5,6 +5,8 @@ patterns leaves /healthz answering at once (issue 18, findings 4 and 5)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import gc
 import gzip
 import json
 import time
@@ -13,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import pytest
 
 from api_shim.filters import FindLimits
@@ -20,18 +23,24 @@ from api_shim.handlers import find as find_handler
 from tests.integration.shim.conftest import Reply, ShimUnderTest, scan_body
 
 BURST = 30
+# The longest the loop may be held during a burst: alone the worst gap is about 0.2 s (thirty requests
+# arriving in one turn of the loop), a loaded CI runner measured 0.51 s; work that is not sliced holds
+# it for 1.8 s at least (thirty 60 ms compiles) and inflating bombs did for 2.6-15 s.
+HELD_AT_MOST = 1.0
 # 40 MB of spaces: about 40 KB as gzip. Thirty of them once stalled /healthz for seconds and took the
 # shim's memory past a gigabyte, inflated before anyone was authenticated.
 BOMB = gzip.compress(b" " * 40_000_000, compresslevel=9)
 
 
 async def worst_health_latency(
-    shim: ShimUnderTest, burst: Callable[[], Awaitable[list[Reply]]]
+    shim: ShimUnderTest, burst: Callable[[ShimUnderTest], Awaitable[list[Reply]]]
 ) -> tuple[float, list[Reply]]:
     """Run `burst` while /healthz is probed back to back; the longest time between two answers (a
     stalled loop delays the next probe as much as the answer), and the burst's replies. The time is
     the loop thread's CPU time (the shim serves in this process): what held the loop, not the waits
-    for a core on a loaded machine."""
+    for a core on a loaded machine. The burst's client runs on a loop of its own in another thread, so
+    its own work (thirty bodies encoded, thirty answers decoded) is not counted as the shim's, and the
+    test process's heap is frozen first, so a full collection of pytest's objects is not either."""
     gaps: list[float] = []
     done = asyncio.Event()
 
@@ -43,12 +52,19 @@ async def worst_health_latency(
             last = time.thread_time()
             await asyncio.sleep(0.005)
 
+    async def client() -> list[Reply]:
+        async with aiohttp.ClientSession() as session:
+            return await asyncio.wait_for(burst(dataclasses.replace(shim, session=session)), timeout=60)
+
+    gc.collect()
+    gc.freeze()
     prober = asyncio.create_task(probe())
     try:
-        replies = await asyncio.wait_for(burst(), timeout=60)
+        replies = await asyncio.to_thread(asyncio.run, client())
     finally:
         done.set()
         await prober
+        gc.unfreeze()
     return max(gaps), replies
 
 
@@ -60,7 +76,7 @@ async def test_a_compressed_body_is_refused_before_authentication_and_never_infl
 
     headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
 
-    async def burst() -> list[Reply]:
+    async def burst(shim: ShimUnderTest) -> list[Reply]:
         bombs = (shim.call("POST", "/scan", as_=as_, data=BOMB, headers=headers) for _ in range(BURST))
         return await asyncio.gather(*bombs)
 
@@ -72,7 +88,7 @@ async def test_a_compressed_body_is_refused_before_authentication_and_never_infl
             and reply.body["error"] == "Unsupported Media Type"
         )
         assert reply.headers["Accept-Encoding"] == "identity"
-    assert worst < 0.5, worst  # inflating thirty bombs on the loop took 2.6-15 s
+    assert worst < HELD_AT_MOST, worst
     listed = await shim.call("POST", "/scans/find", json_body={"filter": {}})
     assert listed.body["manifests"] == []  # nothing was written
 
@@ -159,13 +175,13 @@ async def test_a_burst_of_finds_compiling_hundreds_of_patterns_keeps_the_shim_re
     patterns.append({"scanner_server_args": {"$regex": "millipede_wilks"}})
     body = {"filter": {"$or": patterns}, "include_deleted": True}
 
-    async def burst() -> list[Reply]:
+    async def burst(shim: ShimUnderTest) -> list[Reply]:
         return await asyncio.gather(*(shim.call("POST", "/scans/find", json_body=body) for _ in range(BURST)))
 
     worst, replies = await worst_health_latency(shim, burst)
     for reply in replies:
         assert reply.status == 200 and len(reply.body["manifests"]) == 2, reply.body
-    assert worst < 0.5, worst
+    assert worst < HELD_AT_MOST, worst
 
 
 async def test_a_burst_of_too_costly_finds_is_refused_within_the_budget_and_keeps_the_shim_responsive(
@@ -179,7 +195,7 @@ async def test_a_burst_of_too_costly_finds_is_refused_within_the_budget_and_keep
     patterns = [{"scanner_server_args": {"$regex": f"\\w{{1,240}}{i}"}} for i in range(330)]
     body = {"filter": {"$or": patterns}, "include_deleted": True}
 
-    async def burst() -> list[Reply]:
+    async def burst(shim: ShimUnderTest) -> list[Reply]:
         return await asyncio.gather(*(shim.call("POST", "/scans/find", json_body=body) for _ in range(BURST)))
 
     worst, replies = await worst_health_latency(shim, burst)
@@ -191,4 +207,4 @@ async def test_a_burst_of_too_costly_finds_is_refused_within_the_budget_and_keep
         ), reason
         least = int(reason.split()[5])
         assert 10_000 < least < 10_100, reason  # refused at the first pattern beyond the budget
-    assert worst < 0.5, worst
+    assert worst < HELD_AT_MOST, worst
