@@ -70,7 +70,6 @@ LOCAL_DEFAULTS: dict[str, dict[str, str]] = {
     "wms-simulator": {
         "SKYSCAN_WMS_SIM_ACTIVATION_DELAY": "1",
         "SKYSCAN_WMS_SIM_STEP_DELAY": "1",
-        "SKYSCAN_WMS_SIM_CLUSTERS": json.dumps(["osg", "sub-2", "local"]),
         "SKYSCAN_WMS_SIM_RUN_INIT_COMMAND": "true",  # workers fetch startup.json before they start
     },
     "shim": {

@@ -310,7 +310,7 @@ def test_the_wms_double_rejects_what_the_real_one_rejects() -> None:
     body["tasks"][0]["pilot_config"]["environment"]["EWMS_PILOT_TASK_IMAGE"] = "x"
     with pytest.raises(SimError, match="EWMS_PILOT_TASK_IMAGE"):
         validate_workflow_request(body, {"osg"})
-    with pytest.raises(SimError, match="unknown cluster"):
+    with pytest.raises(SimError, match="condor cluster location not found"):
         validate_workflow_request(scanner_job.workflow_request("abc", "u", spec(), S), {"local"})
     with pytest.raises(SimError, match="additional properties"):
         validate_workflow_request({**scanner_job.workflow_request("abc", "u", spec(), S), "x": 1}, {"osg"})

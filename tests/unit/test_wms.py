@@ -90,8 +90,11 @@ async def test_add_workers_and_marker_lookup(sim: Sim) -> None:
     assert await wms.find_workflows_by_marker("uid-7") == [wf_id]
     assert await wms.find_workflows_by_marker("uid-8") == []
     tf = await wms.add_workers(wf_id, "sub-2", 4)
-    assert tf["n_workers"] == 4 and tf["cluster_location"] == "sub-2" and tf["priority"] == 150
-    with pytest.raises(WMSError, match="unknown cluster location") as err:
+    # sub-2 is the WMS's alias of osg, which a taskforce names by its schedd; priority: the workflow's
+    # max(50, 100), plus 100 for added workers
+    assert tf["n_workers"] == 4 and tf["priority"] == 200
+    assert tf["schedd"] == "grid-submitter.icecube.wisc.edu" and "cluster_location" not in tf
+    with pytest.raises(WMSError, match="condor cluster location not found") as err:
         await wms.add_workers(wf_id, "mars", 4)
     assert err.value.status == 400
     await wms.aclose()
