@@ -89,16 +89,23 @@ def n_workers_too_many(field: str, n_workers: int, most: int) -> ApiError | None
     )
 
 
+def unknown_cluster(name: str, known: Mapping[str, int | None]) -> ApiError | None:
+    """A cluster location this deployment does not offer (`SKYSCAN_KNOWN_CLUSTERS`): launch's and
+    add-workers' 400."""
+    if name in known:
+        return None
+    return bad_request(f"requested unknown cluster: {name} (available: {', '.join(known)})")
+
+
 def _clusters(body: ScanRequestBody, defaults: Defaults) -> list[tuple[str, int]]:
     field = "request_clusters" if body.request_clusters is not None else "cluster"
     given = _first(body.request_clusters, body.cluster)
     if given is None:
         raise bad_request("'request_clusters' is a required property")
     pairs = list(given.items()) if isinstance(given, dict) else [tuple(p) for p in given]
-    known = defaults.known_clusters
     for i, (name, n_workers) in enumerate(pairs):
-        if name not in known:
-            raise bad_request(f"requested unknown cluster: {name} (available: {', '.join(known)})")
+        if unknown := unknown_cluster(name, defaults.known_clusters):
+            raise unknown
         where = f"{field}.{name}" if isinstance(given, dict) else f"{field}.{i}.1"
         if too_many := n_workers_too_many(where, n_workers, defaults.max_n_workers):
             raise too_many

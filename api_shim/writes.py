@@ -146,6 +146,8 @@ class ScanWrites:
         outcome = next(o for o in view.worker_outcomes(scan) if o.id == request_id)
         if outcome.state == "Refused":  # the state changed meanwhile (e.g. the workflow ended)
             raise ApiError(422, outcome.reason or "this scan takes no more workers")
+        if outcome.state == "Rejected":  # the WMS refused the request itself, e.g. a cluster it does not know
+            raise ApiError(400, outcome.reason or "the WMS refused the request")
         if outcome.state != "Succeeded":
             raise ApiError(
                 500,

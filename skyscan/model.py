@@ -418,10 +418,12 @@ class Workforce(StatusPart):
 
 class WorkerRequestOutcome(StatusPart):
     """The answer to one `spec.workerRequests` entry, keyed by its id: `Refused` when the scan's state
-    does not allow it (reason says why; nothing was asked of the WMS), `Failed` when the WMS refused."""
+    does not allow it (reason says why; the WMS, if asked, said so too: its 422), `Rejected` when the
+    WMS refused the request itself (a 4xx, such as a cluster it does not know: reason names it),
+    `Failed` when the WMS could not serve it."""
 
     id: NonBlank
-    state: Literal["Succeeded", "Failed", "Refused"]
+    state: Literal["Succeeded", "Failed", "Refused", "Rejected"]
     taskforce_uuid: str | None = None
     n_workers: int | None = None
     reason: str | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from api_shim import models, view
-from api_shim.launch import n_workers_too_many
+from api_shim.launch import n_workers_too_many, unknown_cluster
 from api_shim.plumbing import SHIM, live_scan_for, ok, parse_body, served
 from skyscan import manifest
 from skyscan.status import ScanRecord
@@ -13,7 +13,10 @@ from skyscan.status import ScanRecord
 
 async def add_workers(request: web.Request) -> web.Response:
     body = await parse_body(request, models.AddWorkersBody)
-    if too_many := n_workers_too_many("n_workers", body.n_workers, request.app[SHIM].settings.max_n_workers):
+    settings = request.app[SHIM].settings
+    if unknown := unknown_cluster(body.cluster_location, settings.known_clusters):
+        raise unknown  # as launch refuses it; the operator asks the WMS by the launch's alias
+    if too_many := n_workers_too_many("n_workers", body.n_workers, settings.max_n_workers):
         raise too_many
     name = view.scan_id(await live_scan_for(request))
     outcome = await request.app[SHIM].writes.add_workers(name, body.cluster_location, body.n_workers)

@@ -46,6 +46,7 @@ from skyscan_operator.planner import (
     ScanView,
     SetFinalizer,
 )
+from skyscan_operator.refusals import refused_workers, workflow_refusal
 from skyscan_operator.settings import OperatorSettings
 from skyscan_operator.store import Store
 from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable
@@ -411,8 +412,25 @@ class Run:
             except WMSError as e:
                 if not isinstance(e, WMSUnavailable):
                     self.workflow().requested_at = None  # a definite refusal: nothing was created
+                    await self.fail_scan(*workflow_refusal(e, self.requested_clusters()))
                 raise
         await self.record_workflow(str(resp["workflow"]["workflow_id"]), "WorkflowCreated")
+
+    def requested_clusters(self) -> dict[str, str]:
+        """The scan's cluster locations as the WMS is asked for them -> as the scan asked."""
+        asked = (c.location for c in self.scan.spec.request_clusters)
+        return {self.settings.wms_cluster(name): name for name in asked}
+
+    async def fail_scan(self, reason: str, message: str) -> NoReturn:
+        """The WMS refused what the scan asks for: asking again cannot help, so the scan fails at once
+        (no further start attempt), saying why; the next pass releases what it holds."""
+        self.draft.backlog = None
+        self.condition(cond.FAILED, True, reason, message)
+        self.condition(cond.ADMITTED, False, reason, message)
+        self.wms_ok()  # it answered
+        metrics.START_FAILURES.labels(reason).inc()
+        self.event(reason, message, warning=True)
+        await self.stop()
 
     async def record_workflow(self, workflow_id: str, reason: str) -> None:
         """The workflow id goes to status the moment the WMS returns it."""
@@ -603,8 +621,9 @@ class Run:
                 "WorkersAdded", f"{tf['n_workers']} workers at {r.location}: taskforce {tf['taskforce_uuid']}"
             )
         except WMSError as e:
-            outcome = model.WorkerRequestOutcome(id=r.request_id, state="Failed", reason=str(e))
-            self.event("AddWorkersFailed", str(e), warning=True)
+            state, reason = refused_workers(e, r.location, r.asked)
+            outcome = model.WorkerRequestOutcome(id=r.request_id, state=state, reason=reason)
+            self.event("AddWorkersFailed", reason, warning=True)
         self.draft.worker_requests = [*(self.draft.worker_requests or []), outcome]
 
     async def replace(self, new_id: str, body: dict[str, Any]) -> None:

@@ -243,7 +243,12 @@ class Controller:
             if e.status == 404:
                 return None
             raise
-        if wake is None and self.store.version(key) == version and settled(scan.record):
+        if (
+            wake is None
+            and self.store.version(key) == version
+            and settled(scan.record)
+            and not self.store.awaits_final_read(key)
+        ):
             self.store.settle(key)
         return wake
 
@@ -359,13 +364,18 @@ class Controller:
 
     async def poll_wms(self) -> None:
         """Two queries for every live workflow: their deactivation and their taskforces. A workflow
-        the WMS no longer lists is marked lost (the planner retries or ends its scan)."""
-        if self.wms is None or not self.store.live_workflows or self.clock() < self._poll_resume_at:
+        the WMS no longer lists is marked lost (the planner retries or ends its scan). The taskforces
+        of workflows deactivated since are read in the same query, once (`Store.final_reads`)."""
+        store = self.store
+        if self.wms is None or not (store.live_workflows or store.final_reads):
             return
-        ids = sorted(self.store.live_workflows)
+        if self.clock() < self._poll_resume_at:
+            return
+        ids = sorted(store.live_workflows)
+        ended = sorted(store.final_reads.keys() - store.live_workflows.keys())
         try:
-            workflows = await self.wms.query_workflows(ids)
-            taskforces = await self.wms.query_taskforces(ids)
+            workflows = await self.wms.query_workflows(ids) if ids else []
+            taskforces = await self.wms.query_taskforces([*ids, *ended])
         except WMSError as e:
             self.poll_failures += 1
             self._poll_resume_at = self.clock() + poll_backoff(
@@ -381,6 +391,9 @@ class Controller:
         by_workflow: dict[str, list[dict[str, Any]]] = {}
         for tf in taskforces:
             by_workflow.setdefault(tf["workflow_id"], []).append(tf)
+        for wf_id in ended:
+            if key := store.read_after_end(wf_id, tuple(by_workflow.get(wf_id, ()))):
+                self.queue.add(key)
         deactivated = {w["workflow_id"]: w.get("deactivated") for w in workflows}
         self._absent = absences(self._absent, ids, set(deactivated), self.clock())
         for wf_id in ids:

@@ -219,10 +219,13 @@ class Deactivate:
 
 @dataclass(frozen=True)
 class AddWorkers:
+    """Ask the WMS for workers at `location`, the WMS's name (aliased as at launch) of `asked`."""
+
     request_id: str
     workflow_id: str
     location: str
     n_workers: int
+    asked: str
 
 
 @dataclass(frozen=True)
@@ -356,7 +359,7 @@ def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) 
     record = scan.record
     d = Draft.of(record, now, scan.generation, scan.deleting)
     p = Plan(status={}, draft=d)
-    _observe_workflow(d, obs)
+    _observe_workflow(d, obs, settings)
     _observe_job(d, obs)
     if scan.deleting:
         _hard_delete(d, p, scan, obs)
@@ -383,7 +386,7 @@ def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) 
 # --- the steps ---
 
 
-def _observe_workflow(d: Draft, obs: Observed) -> None:
+def _observe_workflow(d: Draft, obs: Observed, settings: OperatorSettings) -> None:
     if not d.workflow.id:
         return
     if obs.wms_poll_error and not d.workflow.deactivated:
@@ -397,7 +400,7 @@ def _observe_workflow(d: Draft, obs: Observed) -> None:
     if obs.workflow.lost and not d.workflow.deactivated:
         d.set(cond.WORKFLOW_READY, False, "WorkflowLost", _lost_message(d.workflow.id))
     d.workforce = workforce.summarize(obs.workflow.taskforces)
-    d.taskforces = workforce.compact(obs.workflow.taskforces)
+    d.taskforces = workforce.compact(obs.workflow.taskforces, settings.wms_cluster_schedds)
 
 
 def _lost_message(workflow_id: str | None) -> str:
@@ -811,7 +814,9 @@ def _worker_requests(d: Draft, p: Plan, scan: ScanView, settings: OperatorSettin
         if refusal or not wf.id:
             outcomes.append(model.WorkerRequestOutcome(id=r.id, state="Refused", reason=refusal))
         else:
-            p.actions.append(AddWorkers(r.id, wf.id, r.location, r.n_workers))
+            p.actions.append(
+                AddWorkers(r.id, wf.id, settings.wms_cluster(r.location), r.n_workers, r.location)
+            )
     d.worker_requests = outcomes or None
 
 

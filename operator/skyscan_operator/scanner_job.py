@@ -98,7 +98,7 @@ def workflow_request(
     The workers' init command fetches startup.json through `startup_url` (signed at `now`)."""
     locations: list[str] = []
     for cluster in spec.request_clusters:
-        name = settings.wms_clusters_alias.get(cluster.location, cluster.location)
+        name = settings.wms_cluster(cluster.location)
         if name not in locations:  # the WMS rejects duplicates
             locations.append(name)
     image = f"{settings.task_image_prefix}{spec.docker_tag}"

@@ -17,6 +17,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from skyscan import names, policy, presign
 from skyscan.logs import LogFormat
 
+# EWMS at 079f9e1 (wms/config.py): its one cluster, the schedd it submits to, and its alias of the
+# reference's retired `sub-2` (asked by that name, EWMS answers with `osg`'s taskforces).
+DEFAULT_WMS_CLUSTER_SCHEDDS = {"osg": "grid-submitter.icecube.wisc.edu"}
+DEFAULT_WMS_CLUSTERS_ALIAS = {"sub-2": "osg"}
+
 
 class OperatorSettings(BaseSettings, policy.PolicySettings):  # with the request policy's fields
     model_config = SettingsConfigDict(env_prefix="SKYSCAN_", extra="ignore")
@@ -186,7 +191,14 @@ class OperatorSettings(BaseSettings, policy.PolicySettings):  # with the request
         default=10.0, gt=0, description="How often a starting scan checks its message queues are activated."
     )
     wms_clusters_alias: dict[str, str] = Field(
-        default_factory=dict, description="Cluster name rewrites before asking the WMS (JSON object)."
+        default_factory=lambda: dict(DEFAULT_WMS_CLUSTERS_ALIAS),
+        description="Cluster name rewrites before asking the WMS, at launch and add-workers alike (JSON "
+        "object; the default is EWMS's own alias of the reference's retired name).",
+    )
+    wms_cluster_schedds: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_WMS_CLUSTER_SCHEDDS),
+        description="WMS cluster location -> its HTCondor schedd, as the WMS's configuration pairs them "
+        "(JSON object): EWMS's taskforces name only their schedd, and the status shows the cluster.",
     )
     task_image_prefix: str = Field(
         default="/cvmfs/icecube.opensciencegrid.org/containers/realtime/skymap_scanner:",
@@ -277,6 +289,10 @@ class OperatorSettings(BaseSettings, policy.PolicySettings):  # with the request
     @property
     def namespaces(self) -> list[str]:
         return self.watch_namespaces or [self.namespace]
+
+    def wms_cluster(self, location: str) -> str:
+        """The name the WMS is asked for a requested cluster location by (`wms_clusters_alias`)."""
+        return self.wms_clusters_alias.get(location, location)
 
     @property
     def wms_base_url(self) -> str | None:

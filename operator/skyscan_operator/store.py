@@ -23,6 +23,7 @@ from skyscan.packing import Packer
 from skyscan.policy import Refusal
 from skyscan.state import scan_state
 from skyscan.status import ScanRecord, compact, resource_version
+from skyscan_operator import workforce
 from skyscan_operator.backlog import Candidate, Hold, Line, holds
 from skyscan_operator.planner import (
     ATTEMPT_FAILURES,
@@ -150,6 +151,10 @@ class Store:
     waiting: set[Key] = field(default_factory=set)  # in the backlog, not in a start attempt
     running: set[Key] = field(default_factory=set)  # started and unfinished (concurrency cap)
     live_workflows: dict[str, Key] = field(default_factory=dict)  # workflow id -> scan
+    # Deactivated workflows the poller reads once more (`workforce.wants_final_read`), -> scan; and
+    # those it has read so, until their scan settles (one read each, whatever the WMS answers).
+    final_reads: dict[str, Key] = field(default_factory=dict)
+    _read_after_end: set[str] = field(default_factory=set)
     outage_at: float = 0.0  # when the operator last failed to reach the WMS or the API server
     events: dict[Key, tuple[bool, float]] = field(default_factory=dict)  # sensor event stored?, looked at
     deleted_jobs: dict[Key, str] = field(default_factory=dict)  # the last Job of a scan seen deleted
@@ -209,9 +214,14 @@ class Store:
         self.waiting.discard(key)
         self.running.discard(key)
         self.line.remove(key)
+        self._forget_workflow(key)
+
+    def _forget_workflow(self, key: Key) -> None:
         if wf_id := self._workflow_of.pop(key, None):
             self.live_workflows.pop(wf_id, None)
             self.workflows.pop(wf_id, None)
+            self.final_reads.pop(wf_id, None)
+            self._read_after_end.discard(wf_id)
 
     def _index(self, key: Key, scan: ScanRecord) -> None:
         waiting = (
@@ -230,17 +240,38 @@ class Store:
 
     def _index_workflow(self, key: Key, scan: ScanRecord) -> None:
         wf_id = scan.workflow_id
-        old = self._workflow_of.get(key)
-        if old and old != wf_id:
-            del self._workflow_of[key]
-            self.live_workflows.pop(old, None)
-        if wf_id and not scan.deactivated and not scan.is_terminal:
+        if self._workflow_of.get(key) != wf_id:
+            self._forget_workflow(key)
+        if not wf_id:
+            return
+        self._workflow_of[key] = wf_id
+        if not scan.deactivated and not scan.is_terminal:
             self.live_workflows[wf_id] = key
-            self._workflow_of[key] = wf_id
-        elif wf_id:  # ended: its status keeps the last workforce, the poller forgets it
-            self._workflow_of.pop(key, None)
-            self.live_workflows.pop(wf_id, None)
-            self.workflows.pop(wf_id, None)
+            return
+        # Ended: no longer polled, but read once more if what its status shows predates the end (what
+        # the poller saw is kept until the scan settles, so a reconcile never misses the last read).
+        self.live_workflows.pop(wf_id, None)
+        if (
+            scan.deactivated
+            and wf_id not in self._read_after_end
+            and workforce.wants_final_read(scan.taskforces)
+        ):
+            self.final_reads[wf_id] = key
+
+    def read_after_end(self, wf_id: str, taskforces: tuple[dict[str, Any], ...]) -> Key | None:
+        """The poller read an ended workflow's taskforces once more: the scan to reconcile with them,
+        or to settle (None: it settled meanwhile). A WMS that no longer lists them leaves its status as
+        it is."""
+        key = self.final_reads.pop(wf_id, None)
+        if key is not None:
+            self._read_after_end.add(wf_id)
+            if taskforces:
+                self.workflows[wf_id] = WorkflowView(None, taskforces)
+        return key
+
+    def awaits_final_read(self, key: Key) -> bool:
+        """The scan's ended workflow is still to be read once more (it does not settle before)."""
+        return self._workflow_of.get(key) in self.final_reads
 
     def _index_line(self, key: Key, scan: ScanRecord) -> None:
         """A waiting scan is in the backlog's line once its sensor event is seen stored and unless

@@ -397,7 +397,12 @@ def test_a_scanner_image_that_cannot_be_pulled_fails_the_scan_after_the_grace_no
 def test_worker_requests() -> None:
     requests = [{"id": "r1", "location": "osg", "nWorkers": 5}]
     p = plan(scan(started(), finalizers=[FINALIZER], workerRequests=requests), Observed(), NOW, S)
-    assert p.actions == [AddWorkers("r1", "WF-1", "osg", 5)]
+    assert p.actions == [AddWorkers("r1", "WF-1", "osg", 5, "osg")]
+    # Asked by the name launch aliases for the WMS (SKYSCAN_WMS_CLUSTERS_ALIAS), told as asked.
+    aliased = S.model_copy(update={"wms_clusters_alias": {"local": "test-alpha"}})
+    asked = [{"id": "r1", "location": "local", "nWorkers": 5}]
+    p = plan(scan(started(), finalizers=[FINALIZER], workerRequests=asked), Observed(), NOW, aliased)
+    assert p.actions == [AddWorkers("r1", "WF-1", "test-alpha", 5, "local")]
     p = plan(scan({}, workerRequests=requests), Observed(), NOW, S)
     assert p.status["workerRequests"] == [
         {"id": "r1", "state": "Refused", "reason": "a WMS workflow has not been assigned--cannot add workers"}
@@ -406,7 +411,7 @@ def test_worker_requests() -> None:
     waiting = started()
     waiting["workflow"]["queuesActivated"] = False
     p = plan(scan(waiting, finalizers=[FINALIZER], workerRequests=requests), Observed(), NOW, S)
-    assert AddWorkers("r1", "WF-1", "osg", 5) in p.actions
+    assert AddWorkers("r1", "WF-1", "osg", 5, "osg") in p.actions
     ended = started()
     ended["workflow"]["deactivated"] = "ABORTED"
     p = plan(scan(ended, finalizers=[FINALIZER], workerRequests=requests), Observed(), NOW, S)

@@ -296,7 +296,12 @@ def test_workflow_request_follows_the_reference_and_passes_wms_validation() -> N
     )
     validate_workflow_request(body, {"osg", "sub-2"})
     (task,) = body["tasks"]
-    assert task["cluster_locations"] == ["sub-2", "osg"]  # the WMS rejects duplicates
+    # sub-2 is asked as osg (EWMS's own alias, SKYSCAN_WMS_CLUSTERS_ALIAS's default), and once: the WMS
+    # rejects duplicates
+    assert task["cluster_locations"] == ["osg"]
+    unaliased = S.model_copy(update={"wms_clusters_alias": {}})
+    body = scanner_job.workflow_request("abc", "uid-1", spec(requestClusters=clusters), unaliased)
+    assert body["tasks"][0]["cluster_locations"] == ["sub-2", "osg"]
     assert task["n_workers"] == 4  # the first cluster's count, as the reference does
     env = task["pilot_config"]["environment"]
     assert env["EWMS_PILOT_TASK_TIMEOUT"] == 600 and env["EWMS_PILOT_DUMP_TASK_OUTPUT"] == "True"

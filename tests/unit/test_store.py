@@ -8,6 +8,7 @@ from skyscan import conditions as cond
 from skyscan.packing import Packer
 from skyscan.status import ScanRecord
 from skyscan_operator.backlog import Hold
+from skyscan_operator.planner import WorkflowView
 from skyscan_operator.settings import OperatorSettings
 from skyscan_operator.store import Store, job_view, kept, key_of, pod_view, waiting_status
 
@@ -182,3 +183,52 @@ def test_waiting_scans_pack_small_after_a_first_scan_without_status() -> None:
         s.put_scan(body)
         assert s.scan(key_of(body)) == kept(body)  # a fresh copy of what was packed
     assert sum(packed_sizes(Packer(also=waiting_status(S, NOW)))) < 0.6 * sum(packed_sizes(Packer()))
+
+
+def test_an_ended_workflow_is_read_once_more_then_forgotten() -> None:
+    """A deactivation leaves every taskforce stopping: a status that shows one that is not (or none)
+    predates it, and the poller reads the workflow once more before its scan settles."""
+    s, key = store(), ("ns", "a")
+    starting = [{"taskforce_uuid": "TF-1", "phase": "pending-starter"}]
+    live = {"workflow": {"id": "WF-1"}, "job": {"name": "j", "state": "Running"}, "taskforces": starting}
+    s.put_scan(scan("a", live))
+    assert s.live_workflows == {"WF-1": key} and not s.final_reads
+    ended = {
+        **live,
+        "workflow": {"id": "WF-1", "deactivated": "ABORTED"}, "job": {"name": "j", "state": "Failed"},
+    }
+    s.put_scan(scan("a", ended, rv="2"))
+    assert not s.live_workflows and s.final_reads == {"WF-1": key} and s.awaits_final_read(key)
+    stopping = ({"taskforce_uuid": "TF-1", "phase": "pending-stopper", "workflow_id": "WF-1"},)
+    assert s.read_after_end("WF-1", stopping) == key
+    assert not s.final_reads and not s.awaits_final_read(key)
+    assert s.workflows["WF-1"].taskforces == stopping  # kept for the reconcile, whatever comes between
+    s.put_scan(scan("a", ended, rv="3"))  # another event before that reconcile: still read once only
+    assert not s.final_reads and s.workflows["WF-1"].taskforces == stopping
+    assert s.read_after_end("WF-1", stopping) is None  # not asked for again
+    s.settle(key)
+    assert not s.workflows and not s._read_after_end and not s._workflow_of
+
+
+def test_an_ended_workflow_read_to_nothing_leaves_its_status() -> None:
+    s, key = store(), ("ns", "a")
+    s.put_scan(scan("a", {"workflow": {"id": "WF-1", "deactivated": "FINISHED"}}))
+    assert s.final_reads == {"WF-1": key}  # none shown: read once
+    assert s.read_after_end("WF-1", ()) == key  # to settle it
+    assert "WF-1" not in s.workflows
+    shown = [{"taskforce_uuid": "TF-1", "phase": "condor-complete"}]
+    s.put_scan(scan("b", {"workflow": {"id": "WF-2", "deactivated": "FINISHED"}, "taskforces": shown}))
+    assert "WF-2" not in s.final_reads  # what it shows is already after the end
+    s.drop_scan(key)
+    assert "WF-1" not in s._read_after_end
+
+
+def test_a_forgotten_workflow_leaves_no_poll_behind() -> None:
+    """A workflow id the scan no longer records (lost, a new one asked) is neither polled nor kept."""
+    s, key = store(), ("ns", "a")
+    s.put_scan(scan("a", {"workflow": {"id": "WF-1"}}))
+    s.workflows["WF-1"] = WorkflowView(None)
+    s.put_scan(scan("a", {"workflow": {"id": "WF-2"}}, rv="2"))
+    assert s.live_workflows == {"WF-2": key} and "WF-1" not in s.workflows
+    s.put_scan(scan("a", {}, rv="3"))
+    assert not s.live_workflows and not s._workflow_of
