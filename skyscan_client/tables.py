@@ -50,13 +50,26 @@ def scans(manifests: list[dict[str, Any]], states: dict[str, str] | None = None)
     return table
 
 
+# The interface's `wms_workflow_id` before the workflow is requested (as the workforce's `workflow_id`).
+NOT_YET_REQUESTED = "not-yet-requested"
+
+
+def wms(doc: Status) -> str:
+    """The scan's WMS workflow as a word: its deactivation, else active once it exists; a workflow
+    never created (waiting, failed or deleted before its start) is not shown active."""
+    if deactivated := doc.get("wms_deactivated"):
+        return str(deactivated)
+    workflow_id = (doc.get("wms_workforce") or {}).get("workflow_id")
+    return "active" if workflow_id not in (None, "", NOT_YET_REQUESTED) else "not requested"
+
+
 def status(scan_id: str, doc: Status) -> Table:
     table = Table.grid(padding=(0, 2))
     table.add_row("scan", scan_id)
     table.add_row("state", f"[bold]{doc['scan_state']}[/bold]")
     table.add_row("complete", "yes" if doc.get("scan_complete") else "no")
     table.add_row("deleted", "yes" if doc.get("is_deleted") else "no")
-    table.add_row("WMS", str(doc.get("wms_deactivated") or "active"))
+    table.add_row("WMS", wms(doc))
     table.add_row("workers", workers(dict(doc)))
     table.add_row("logs", str((doc.get("scanner_server_logs") or {}).get("url") or "-"))
     return table

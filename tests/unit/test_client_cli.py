@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from skyscan_client.cli import find_filter, launch_request, parser, state_matches
+from skyscan_client.tables import wms
+from skyscan_client.types import Status
 
 
 def test_launch_flags_go_on_top_of_the_file(tmp_path: Path) -> None:
@@ -60,3 +62,25 @@ def test_state_matches_a_part() -> None:
     assert state_matches("IN_PROGRESS__PARTIAL_RESULT_GENERATED", "in_progress")
     assert state_matches("SCAN_HAS_FINAL_RESULT", "final")
     assert not state_matches("PENDING__PRESTARTUP", "IN_PROGRESS")
+
+
+def test_a_workflow_never_created_is_not_shown_active() -> None:
+    """`skyscan status`'s WMS row: the deactivation, else active only once a workflow exists."""
+
+    def doc(deactivated: str | None, workflow_id: str | None) -> Status:
+        workforce = {"workflow_id": workflow_id, "statuses": {}, "n_running": 0, "top_errors": {}}
+        return {
+            "scan_state": "PENDING__PRESTARTUP",
+            "is_deleted": False,
+            "wms_deactivated": deactivated,
+            "scan_complete": False,
+            "scanner_server_logs": {"url": None},
+            "wms_workforce": workforce,
+        }
+
+    assert wms(doc(None, "not-yet-requested")) == "not requested"
+    assert wms(doc(None, None)) == "not requested"
+    assert wms(doc(None, "")) == "not requested"
+    assert wms(doc(None, "WF-1")) == "active"
+    assert wms(doc("ABORTED", "WF-1")) == "ABORTED"
+    assert wms({**doc(None, None), "wms_workforce": None}) == "not requested"  # type: ignore[typeddict-item]
