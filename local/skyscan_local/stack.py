@@ -87,6 +87,9 @@ LOCAL_DEFAULTS: dict[str, dict[str, str]] = {
         "SKYSCAN_WMS_POLL_INTERVAL_SECONDS": "1",
         "SKYSCAN_WMS_TIMEOUT_SECONDS": "5",
         "SKYSCAN_QUEUE_POLL_SECONDS": "0.5",
+        # The WMS simulator knows the real WMS's clusters only (osg): the reference's retired `sub-2` is
+        # asked as osg, as EWMS aliases it, and its local `local` too, so local requests keep working.
+        "SKYSCAN_WMS_CLUSTERS_ALIAS": json.dumps({"sub-2": "osg", "local": "osg"}),
         "SKYSCAN_SCANNER_EPHEMERAL_STORAGE": "",  # the kwok node advertises no ephemeral storage
         # One operator, restarted by hand or by tests, not by a kubelet: under a name of its own it takes
         # its Lease back at once, and an API-server outage shorter than 28 s does not end it.

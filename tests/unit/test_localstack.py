@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from skyscan_local import stack as localstack
+from skyscan_operator.settings import OperatorSettings
 
 
 def test_the_environment_overrides_local_defaults_but_not_what_the_stack_decides(
@@ -39,6 +40,17 @@ def test_local_settings_are_the_documented_ones() -> None:
     assert shim["SKYSCAN_TAGS"] == '["3.4.0", "4.0.0", "4.1.2", "4.2.0", "dev-branch-abc1234"]'
     assert shim["SKYSCAN_MIN_TAG"] == "4.0.0"
     assert localstack.LOCAL_DEFAULTS["operator"]["SKYSCAN_BACKLOG_TICK_SECONDS"] == "1"
+
+
+def test_every_local_cluster_reaches_the_wms_by_a_real_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local WMS simulator knows the real WMS's clusters only: what a local scan may ask for is
+    asked by one of them (`local` and `sub-2` by alias)."""
+    for name, value in localstack.LOCAL_DEFAULTS["operator"].items():
+        monkeypatch.setenv(name, value)
+    operator = OperatorSettings()
+    assert set(operator.known_clusters) == {"osg", "sub-2", "local"}
+    assert {operator.wms_cluster(name) for name in operator.known_clusters} == {"osg"}
+    assert operator.wms_cluster_schedds == {"osg": "grid-submitter.icecube.wisc.edu"}
 
 
 def test_the_env_file_holds_exactly_the_documented_variables_and_sources_in_a_shell(tmp_path: Path) -> None:
