@@ -400,6 +400,21 @@ async def test_add_workers(shim: ShimUnderTest) -> None:
     assert reply.status == 500
     assert reply.body["reason"] == "failed to request additional workers on the WMS: WMS said 503"
 
+    # The WMS refused the request itself (a cluster it does not know): a 400 naming it, an Error body.
+    rejection = "the WMS refused workers at cluster 'osg': POST /v1/...: HTTP 400: not found: osg"
+    operator = asyncio.create_task(play_operator_for_workers(shim, scan_id, "Rejected", rejection))
+    reply = await shim.call("POST", path, json_body=body)
+    await operator
+    assert reply.status == 400
+    assert reply.body == {"error": "Bad Request", "reason": rejection, "message": rejection}
+    # A cluster this deployment does not offer is refused as launch refuses it, before any WMS request.
+    asks = len((await shim.kube_scan(scan_id))["spec"]["workerRequests"])
+    reply = await shim.call("POST", path, json_body={"n_workers": 7, "cluster_location": "mars"})
+    assert reply.status == 400
+    assert reply.body["reason"] == "requested unknown cluster: mars (available: osg, sub-2, local)"
+    assert set(reply.body) == {"error", "reason", "message"}
+    assert len((await shim.kube_scan(scan_id))["spec"]["workerRequests"]) == asks
+
     # The state changed before the operator acted on the request (e.g. the workflow ended): a 422.
     refusal = "its WMS workflow is aborted--cannot add workers"
     operator = asyncio.create_task(play_operator_for_workers(shim, scan_id, "Refused", refusal))
