@@ -30,6 +30,7 @@ from api_shim.metrics import CATCH_ALL, METRICS, METRICS_PATH, ShimMetrics, Tall
 from api_shim.plumbing import (
     FOUND,
     IDENTITY,
+    NAMES,
     ROUTE_TABLE,
     SERVER_OPTIONS,
     SHIM,
@@ -46,6 +47,7 @@ from api_shim.scanner_auth import ScannerTokens
 from api_shim.scans import Scans
 from api_shim.settings import ShimSettings
 from api_shim.versions import MIN_VERSION_HEADER
+from api_shim.wire_names import Names
 from api_shim.writes import ScanWrites
 from skyscan import kube, logs
 from skyscan.archive import Archive
@@ -107,6 +109,7 @@ def guard(route: Route, metrics: ShimMetrics) -> Handler:
                     if identity.scan_id is not None:
                         _confine(request, identity.scan_id, route)
                     request[IDENTITY] = identity
+                    request[NAMES] = route.names or identity.names
                 async with request.app[BODIES].room(request):  # after auth: only callers' bodies are read
                     if identity is not None and _to_check(request, route, identity):
                         await _check(request, route, identity)
@@ -291,7 +294,11 @@ async def create_app(
             # Scanners' own tokens, verified against the cluster's service-account issuer.
             app[AUTHENTICATORS].append(
                 ScannerTokens(
-                    api, settings.namespace, settings.scanner_service_account, **verifier_options(settings)
+                    api,
+                    settings.namespace,
+                    settings.scanner_service_account,
+                    settings.scanner_names,
+                    **verifier_options(settings),
                 )
             )
         cache = ScanCache(api, settings.namespace, settings.watch_timeout)
@@ -367,10 +374,17 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("--file", type=Path, required=True)
     make.add_argument("--name", required=True)
     make.add_argument("--roles", default="user", help="comma-separated: user,system")
+    make.add_argument(
+        "--names",
+        type=Names,
+        default=Names.INTERFACE,
+        choices=list(Names),
+        help="the wire names its answers speak",
+    )
     sub.add_parser("openapi", help="print the OpenAPI document")
     args = parser.parse_args(argv)
     if args.command == "make-token":
-        print(auth.make_token(args.file, args.name, [r for r in args.roles.split(",") if r]))
+        print(auth.make_token(args.file, args.name, [r for r in args.roles.split(",") if r], args.names))
         return 0
     if args.command == "openapi":
         json.dump(openapi.document(ROUTES), sys.stdout, indent=2)

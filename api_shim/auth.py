@@ -9,7 +9,8 @@ route (403).
 (Keycloak in production), roles from each issuer's claim mapping, name `preferred_username` else `sub`.
 
 `StaticTokens`, for the local stack only: token file format (JSON)
-`{"<sha256 hex of the token>": {"name": "alice", "roles": ["user"]}}`. Only hashes are stored;
+`{"<sha256 hex of the token>": {"name": "alice", "roles": ["user"], "names": "interface"}}` (`names`,
+optional: the wire names its answers speak, `interface` or `reference`). Only hashes are stored;
 `skyscan-shim make-token` prints a new token once and records its hash.
 """
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from api_shim import oidc
+from api_shim.wire_names import Names
 
 USER = "user"
 SYSTEM = "system"
@@ -36,6 +38,7 @@ class Identity:
     name: str
     roles: frozenset[str]
     scan_id: str | None = None  # set: the identity acts only on this scan (a scanner's credential)
+    names: Names = Names.INTERFACE  # the wire names its answers speak (`api_shim.wire_names`)
 
 
 class Authenticator(Protocol):
@@ -60,7 +63,14 @@ class StaticTokens:
     def load(cls, path: Path) -> StaticTokens:
         raw = json.loads(path.read_text()) if path.exists() else {}
         return cls(
-            {h: Identity(name=e["name"], roles=frozenset(e["roles"]) & set(ROLES)) for h, e in raw.items()}
+            {
+                h: Identity(
+                    name=e["name"],
+                    roles=frozenset(e["roles"]) & set(ROLES),
+                    names=Names(e.get("names", "interface")),
+                )
+                for h, e in raw.items()
+            }
         )
 
     async def authenticate(self, token: str) -> Identity | None:
@@ -108,7 +118,8 @@ class OIDCPeople:
         if not isinstance(name, str) or not name:
             return None
         roles = config.roles_of(claims) if isinstance(config, oidc.PeopleIssuerConfig) else frozenset()
-        return Identity(name=name, roles=roles & set(ROLES))
+        names = config.names if isinstance(config, oidc.PeopleIssuerConfig) else Names.INTERFACE
+        return Identity(name=name, roles=roles & set(ROLES), names=names)
 
 
 class AllowAll:
@@ -130,14 +141,17 @@ async def identify(authenticators: list[Authenticator], header: str | None) -> I
     return None
 
 
-def make_token(path: Path, name: str, roles: list[str]) -> str:
-    """Add a new random token for `name` to the token file; return the token (shown once)."""
+def make_token(path: Path, name: str, roles: list[str], names: Names = Names.INTERFACE) -> str:
+    """Add a new random token for `name` to the token file; return the token (shown once). Its answers
+    speak `names` (`api_shim.wire_names`)."""
     unknown = set(roles) - set(ROLES)
     if unknown:
         raise ValueError(f"unknown roles: {sorted(unknown)} (known: {', '.join(ROLES)})")
     token = secrets.token_urlsafe(32)
     entries = json.loads(path.read_text()) if path.exists() else {}
     entries[token_hash(token)] = {"name": name, "roles": sorted(set(roles))}
+    if names is not Names.INTERFACE:
+        entries[token_hash(token)]["names"] = names.value
     path.write_text(json.dumps(entries, indent=2) + "\n")
     path.chmod(0o600)
     return token

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from api_shim.wire_names import alias
 from skyscan.manifest import (
     ClassifiersOut,
     HeldJsonObject,
@@ -87,10 +88,10 @@ class ScanRequestBody(Body):
     reco_algo: RecoAlgo
     event_live_json: (
         Annotated[str, Field(min_length=2, pattern=r"^\s*\{[\s\S]*\}\s*$")] | JsonObject | None
-    ) = None
+    ) = Field(default=None, validation_alias=alias("event_live_json"))
     sensor_event_id: (
         Annotated[str, Field(max_length=SENSOR_EVENT_ID_MAX_LENGTH, pattern=SENSOR_EVENT_ID_PATTERN)] | None
-    ) = None
+    ) = Field(default=None, validation_alias=alias("sensor_event_id"))
     nsides: Nsides
     real_or_simulated_event: RealOrSimulatedEvent
     predictive_scanning_threshold: Threshold = 1.0
@@ -149,13 +150,13 @@ class PatchManifestBody(Body):
 
 
 class PutResultBody(Body):
-    scan_result: JsonObject
+    scan_result: JsonObject = Field(validation_alias=alias("scan_result"))
     is_final: bool
 
 
 class WorkflowIdBody(Body):
     workflow_id: NonBlank
-    wms_address: NonBlank
+    wms_address: NonBlank = Field(validation_alias=alias("wms_address"))
 
 
 # --------------------------------------------------------------------------------------- responses

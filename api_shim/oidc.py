@@ -62,6 +62,8 @@ import httpx
 import jwt
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from api_shim.wire_names import Names
+
 log = logging.getLogger(__name__)
 
 ALLOWED_ALGORITHMS = frozenset(
@@ -147,6 +149,7 @@ class PeopleIssuerConfig(IssuerConfig):
     roles_claims: list[str] = Field(default_factory=lambda: ["realm_access.roles"], min_length=1)
     roles: dict[Role, list[str]] = Field(default_factory=_default_roles)
     grants: list[RoleGrant] = Field(default_factory=list)
+    names: Names = Names.INTERFACE  # the wire names answers to its tokens speak (`api_shim.wire_names`)
 
     @model_validator(mode="after")
     def _one_mapping(self) -> PeopleIssuerConfig:

@@ -14,6 +14,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from api_shim import models
 from api_shim.plumbing import Route
+from api_shim.wire_names import REFERENCE
 
 TITLE = "Skyscan scan orchestration API"
 VERSION = "2.x"
@@ -50,14 +51,41 @@ def _schemas(routes: tuple[Route, ...]) -> tuple[dict[Any, Any], dict[str, Any]]
     return dict(keys), top.get("$defs", {})
 
 
+def with_reference_names(schema: dict[str, Any]) -> dict[str, Any]:
+    """An object's schema where each field the reference names otherwise is described under both names,
+    one or the other present (`api_shim.wire_names`): requests take either, answers give the caller's."""
+    properties: dict[str, Any] = schema.get("properties", {})
+    pairs = [(ours, REFERENCE[ours]) for ours in properties if ours in REFERENCE]
+    if not pairs:
+        return schema
+    required = [name for name in schema.get("required", []) if name not in dict(pairs)]
+    described = {**schema, "properties": dict(properties)}
+    either: list[dict[str, Any]] = []
+    for ours, theirs in pairs:
+        described["properties"][theirs] = {
+            **properties[ours],
+            "description": f"The reference's name for `{ours}`: either is taken; an answer has the caller's.",
+        }
+        if ours in schema.get("required", []):
+            either.append({"oneOf": [{"required": [ours]}, {"required": [theirs]}]})
+        else:
+            either.append({"not": {"required": [ours, theirs]}})
+    described["required"] = required
+    described["allOf"] = [*schema.get("allOf", []), *either]
+    if not required:
+        del described["required"]
+    return described
+
+
 @cache
 def _document(routes: tuple[Route, ...]) -> dict[str, Any]:
     refs, components = _schemas(routes)
+    components = {name: with_reference_names(schema) for name, schema in components.items()}
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         op: dict[str, Any] = {
             "summary": route.summary,
-            "operationId": route.handler.__name__,
+            "operationId": route.handler.__name__ + ("_reference" if route.names else ""),
             "parameters": [],
             "responses": {},
         }

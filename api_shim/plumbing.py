@@ -19,6 +19,7 @@ from api_shim.encoded import Form, encode
 from api_shim.errors import ApiError, bad_request, not_found
 from api_shim.scans import Scans, archived
 from api_shim.settings import ShimSettings
+from api_shim.wire_names import Names, spoken
 from api_shim.writes import ScanWrites
 from skyscan.kube import Kube
 from skyscan.tags import TagCatalog
@@ -27,6 +28,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger(__name__)
 IDENTITY = web.RequestKey("identity", Identity)
+NAMES = web.RequestKey("names", Names)  # the wire names this request's answer speaks
 FOUND = web.RequestKey("found", dict[str, Any])  # the scan named in the path: one archive query a request
 
 
@@ -80,6 +82,9 @@ class Route:
     errors: tuple[int, ...] = ()
     redirect: bool = False
     content_type: str = "application/json"  # of the 200 answer; any other is a string
+    names: Names | None = (
+        None  # the answer's wire names whoever calls (the reference's paths); None: the caller's
+    )
 
 
 ROUTE_TABLE = web.AppKey("routes", tuple[Route, ...])  # the served routes, for the OpenAPI document
@@ -193,10 +198,16 @@ def answer(body: bytes) -> web.Response:
     return web.Response(body=body, headers=_JSON)
 
 
+def names_of(request: web.Request) -> Names:
+    """The wire names the answer speaks (the interface's for a public route)."""
+    return Names(request.get(NAMES, Names.INTERFACE))
+
+
 def kept_form(request: web.Request, form: Form, *, include_deleted: bool = True) -> bytes | None:
-    """The scan named in the path as `form`, if it is kept encoded for the version the cache holds (404
-    for a deleted scan unless `include_deleted`); None: build it (`keep_form`)."""
-    kept = request.app[SHIM].scans.encoded.get(request.match_info["scan_id"], form)
+    """The scan named in the path as `form` in the request's wire names, if it is kept encoded for the
+    version the cache holds (404 for a deleted scan unless `include_deleted`); None: build it
+    (`keep_form`)."""
+    kept = request.app[SHIM].scans.encoded.get(request.match_info["scan_id"], (*form, names_of(request)))
     if kept is None:
         return None
     if kept.deleted and not include_deleted:
@@ -205,9 +216,10 @@ def kept_form(request: web.Request, form: Form, *, include_deleted: bool = True)
 
 
 def keep_form(request: web.Request, scan: dict[str, Any], form: Form, doc: Any) -> bytes:
-    """`doc`, the form `form` of `scan`, encoded and kept for the next read of that version."""
+    """`doc`, the form `form` of `scan` in the request's wire names, encoded and kept for the next read
+    of that version."""
     body = encode(doc)
-    request.app[SHIM].scans.encoded.put(scan, form, body)
+    request.app[SHIM].scans.encoded.put(scan, (*form, names_of(request)), body)
     return body
 
 
@@ -218,10 +230,11 @@ async def served(
     *,
     include_deleted: bool = True,
 ) -> web.Response:
-    """A read of the scan named in the path whose answer, `build(scan)`, depends on nothing but that
-    version of the Scan and `form`: the kept bytes, else built, kept and answered."""
+    """A read of the scan named in the path whose answer, `build(scan)` (in the interface's names),
+    depends on nothing but that version of the Scan and `form`: the kept bytes, else built in the
+    request's wire names, kept and answered."""
     body = kept_form(request, form, include_deleted=include_deleted)
     if body is None:
         scan = await scan_for(request, include_deleted=include_deleted)
-        body = keep_form(request, scan, form, build(scan))
+        body = keep_form(request, scan, form, spoken(build(scan), names_of(request)))
     return answer(body)

@@ -7,12 +7,15 @@ redirects are applied around each handler by `app.guard`, from the route's decla
 
 from __future__ import annotations
 
+import dataclasses
+
 from pydantic import BaseModel
 
 from api_shim import metrics, models
 from api_shim.auth import SYSTEM, USER
 from api_shim.handlers import events, find, manifest, results, scans, service, startup, wms
 from api_shim.plumbing import Handler, Query, Route
+from api_shim.wire_names import REFERENCE_PATHS, Names
 
 NO_REDIRECT = Query("no_redirect", "boolean", "Do not redirect a replaced scan to its replacement.")
 INCLUDE_DELETED = Query("include_deleted", "boolean", "Also return deleted scans.")
@@ -41,7 +44,7 @@ def scan_read(
     )
 
 
-ROUTES: tuple[Route, ...] = (
+INTERFACE_ROUTES: tuple[Route, ...] = (
     Route("GET", "/", service.root, "Service root.", U, models.Empty),
     Route("GET", "/openapi.json", service.openapi_json, "This API description (OpenAPI 3.1).", None, None),
     Route(
@@ -215,3 +218,23 @@ ROUTES: tuple[Route, ...] = (
         "/wms/taskforces", wms.get_taskforces, "Batch submissions of the scan.", US, models.TaskforcesResponse
     ),
 )
+
+
+def reference_routes(routes: tuple[Route, ...]) -> tuple[Route, ...]:
+    """The reference's paths of the interface's `routes` (`wire_names.REFERENCE_PATHS`): the same
+    handlers, answering in the reference's names whoever calls, as IceCube's scanner and its init
+    container read them."""
+    paths = {SCAN_ID + ours: SCAN_ID + theirs for ours, theirs in REFERENCE_PATHS.items()}
+    return tuple(
+        dataclasses.replace(
+            route,
+            path=paths[route.path],
+            summary=f"{route.summary} The reference's path of {route.path.removeprefix(SCAN_ID)}.",
+            names=Names.REFERENCE,
+        )
+        for route in routes
+        if route.path in paths
+    )
+
+
+ROUTES = INTERFACE_ROUTES + reference_routes(INTERFACE_ROUTES)

@@ -22,6 +22,7 @@ import aiohttp
 
 from api_shim import auth, oidc
 from api_shim.errors import ApiError
+from api_shim.wire_names import Names
 from skyscan import kube, names
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
@@ -54,7 +55,9 @@ async def get_json(api: kube.Kube, path: str) -> Any:
     return json.loads(body)
 
 
-def scanner_identity(claims: Mapping[str, Any], namespace: str, account: str) -> auth.Identity | None:
+def scanner_identity(
+    claims: Mapping[str, Any], namespace: str, account: str, speaks: Names = Names.REFERENCE
+) -> auth.Identity | None:
     """The scan a verified scanner token speaks for, from the claims Kubernetes wrote into it."""
     k8s = claims.get("kubernetes.io")
     if not isinstance(k8s, Mapping) or k8s.get("namespace") != namespace:
@@ -65,15 +68,19 @@ def scanner_identity(claims: Mapping[str, Any], namespace: str, account: str) ->
     if scan_id is None:
         return None
     # The system role only: a scanner reports on its scan; rescans, workers and deletes are people's.
-    return auth.Identity(name=f"scanner:{scan_id}", roles=frozenset({auth.SYSTEM}), scan_id=scan_id)
+    return auth.Identity(
+        name=f"scanner:{scan_id}", roles=frozenset({auth.SYSTEM}), scan_id=scan_id, names=speaks
+    )
 
 
 class ScannerTokens:
     """An `auth.Authenticator` for scanner tokens; the issuer is learnt from the API server's own
     discovery document on first use."""
 
-    def __init__(self, api: kube.Kube, namespace: str, account: str, **verifier: Any) -> None:
-        self._api, self._namespace, self._account = api, namespace, account
+    def __init__(
+        self, api: kube.Kube, namespace: str, account: str, speaks: Names = Names.REFERENCE, **verifier: Any
+    ) -> None:
+        self._api, self._namespace, self._account, self._speaks = api, namespace, account, speaks
         self._options = verifier
         self._verifier: oidc.OIDCVerifier | None = None
 
@@ -96,4 +103,4 @@ class ScannerTokens:
                 503, "authentication unavailable", "The cluster's token issuer cannot be reached; retry."
             ) from e
         claims = await verifier.claims(token)
-        return scanner_identity(claims, self._namespace, self._account) if claims else None
+        return scanner_identity(claims, self._namespace, self._account, self._speaks) if claims else None

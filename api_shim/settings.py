@@ -13,6 +13,7 @@ from pydantic import Field, PrivateAttr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api_shim.oidc import PeopleIssuerConfig
+from api_shim.wire_names import Names
 from skyscan import model, names, policy, presign
 from skyscan.logs import LogFormat
 
@@ -55,6 +56,12 @@ class ShimSettings(BaseSettings, policy.PolicySettings):  # with the request pol
     scanner_service_account: str = Field(
         default=names.SCANNER_SERVICE_ACCOUNT,
         description="The ServiceAccount whose per-scan tokens (audience skyscan-scanner) scanners present.",
+    )
+    scanner_names: Names = Field(
+        default=Names.REFERENCE,
+        description="The wire names answered to scanner credentials: `reference` for IceCube's skymap_scanner"
+        " (it reads event_i3live_json_dict, ewms_deactivated...), `interface` for a scanner written to the"
+        " interface's names. See README, Reference names.",
     )
     oidc_leeway_seconds: float = Field(
         default=30.0, description="Clock skew allowed on a JWT's exp and nbf, either way."

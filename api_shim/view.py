@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from api_shim.wire_names import field_names
 from skyscan import model
 from skyscan.manifest import MANIFEST_FIELDS, spec_of
 from skyscan.scanner_args import sorted_nsides
@@ -47,16 +48,17 @@ def project(doc: Mapping[str, Any], fields: Iterable[str] | None) -> dict[str, A
 
 
 def pipe_projection(projection: str | None) -> set[str] | None:
-    """GET manifest's `projection`: `*` (or absent) is everything, else pipe-delimited names."""
+    """GET manifest's `projection`: `*` (or absent) is everything, else pipe-delimited names (either
+    wire name of a field: the projection is in the interface's)."""
     if projection is None or projection.strip() == "*":
         return None
-    return {p.strip() for p in projection.split("|")}
+    return set(field_names(p.strip() for p in projection.split("|")))
 
 
 def body_projection(projection: str | list[str]) -> set[str] | None:
     if projection == "*" or "*" in projection:
         return None
-    return set(projection)
+    return set(field_names(projection))
 
 
 def find_projection(projection: str | list[str]) -> set[str]:
@@ -64,7 +66,7 @@ def find_projection(projection: str | list[str]) -> set[str]:
     (raised by the caller, which gets the offending names back as the set difference)."""
     if projection == "*":
         return set(MANIFEST_FIELDS) - FIND_DISALLOWED
-    asked = set(projection)
+    asked = set(field_names(projection))
     if "*" in asked:
         return (set(MANIFEST_FIELDS) - FIND_DISALLOWED) | (asked - {"*"})
     return asked

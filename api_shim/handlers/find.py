@@ -53,8 +53,9 @@ from api_shim.filters import (
     regex_cost,
 )
 from api_shim.find_index import FindIndex
-from api_shim.plumbing import SHIM, ok, parse_body
+from api_shim.plumbing import SHIM, names_of, ok, parse_body
 from api_shim.regex import Regex, RegexError
+from api_shim.wire_names import Names, SameField, filter_in_interface_names, spoken
 from skyscan.archive import Archive
 from skyscan.manifest import MANIFEST_FIELDS
 
@@ -101,12 +102,14 @@ def too_costly(cost: int, examined: int, *, at_least: bool = False) -> ApiError:
 
 
 def shape_checked(query: dict[str, Any]) -> dict[str, Any]:
-    """`query`, once its size, depth and strings are within `LIMITS` (400 when not)."""
+    """`query`, once its size, depth and strings are within `LIMITS`, with its field paths in the
+    interface's names (400 when not, or when it names one field by both names)."""
     try:
         check_shape(query, LIMITS)
-    except FilterError as e:
+        renamed: dict[str, Any] = filter_in_interface_names(query)  # recursive: its depth checked first
+    except (FilterError, SameField) as e:
         raise bad_request(f"invalid filter: {e}") from None
-    return query
+    return renamed
 
 
 async def compile_in_slices(query: dict[str, Any], examined: int) -> Filter:
@@ -246,12 +249,14 @@ def merge(live: Iterable[T], archived: Iterable[T], key: Callable[[T], str]) -> 
             yield item
 
 
-async def encode_manifests(found: Iterator[dict[str, Any]], fields: Iterable[str]) -> list[bytes]:
-    """`{"manifests": [...]}`, projected to `fields`, as JSON in parts of about `PART_BYTES` (encoded
-    `WRITE_CHUNK` manifests at a time, a slice at a time)."""
+async def encode_manifests(
+    found: Iterator[dict[str, Any]], fields: Iterable[str], names: Names = Names.INTERFACE
+) -> list[bytes]:
+    """`{"manifests": [...]}`, projected to `fields` and in `names`, as JSON in parts of about
+    `PART_BYTES` (encoded `WRITE_CHUNK` manifests at a time, a slice at a time)."""
     parts: list[bytes] = []
     pending, size, separator, turn = [b'{"manifests": ['], 0, "", _Slice()
-    while chunk := [view.project(m, fields) for m in itertools.islice(found, WRITE_CHUNK)]:
+    while chunk := [spoken(view.project(m, fields), names) for m in itertools.islice(found, WRITE_CHUNK)]:
         encoded = (separator + json.dumps(chunk)[1:-1]).encode()
         pending.append(encoded)
         size += len(encoded)
@@ -329,7 +334,8 @@ async def find_scans(request: web.Request) -> web.StreamResponse:
     cache = shim.scans.cache
     exact: narrowing.Exact | None = None
     async with _turn(cache):  # the CPU work; a client reading slowly does not hold a turn
-        names = candidates(cache, shape_checked(query))
+        query = shape_checked(query)
+        names = candidates(cache, query)
         examined = len(cache) if names is None else len(names)
         compiled = await compile_in_slices(query, examined)
         if ids_only(fields):
@@ -347,7 +353,7 @@ async def find_scans(request: web.Request) -> web.StreamResponse:
                 ids = list(merge(ids, [_SCAN_ID(m) for m in archived], str))
             parts = await encode_ids(ids, "scan_id" in fields)
         else:
-            parts = await encode_manifests(merge(live, archived, _SCAN_ID), fields)
+            parts = await encode_manifests(merge(live, archived, _SCAN_ID), fields, names_of(request))
     return await send(request, parts)
 
 

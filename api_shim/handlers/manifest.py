@@ -8,7 +8,18 @@ from api_shim import models, view
 from api_shim.auth import SYSTEM
 from api_shim.encoded import Form
 from api_shim.errors import ApiError, not_found
-from api_shim.plumbing import IDENTITY, SHIM, live_scan_for, ok, parse_body, query_bool, scan_for, served
+from api_shim.plumbing import (
+    IDENTITY,
+    SHIM,
+    live_scan_for,
+    names_of,
+    ok,
+    parse_body,
+    query_bool,
+    scan_for,
+    served,
+)
+from api_shim.wire_names import spoken
 from skyscan import manifest
 
 MANIFEST: Form = ("manifest", None)  # the whole manifest
@@ -20,7 +31,8 @@ async def get_manifest(request: web.Request) -> web.Response:
         return await served(request, MANIFEST, manifest.of, include_deleted=False)
     include_deleted = query_bool(request, "include_deleted")
     fields = view.pipe_projection(request.query.get("projection"))
-    # The scanner (system role) reads its event through the deprecated field, as with the reference.
+    # The scanner (system role) reads its event through the deprecated field, as with the reference
+    # (IceCube's scanner by its reference name, `event_i3live_json_dict`).
     if SYSTEM in request[IDENTITY].roles and (fields is None or "event_live_json_dict" in fields):
         scan = await scan_for(request, include_deleted=include_deleted)
         doc = view.project(manifest.of(scan), fields)
@@ -28,7 +40,7 @@ async def get_manifest(request: web.Request) -> web.Response:
         if event is None:
             raise not_found("sensor event")
         doc["event_live_json_dict"] = event
-        return ok(doc)
+        return ok(spoken(doc, names_of(request)))
     form: Form = ("manifest", None if fields is None else frozenset(fields))
     return await served(
         request, form, lambda scan: view.project(manifest.of(scan), fields), include_deleted=include_deleted
@@ -46,4 +58,5 @@ async def patch_manifest(request: web.Request) -> web.Response:
             f"'{field}' is {size} bytes as JSON; at most {models.MANIFEST_FIELD_MAX_BYTES} bytes are stored "
             "(see the README).",
         )
-    return ok(manifest.of(await request.app[SHIM].writes.update_manifest(name, body)))
+    scan = await request.app[SHIM].writes.update_manifest(name, body)
+    return ok(spoken(manifest.of(scan), names_of(request)))

@@ -16,6 +16,7 @@ from api_shim.plumbing import (
     answer,
     keep_form,
     kept_form,
+    names_of,
     ok,
     parse_body,
     query_bool,
@@ -23,6 +24,7 @@ from api_shim.plumbing import (
     served,
 )
 from api_shim.settings import ShimSettings
+from api_shim.wire_names import spoken, spoken_scan
 from skyscan import manifest
 from skyscan.status import ScanRecord
 
@@ -40,6 +42,7 @@ def _defaults(s: ShimSettings) -> Defaults:
 
 
 def _projected(scan: dict[str, Any], projection: str | list[str]) -> dict[str, Any]:
+    """The manifest as a body's `manifest_projection` asks for it (in the interface's names)."""
     return view.project(manifest.of(scan), view.body_projection(projection))
 
 
@@ -52,7 +55,7 @@ async def launch_scan(request: web.Request) -> web.Response:
     body = await parse_body(request, models.ScanRequestBody)
     launch = normalise(body, await shim.tags.tags(), _defaults(shim.settings))
     scan = await shim.writes.launch(launch)
-    return ok(_projected(scan, body.manifest_projection))
+    return ok(spoken(_projected(scan, body.manifest_projection), names_of(request)))
 
 
 async def get_scan_request(request: web.Request) -> web.Response:
@@ -68,7 +71,7 @@ async def get_scan_request(request: web.Request) -> web.Response:
         scan = scan or await shim.scans.get(name)
         if scan is None:
             raise not_found("scan request")
-        body = keep_form(request, scan, form, view.scan_request(scan, ids))
+        body = keep_form(request, scan, form, spoken(view.scan_request(scan, ids), names_of(request)))
     return answer(body)
 
 
@@ -77,7 +80,7 @@ async def rescan(request: web.Request) -> web.Response:
     new = await request.app[SHIM].writes.rescan(
         await scan_for(request), abort_first=body.abort_first, replace_scan=body.replace_scan
     )
-    return ok(_projected(new, body.manifest_projection))
+    return ok(spoken(_projected(new, body.manifest_projection), names_of(request)))
 
 
 async def get_scan(request: web.Request) -> web.Response:
@@ -85,7 +88,7 @@ async def get_scan(request: web.Request) -> web.Response:
     if (body := kept_form(request, ("scan",), include_deleted=include_deleted)) is not None:
         return answer(body)
     scan = await scan_for(request, include_deleted=include_deleted)
-    doc = {"manifest": manifest.of(scan), "result": await request.app[SHIM].scans.result(scan)}
+    doc = spoken_scan(manifest.of(scan), await request.app[SHIM].scans.result(scan), names_of(request))
     if ScanRecord(scan).has_result:  # a payload of its own, read anew each time
         return answer(encode(doc))
     return answer(keep_form(request, scan, ("scan",), doc))
@@ -96,7 +99,7 @@ async def delete_scan(request: web.Request) -> web.Response:
     body = await parse_body(request, models.DeleteBody)
     scan = await shim.writes.delete(await scan_for(request), delete_completed_scan=body.delete_completed_scan)
     result = await shim.scans.result(scan)
-    return ok({"manifest": _projected(scan, body.manifest_projection), "result": result})
+    return ok(spoken_scan(_projected(scan, body.manifest_projection), result, names_of(request)))
 
 
 async def get_status(request: web.Request) -> web.Response:

@@ -6,7 +6,8 @@ from aiohttp import web
 
 from api_shim import models, view
 from api_shim.launch import n_workers_too_many, unknown_cluster
-from api_shim.plumbing import SHIM, live_scan_for, ok, parse_body, served
+from api_shim.plumbing import SHIM, live_scan_for, names_of, ok, parse_body, served
+from api_shim.wire_names import spoken
 from skyscan import manifest
 from skyscan.status import ScanRecord
 
@@ -31,7 +32,7 @@ async def set_workflow_id(request: web.Request) -> web.Response:
     body = await parse_body(request, models.WorkflowIdBody)
     name = view.scan_id(await live_scan_for(request))
     scan = await request.app[SHIM].writes.set_workflow_id(name, body.workflow_id, body.wms_address)
-    return ok(manifest.of(scan))
+    return ok(spoken(manifest.of(scan), names_of(request)))
 
 
 async def get_workforce(request: web.Request) -> web.Response:

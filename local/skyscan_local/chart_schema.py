@@ -101,8 +101,10 @@ def value_schema(field: dict[str, Any]) -> dict[str, Any]:
 def settings_schema() -> dict[str, Any]:
     properties: dict[str, dict[str, Any]] = {}
     for settings in CLASSES:
-        fields = settings.model_json_schema()["properties"]
-        for name, field in fields.items():
+        schema = settings.model_json_schema()
+        for name, field in schema["properties"].items():
+            if "$ref" in field:  # an enumeration of its own (pydantic describes it once, under $defs)
+                field = {**schema["$defs"][field.pop("$ref").rsplit("/", 1)[1]], **field}
             variable = PREFIX + name.upper()
             if variable in CHART_OWNED:
                 continue

@@ -11,18 +11,19 @@ for each, does what the real server does against the REST API (wms-and-scanner n
    `python -m skyscan.sidecar`, as a subprocess with the Pod's env (the same token) and the Pod's
    `/common-space` mapped to a temporary directory of its own; restarted when it fails, terminated
    when the Pod ends, as the kubelet does;
-3. GET /scan/{id}/manifest as `system` for the event (retrying like the scanner's urgent client),
+It speaks the reference's wire names, as IceCube's server does (README, "Reference names"):
+3. GET /scan/{id}/manifest as `system` for the event (`event_i3live_json_dict`) (retrying like the scanner's urgent client),
    "extracts" it and writes a realistic startup.json (100-530 KB of GCD-like JSON) for the sidecar
    to upload - the WMS simulator's workers fetch it through their presigned URL before they run;
 4. PATCHes its start-up progress with event_metadata and scan_metadata;
-5. polls GET /scan/{id}/wms/workforce until workers run;
+5. polls GET /scan/{id}/ewms/workforce until workers run;
 6. per nside: sends out the pixels the real scanner would (`skyscan_local.skymap`: the whole sky at the
    coarsest nside, 768 pixels at nside 8, then the neighbourhood of the best fit so far, refined) with
    a forced report (PATCH + PUT), then the pixels finish in `batches_per_nside` batches, one every
    `reco_seconds`: a forced report on each nside's first, otherwise PATCH/PUT on their intervals. The
    results are in icecube-skyreader's serialization: an llh landscape around a true direction drawn
    per event, about 0.4-0.5 MB when final for the default progression;
-7. PUTs the final result, PATCHes the final progress, and lifts the hold so kwok completes the Pod.
+7. PUTs the final result (`skyscan_result`), PATCHes the final progress, and lifts the hold so kwok completes the Pod.
 
 A kill switch polls GET /scan/{id}/status; a deleted or WMS-deactivated scan makes the "server" exit
 130 (the Pod fails, as after SIGINT). `python -m skyscan_local.scanner_simulator`; settings
@@ -352,7 +353,7 @@ class ScannerServer:
 
     async def run(self) -> None:
         manifest = await self.rest.urgent("GET", f"{self.scan}/manifest")
-        event = manifest.get("event_live_json_dict")
+        event = manifest.get("event_i3live_json_dict")  # the real server's name (SKYSCAN_SCANNER_NAMES)
         if not isinstance(event, dict):
             raise ScannerExit(1, "the manifest holds no event (is the token a `system` one?)")
         self.event_metadata = scanner_report.event_metadata(event, self.pod.args.real_event)
@@ -408,7 +409,7 @@ class ScannerServer:
                     forced=first,
                 )
         final = sky.result(self.event_metadata, final=True)
-        await self.rest.urgent("PUT", f"{self.scan}/result", {"scan_result": final, "is_final": True})
+        await self.rest.urgent("PUT", f"{self.scan}/result", {"skyscan_result": final, "is_final": True})
         body = self.manifest_patch("The Skymap Scanner has finished.", "", final=True)
         await self.rest.urgent("PATCH", f"{self.scan}/manifest", body)
         log.info("scan %s: final result sent (%d pixels)", self.pod.scan_id, self.tally.done_pixels)
@@ -416,7 +417,7 @@ class ScannerServer:
     async def wait_for_workers(self) -> None:
         """Poll the workforce, as the real server does (the REST API is its only view of the WMS)."""
         while True:
-            workforce = await self.rest.get(f"{self.scan}/wms/workforce")
+            workforce = await self.rest.get(f"{self.scan}/ewms/workforce")
             if workforce.get("n_running"):
                 return
             await asyncio.sleep(self.settings.workforce_poll_seconds)
@@ -450,7 +451,7 @@ class ScannerServer:
             self.last_put = now
             partial = self.sky.result(self.event_metadata, final=False) if self.sky else {}
             await self.rest.nonurgent(
-                "PUT", f"{self.scan}/result", {"scan_result": partial, "is_final": False}
+                "PUT", f"{self.scan}/result", {"skyscan_result": partial, "is_final": False}
             )
 
     async def kill_switch(self) -> None:
@@ -461,7 +462,7 @@ class ScannerServer:
             except httpx.HTTPError as e:
                 log.warning("scan %s: kill-switch check failed: %r", self.pod.scan_id, e)
                 continue
-            if status.get("is_deleted") or status.get("wms_deactivated"):
+            if status.get("is_deleted") or status.get("ewms_deactivated"):
                 raise ScannerExit(130, "kill switch: the scan is deleted or its workflow deactivated")
 
 

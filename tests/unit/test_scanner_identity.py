@@ -17,6 +17,7 @@ from jwt.algorithms import ECAlgorithm
 from api_shim import auth, oidc
 from api_shim.errors import ApiError
 from api_shim.scanner_auth import DISCOVERY_PATH, ClusterIssuer, ScannerTokens, get_json, scanner_identity
+from api_shim.wire_names import Names
 from skyscan import kube, names
 
 NAMESPACE, SCAN = "skyscan", "0123456789abcdef0123456789abcdef"
@@ -37,6 +38,15 @@ def test_a_scanner_token_carries_the_system_role_for_its_own_scan_only() -> None
     assert identity.roles == frozenset({auth.SYSTEM}) and identity.scan_id == SCAN
 
 
+@pytest.mark.parametrize("speaks", list(Names))
+def test_a_scanner_is_answered_in_the_names_the_setting_gives(speaks: Names) -> None:
+    """IceCube's scanner reads the reference's names (the default); a scanner written to the
+    interface's is configured so."""
+    assert scanner_identity(k8s_claims(), NAMESPACE, names.SCANNER_SERVICE_ACCOUNT).names is Names.REFERENCE  # type: ignore[union-attr]
+    identity = scanner_identity(k8s_claims(), NAMESPACE, names.SCANNER_SERVICE_ACCOUNT, speaks)
+    assert identity is not None and identity.names is speaks
+
+
 def test_a_scanner_token_from_another_namespace_is_refused() -> None:
     claims = k8s_claims(namespace="elsewhere")
     assert scanner_identity(claims, NAMESPACE, names.SCANNER_SERVICE_ACCOUNT) is None
@@ -55,7 +65,7 @@ def test_a_token_bound_to_a_secret_not_of_a_scanner_is_refused() -> None:
 
 def test_a_scanner_identity_is_named_after_its_scan() -> None:
     identity = scanner_identity(k8s_claims(), NAMESPACE, names.SCANNER_SERVICE_ACCOUNT)
-    assert identity == auth.Identity(f"scanner:{SCAN}", frozenset({auth.SYSTEM}), scan_id=SCAN)
+    assert identity == auth.Identity(f"scanner:{SCAN}", frozenset({auth.SYSTEM}), scan_id=SCAN, names=Names.REFERENCE)
 
 
 def test_a_token_bound_to_no_secret_or_to_a_nameless_one_is_refused() -> None:
@@ -118,7 +128,7 @@ def scanner_token(namespace: str = NAMESPACE, audience: str = names.SCANNER_TOKE
 async def test_a_scanner_token_signed_by_the_clusters_issuer_speaks_for_its_scan(api: ApiServer) -> None:
     tokens = ScannerTokens(api, NAMESPACE, names.SCANNER_SERVICE_ACCOUNT)
     identity = await tokens.authenticate(scanner_token())
-    assert identity == auth.Identity(f"scanner:{SCAN}", frozenset({auth.SYSTEM}), scan_id=SCAN)
+    assert identity == auth.Identity(f"scanner:{SCAN}", frozenset({auth.SYSTEM}), scan_id=SCAN, names=Names.REFERENCE)
     accept = "application/json, application/jwk-set+json"
     # the issuer's name from discovery, then its keys (through discovery, as any issuer's)
     assert api.asked == [("GET", p, accept) for p in (DISCOVERY_PATH, DISCOVERY_PATH, JWKS_PATH)]

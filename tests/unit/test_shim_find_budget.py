@@ -154,7 +154,7 @@ async def test_compiling_many_patterns_yields_to_the_event_loop_between_them(
 
 def test_the_shape_is_checked_before_anything_else() -> None:
     query: dict[str, Any] = {"run_id": 1}
-    assert find.shape_checked(query) is query
+    assert find.shape_checked(query) == query
     deep: dict[str, Any] = {"a": 1}
     for _ in range(find.LIMITS.max_depth):
         deep = {"$and": [deep]}

@@ -91,6 +91,7 @@ async def test_unknown_ids(shim: ShimUnderTest, method: str, path: str) -> None:
             "/scan/{scan_id}/actions/add-workers": {"n_workers": 1, "cluster_location": "osg"},
             "/scan/{scan_id}/result": {"scan_result": {"a": 1}, "is_final": True},
             "/scan/{scan_id}/wms/workflow-id": {"workflow_id": "w", "wms_address": "a"},
+            "/scan/{scan_id}/ewms/workflow-id": {"workflow_id": "w", "ewms_address": "a"},
         }
         body = bodies.get(path, {})
     route = next(r for r in ROUTES if (r.method, r.path) == (method, path))
