@@ -33,6 +33,10 @@ from typing import Any, Protocol
 import httpx
 
 INIT_URL = re.compile(r"'(https?://[^'\s]+)'")  # what the init command curls (see startup_url_of)
+CLIENT_HEADER, CLIENT_NAME = (
+    "X-Simulated-Client",
+    "task-manager",
+)  # so the WMS simulator tells its calls apart
 PER_TICK = 50  # taskforces started (and stopped) per schedd per poll at most
 RETRIED = (0, 404, 502, 503, 504)  # not uploaded yet, or the shim is unreachable: the workers retry
 log = logging.getLogger("skyscan_local.task_manager_simulator")
@@ -116,7 +120,7 @@ class TaskManager:
         while (url := self.wms_url()) is None:  # noqa: ASYNC110 (a value another task sets, polled)
             await asyncio.sleep(0.05)  # the embedded one learns its server's address from a request
         async with (
-            httpx.AsyncClient(base_url=url, timeout=30) as http,
+            httpx.AsyncClient(base_url=url, timeout=30, headers={CLIENT_HEADER: CLIENT_NAME}) as http,
             httpx.AsyncClient(timeout=30) as workers,
         ):
             while True:
