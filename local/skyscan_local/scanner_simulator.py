@@ -11,8 +11,7 @@ for each, does what the real server does against the REST API (wms-and-scanner n
    `python -m skyscan.sidecar`, as a subprocess with the Pod's env (the same token) and the Pod's
    `/common-space` mapped to a temporary directory of its own; restarted when it fails, terminated
    when the Pod ends, as the kubelet does;
-It speaks the reference's wire names, as IceCube's server does (README, "Reference names"):
-3. GET /scan/{id}/manifest as `system` for the event (`event_i3live_json_dict`) (retrying like the scanner's urgent client),
+3. GET /scan/{id}/manifest as `system` for the event (retrying like the scanner's urgent client),
    "extracts" it and writes a realistic startup.json (100-530 KB of GCD-like JSON) for the sidecar
    to upload - the WMS simulator's workers fetch it through their presigned URL before they run;
 4. PATCHes its start-up progress with event_metadata and scan_metadata;
@@ -23,7 +22,11 @@ It speaks the reference's wire names, as IceCube's server does (README, "Referen
    `reco_seconds`: a forced report on each nside's first, otherwise PATCH/PUT on their intervals. The
    results are in icecube-skyreader's serialization: an llh landscape around a true direction drawn
    per event, about 0.4-0.5 MB when final for the default progression;
-7. PUTs the final result (`skyscan_result`), PATCHes the final progress, and lifts the hold so kwok completes the Pod.
+7. PUTs the final result, PATCHes the final progress, and lifts the hold so kwok completes the Pod.
+
+It speaks the reference's wire names, as IceCube's server does (README, "Reference names"): the event
+is the manifest's `event_i3live_json_dict`, workers are awaited on `/ewms/workforce`, results are
+PUT as `skyscan_result`, and the kill switch reads `ewms_deactivated`.
 
 A kill switch polls GET /scan/{id}/status; a deleted or WMS-deactivated scan makes the "server" exit
 130 (the Pod fails, as after SIGINT). `python -m skyscan_local.scanner_simulator`; settings

@@ -53,8 +53,8 @@ REPO = Path(__file__).resolve().parents[2]
 STATE_FILE, ENV_FILE, TOKEN_FILE, PRESIGN_KEY_FILE = "stack.json", "env", "tokens.json", "presign.key"
 LOCK_FILE = "stack.lock"
 ENV_KEYS = (
-    "SKYSCAN_URL", "SKYSCAN_USER_TOKEN", "SKYSCAN_SYSTEM_TOKEN", "SKYSCAN_WMS_URL", "KUBECONFIG",
-    "SKYSCAN_NAMESPACE", "SKYSCAN_ARCHIVE_DSN", "SKYSCAN_OPERATOR_METRICS_URL",
+    "SKYSCAN_URL", "SKYSCAN_USER_TOKEN", "SKYSCAN_SYSTEM_TOKEN", "SKYSCAN_REFERENCE_TOKEN", "SKYSCAN_WMS_URL",
+    "KUBECONFIG", "SKYSCAN_NAMESPACE", "SKYSCAN_ARCHIVE_DSN", "SKYSCAN_OPERATOR_METRICS_URL",
 )  # fmt: skip
 ARCHIVE_DATABASE = postgres.APP_DATABASE
 
@@ -376,14 +376,17 @@ async def prepare_cluster(kubeconfig: str, namespace: str, timeout: float) -> No
 
 def ensure_tokens(s: LocalStackSettings, state: dict[str, Any]) -> dict[str, str]:
     from api_shim import auth  # the shim's own token file format
+    from api_shim.wire_names import Names
 
     token_file = s.dir / TOKEN_FILE
-    if state.get("tokens") and token_file.exists():
+    if {"user", "system", "reference"} <= set(state.get("tokens") or {}) and token_file.exists():
         return dict(state["tokens"])
     token_file.unlink(missing_ok=True)
     return {
         "user": auth.make_token(token_file, "local-user", [auth.USER]),
         "system": auth.make_token(token_file, "local-scanner", [auth.SYSTEM]),
+        # A user answered in the reference's names: what IceCube's own scripts read.
+        "reference": auth.make_token(token_file, "local-icecube-client", [auth.USER], Names.REFERENCE),
     }
 
 
@@ -399,6 +402,7 @@ def env_lines(state: dict[str, Any], namespace: str) -> dict[str, str]:
         "SKYSCAN_URL": f"http://127.0.0.1:{state['ports']['shim']}",
         "SKYSCAN_USER_TOKEN": state["tokens"]["user"],
         "SKYSCAN_SYSTEM_TOKEN": state["tokens"]["system"],
+        "SKYSCAN_REFERENCE_TOKEN": state["tokens"]["reference"],
         "SKYSCAN_WMS_URL": f"http://127.0.0.1:{state['ports']['wms']}",
         "KUBECONFIG": state["kubeconfig"],
         "SKYSCAN_NAMESPACE": namespace,

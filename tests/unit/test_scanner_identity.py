@@ -65,7 +65,9 @@ def test_a_token_bound_to_a_secret_not_of_a_scanner_is_refused() -> None:
 
 def test_a_scanner_identity_is_named_after_its_scan() -> None:
     identity = scanner_identity(k8s_claims(), NAMESPACE, names.SCANNER_SERVICE_ACCOUNT)
-    assert identity == auth.Identity(f"scanner:{SCAN}", frozenset({auth.SYSTEM}), scan_id=SCAN, names=Names.REFERENCE)
+    assert identity == auth.Identity(
+        f"scanner:{SCAN}", frozenset({auth.SYSTEM}), scan_id=SCAN, names=Names.REFERENCE
+    )
 
 
 def test_a_token_bound_to_no_secret_or_to_a_nameless_one_is_refused() -> None:
@@ -128,7 +130,9 @@ def scanner_token(namespace: str = NAMESPACE, audience: str = names.SCANNER_TOKE
 async def test_a_scanner_token_signed_by_the_clusters_issuer_speaks_for_its_scan(api: ApiServer) -> None:
     tokens = ScannerTokens(api, NAMESPACE, names.SCANNER_SERVICE_ACCOUNT)
     identity = await tokens.authenticate(scanner_token())
-    assert identity == auth.Identity(f"scanner:{SCAN}", frozenset({auth.SYSTEM}), scan_id=SCAN, names=Names.REFERENCE)
+    assert identity == auth.Identity(
+        f"scanner:{SCAN}", frozenset({auth.SYSTEM}), scan_id=SCAN, names=Names.REFERENCE
+    )
     accept = "application/json, application/jwk-set+json"
     # the issuer's name from discovery, then its keys (through discovery, as any issuer's)
     assert api.asked == [("GET", p, accept) for p in (DISCOVERY_PATH, DISCOVERY_PATH, JWKS_PATH)]
