@@ -22,6 +22,7 @@ from tests.integration.operator.conftest import (
 )
 
 MERGE = "application/merge-patch+json"
+OSG_SCHEDD = "grid-submitter.icecube.wisc.edu"  # EWMS names a taskforce's cluster by its schedd
 
 
 async def job_gone(api: Kube, namespace: str, name: str) -> bool:
@@ -113,9 +114,10 @@ async def test_add_workers_records_the_taskforce_or_the_wms_error(
     assert outcomes["r1"]["state"] == "Succeeded" and outcomes["r1"]["nWorkers"] == 7
     (workflow,) = await wms.workflows(marker=scan["metadata"]["uid"])
     added = [tf for tf in workflow["taskforces"] if tf["taskforce_uuid"] == outcomes["r1"]["taskforceUuid"]]
-    assert added and added[0]["n_workers"] == 7 and added[0]["cluster_location"] == "osg"
-    assert outcomes["r2"]["state"] == "Failed"
-    assert "HTTP 400" in outcomes["r2"]["reason"] and "unknown cluster location" in outcomes["r2"]["reason"]
+    assert added and added[0]["n_workers"] == 7 and added[0]["schedd"] == OSG_SCHEDD
+    assert outcomes["r2"]["state"] == "Rejected"  # the shim's 400
+    assert outcomes["r2"]["reason"].startswith("the WMS refused workers at cluster 'nowhere': ")
+    assert "HTTP 400" in outcomes["r2"]["reason"]
 
 
 async def test_add_workers_is_passed_on_while_the_queues_are_not_active(
@@ -141,6 +143,6 @@ async def test_add_workers_is_passed_on_while_the_queues_are_not_active(
     assert condition(scan, "WorkflowReady").get("reason") == "WaitingForQueues"  # still waiting
     (workflow,) = await wms.workflows(marker=scan["metadata"]["uid"])
     added = [tf for tf in workflow["taskforces"] if tf["taskforce_uuid"] == outcome["taskforceUuid"]]
-    assert added and added[0]["cluster_location"] == "sub-2"
+    assert added and added[0]["schedd"] == OSG_SCHEDD  # sub-2 is asked as osg, as launch asks it
     assert "WorkersAdded" in await scan_events(api, namespace, name, "WorkersAdded")
     assert took < 5, f"answered after {took:.1f} s"
