@@ -227,6 +227,12 @@ def test_a_scan_runs_in_pods_of_the_charts_release_on_a_real_node(stack: Stack, 
     scanner = pod["status"]["containerStatuses"][0]
     assert scanner["image"].startswith("localhost/skyscan-scanner:")  # containerd names one of its tags
     assert scanner["state"]["terminated"]["exitCode"] == 0
+    # It spoke as IceCube's server does, with its own credential: the event read as the manifest's
+    # event_i3live_json_dict (it exits 1 without it), workers awaited on /ewms/workforce, results PUT
+    # as skyscan_result; what it stored reads back through the interface's names.
+    with stack.rest() as rest:
+        result = rest.get(f"/scan/{scan_id}/result").json()
+    assert result["is_final"] is True and {"nside-8", "nside-64"} <= set(result["scan_result"]), result.keys()
     latency = seconds(scanner["state"]["terminated"]["startedAt"]) - seconds(
         stack.scan(scan_id)["metadata"]["creationTimestamp"]
     )
