@@ -43,6 +43,10 @@ def test_a_refused_workflow_names_the_cluster_as_the_scan_asked_for_it() -> None
         message
         == "the WMS refused cluster 'osg' (asked as 'sub-2'): POST /v1/workflows: HTTP 400: not found: osg"
     )
+    two = refusal("unknown cluster location(s): ['local', 'mars']")
+    assert workflow_refusal(two, {"local": "local", "mars": "red"})[1] == (
+        f"the WMS refused cluster 'local', 'mars' (asked as 'red'): {two}"
+    )
     reason, message = workflow_refusal(refusal("Pilot image tag not found."), {"osg": "osg"})
     assert reason == WMS_REJECTED
     assert (

@@ -61,3 +61,10 @@ def test_a_final_read_is_wanted_until_every_taskforce_shown_is_stopping() -> Non
     assert wants_final_read([{}])
     for phase in ("pending-stopper", "condor-rm", "condor-complete"):
         assert not wants_final_read([{"phase": phase}, {"phase": "condor-complete"}])
+
+
+def test_no_running_workers_and_a_taskforce_without_timestamp_comes_first() -> None:
+    assert summarize([{"compound_statuses": {"IDLE": {"null": 2}}}]).n_running == 0
+    assert summarize([]).n_running == 0
+    undated, early = {"taskforce_uuid": "TF-0"}, {**REAL, "taskforce_uuid": "TF-1", "timestamp": 0.5}
+    assert [t["taskforce_uuid"] for t in compact([early, undated], SCHEDDS)] == ["TF-0", "TF-1"]
