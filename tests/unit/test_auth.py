@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from api_shim import auth, oidc
+from api_shim.wire_names import Names
 
 ISSUER = "https://keycloak.invalid/realms/icecube"
 JWT = "header.payload.signature"
@@ -159,6 +160,31 @@ async def test_an_issuer_without_a_role_mapping_grants_no_role() -> None:
     verifier = Verifier({})
     verifier.issuers[ISSUER].config = oidc.IssuerConfig(issuer=ISSUER, audience="skyscan")
     assert auth.OIDCPeople(verifier).identity(person()) == auth.Identity("u-1", frozenset())
+
+
+async def test_a_persons_answers_speak_the_names_their_issuer_says() -> None:
+    verifier = Verifier({})
+    assert auth.OIDCPeople(verifier).identity(person()).names is Names.INTERFACE  # type: ignore[union-attr]
+    verifier.issuers[ISSUER].config = oidc.PeopleIssuerConfig(
+        issuer=ISSUER, audience="s", names=Names.REFERENCE
+    )
+    assert auth.OIDCPeople(verifier).identity(person()) == auth.Identity(
+        "u-1", frozenset({auth.USER}), names=Names.REFERENCE
+    )
+    verifier.issuers[ISSUER].config = oidc.IssuerConfig(issuer=ISSUER, audience="skyscan")
+    assert auth.OIDCPeople(verifier).identity(person()).names is Names.INTERFACE  # type: ignore[union-attr]
+
+
+async def test_a_static_tokens_answers_speak_the_names_it_was_made_with(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.json"
+    plain = auth.make_token(path, "alice", ["user"])
+    icecube = auth.make_token(path, "bob", ["user"], Names.REFERENCE)
+    assert json.loads(path.read_text())[auth.token_hash(icecube)]["names"] == "reference"
+    tokens = auth.StaticTokens.load(path)
+    assert await tokens.authenticate(plain) == auth.Identity("alice", frozenset({auth.USER}))
+    assert await tokens.authenticate(icecube) == auth.Identity(
+        "bob", frozenset({auth.USER}), names=Names.REFERENCE
+    )
 
 
 async def test_a_tokens_identity_is_mapped_once_while_its_claims_are_cached() -> None:
