@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import subprocess
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,11 @@ EVERYTHING: Doc = {
         "SKYSCAN_LOG_LEVEL": "DEBUG",
         "SKYSCAN_REST_ADDRESS": "http://rest.example.org",
     },
-    "oidc": {"issuers": [{"issuer": "https://kc.example.org/realms/r", "audience": "skyscan"}]},
+    "oidc": {
+        "issuers": [
+            {"issuer": "https://kc.example.org/realms/r", "audience": "skyscan", "names": "reference"}
+        ]
+    },
     "wms": {"address": "https://wms.example.org", "oidcIssuer": "", "credentialsSecret": "wms-client"},
     "archive": {"dsnSecret": "archive-dsn", "adminDsnSecret": "archive-admin"},
     "presignKey": {"secretName": "presign"},
@@ -452,7 +457,7 @@ def test_the_settings_schema_takes_every_setting_the_components_read_and_they_re
             variable = chart_schema.PREFIX + name.upper()
             default = field.default_factory() if field.default_factory else field.default  # type: ignore[call-arg]
             if variable not in chart_schema.CHART_OWNED and default is not None:
-                defaults[variable] = str(default) if isinstance(default, Path) else default
+                defaults[variable] = str(default) if isinstance(default, Path | StrEnum) else default
     assert "SKYSCAN_SCANNER_RESTRICTED" in defaults and "SKYSCAN_MAX_EVENT_STREAMS" in defaults
     local = real_stack.chart_values()
     for values, expected in (
