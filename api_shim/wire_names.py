@@ -95,14 +95,15 @@ class SameField(ValueError):
 def filter_in_interface_names(query: Any) -> Any:
     """A find filter with every field path in the interface's names: the keys of the filter's
     documents, which `$and`, `$or` and `$nor` nest; a condition's operands are values, never renamed.
-    One field named both ways in one document is refused (`SameField`): one condition would be lost."""
+    One field named both ways in one document is refused (`SameField`): one condition would be lost.
+    An operator (`$or`, `$in`...) is no field name of either dialect, so it stays as it is."""
     if isinstance(query, list):
         return [filter_in_interface_names(q) for q in query]
     if not isinstance(query, dict):
         return query
     renamed: dict[str, Any] = {}
     for key, value in query.items():
-        name = key if key.startswith("$") else field_name(key)
+        name = field_name(key)
         if name in renamed:
             raise SameField(f"'{key}' and '{name}' name the same field: give one")
         renamed[name] = filter_in_interface_names(value) if key in ("$and", "$or", "$nor") else value

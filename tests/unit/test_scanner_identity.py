@@ -138,6 +138,10 @@ async def test_a_scanner_token_signed_by_the_clusters_issuer_speaks_for_its_scan
     assert api.asked == [("GET", p, accept) for p in (DISCOVERY_PATH, DISCOVERY_PATH, JWKS_PATH)]
     assert await tokens.authenticate(scanner_token()) == identity
     assert len(api.asked) == 3  # the issuer is learnt once, its keys kept
+    interface = ScannerTokens(api, NAMESPACE, names.SCANNER_SERVICE_ACCOUNT, Names.INTERFACE)
+    assert (await interface.authenticate(scanner_token())) == auth.Identity(
+        f"scanner:{SCAN}", frozenset({auth.SYSTEM}), scan_id=SCAN, names=Names.INTERFACE
+    )
     issuer = (await tokens.verifier()).issuers[ISSUER]
     assert issuer.config.audience == names.SCANNER_TOKEN_AUDIENCE and issuer.fetches == 2
 

@@ -54,9 +54,9 @@ def test_the_deprecated_placeholders_name_the_field_in_the_dialect() -> None:
 def test_a_scan_speaks_in_its_manifest_and_its_result() -> None:
     got = spoken_scan({"sensor_event_id": "e"}, {"scan_result": {}, "is_final": True}, Names.REFERENCE)
     assert got == {"manifest": {"i3_event_id": "e"}, "result": {"skyscan_result": {}, "is_final": True}}
-    assert spoken_scan({"sensor_event_id": "e"}, {}, Names.INTERFACE) == {
+    assert spoken_scan({"sensor_event_id": "e"}, {"scan_result": {}}, Names.INTERFACE) == {
         "manifest": {"sensor_event_id": "e"},
-        "result": {},
+        "result": {"scan_result": {}},
     }
 
 
@@ -75,13 +75,13 @@ def test_a_filter_names_fields_the_interfaces_way_wherever_it_names_them() -> No
     query: dict[str, Any] = {
         "ewms_workflow_id": "wf",
         "$or": [{"i3_event_id": {"$in": ["i3_event_id"]}}, {"$nor": [{"ewms_address.host": "x"}]}],
-        "$and": [{"scan_id": {"$not": {"$eq": "ewms_task"}}}],
+        "$and": [{"scan_id": {"$not": {"$eq": "ewms_task"}}}, {"ewms_task": {"$exists": True}}],
         "classifiers": {"$elemMatch": {"i3_event_id": 1}},
     }
     assert filter_in_interface_names(query) == {
         "wms_workflow_id": "wf",
         "$or": [{"sensor_event_id": {"$in": ["i3_event_id"]}}, {"$nor": [{"wms_address.host": "x"}]}],
-        "$and": [{"scan_id": {"$not": {"$eq": "ewms_task"}}}],
+        "$and": [{"scan_id": {"$not": {"$eq": "ewms_task"}}}, {"wms_task": {"$exists": True}}],
         "classifiers": {"$elemMatch": {"i3_event_id": 1}},  # a value's own keys: not a manifest's
     }
 
@@ -127,3 +127,43 @@ def test_the_openapi_document_describes_both_names_one_or_the_other() -> None:
     assert "_reference" in document["paths"][SCAN_ID + "/i3-event"]["get"]["operationId"]
     untouched = schemas["Workforce"]
     assert "allOf" not in untouched
+
+
+def test_an_objects_schema_describes_each_renamed_field_under_both_names() -> None:
+    """The pure rewrite itself (the document is built once a process: a test of it alone sees the first)."""
+    untouched = {
+        "type": "object",
+        "properties": {"n_running": {"type": "integer"}},
+        "required": ["n_running"],
+    }
+    assert openapi.with_reference_names(untouched) is untouched
+    schema = {
+        "type": "object",
+        "properties": {"scan_result": {"type": "object"}, "wms_address": {"type": "string"}, "is_final": {}},
+        "required": ["scan_result", "is_final"],
+        "allOf": [{"description": "kept"}],
+    }
+    described = openapi.with_reference_names(schema)
+    assert described["properties"]["skyscan_result"] == {
+        "type": "object",
+        "description": "The reference's name for `scan_result`: either is taken; an answer has the caller's.",
+    }
+    assert described["properties"]["ewms_address"]["type"] == "string"
+    assert set(described["properties"]) == {
+        "scan_result",
+        "wms_address",
+        "is_final",
+        "skyscan_result",
+        "ewms_address",
+    }
+    assert described["required"] == ["is_final"]
+    assert described["allOf"] == [
+        {"description": "kept"},
+        {"oneOf": [{"required": ["scan_result"]}, {"required": ["skyscan_result"]}]},
+        {"not": {"required": ["wms_address", "ewms_address"]}},
+    ]
+    assert schema["required"] == ["scan_result", "is_final"] and "skyscan_result" not in schema["properties"]
+    optional = openapi.with_reference_names({"properties": {"sensor_event_id": {}}})
+    assert "required" not in optional and optional["allOf"] == [
+        {"not": {"required": ["sensor_event_id", "i3_event_id"]}}
+    ]
