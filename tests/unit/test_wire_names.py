@@ -137,6 +137,7 @@ def test_an_objects_schema_describes_each_renamed_field_under_both_names() -> No
         "required": ["n_running"],
     }
     assert openapi.with_reference_names(untouched) is untouched
+    assert openapi.with_reference_names(plain := {"type": "string"}) is plain  # no properties at all
     schema = {
         "type": "object",
         "properties": {"scan_result": {"type": "object"}, "wms_address": {"type": "string"}, "is_final": {}},
