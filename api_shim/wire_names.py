@@ -102,9 +102,11 @@ def filter_in_interface_names(query: Any) -> Any:
     if not isinstance(query, dict):
         return query
     renamed: dict[str, Any] = {}
+    given: dict[str, str] = {}  # each field's name as the filter gave it
     for key, value in query.items():
         name = field_name(key)
-        if name in renamed:
-            raise SameField(f"'{key}' and '{name}' name the same field: give one")
+        if name in given:
+            raise SameField(f"'{given[name]}' and '{key}' name the same field: give one")
+        given[name] = key
         renamed[name] = filter_in_interface_names(value) if key in ("$and", "$or", "$nor") else value
     return renamed

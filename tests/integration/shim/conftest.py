@@ -27,6 +27,7 @@ from api_shim import auth
 from api_shim.app import create_app
 from api_shim.plumbing import SERVER_OPTIONS, SHIM, Shim
 from api_shim.settings import ShimSettings
+from api_shim.wire_names import Names
 from skyscan.kube import Kube, scan_path
 from skyscan_local.processes import free_port
 from tests.conftest import Cluster
@@ -37,6 +38,9 @@ LOGS = "https://grafana.test/d?var-namespace={namespace}&var-container=skyscan-s
 TOKENS = {
     "user": auth.Identity("alice", frozenset({auth.USER})),
     "system": auth.Identity("scanner", frozenset({auth.SYSTEM})),
+    # SkyDriver's clients and IceCube's scanner: answered in the reference's names.
+    "icecube": auth.Identity("skydriver-client", frozenset({auth.USER}), names=Names.REFERENCE),
+    "icecube-system": auth.Identity("skymap-scanner", frozenset({auth.SYSTEM}), names=Names.REFERENCE),
 }
 
 
