@@ -92,6 +92,21 @@ down:                   ## stop exactly what `make up` started; its data stays (
 reset: venv             ## after `make down`: delete the local stack's data (every Scan, the archive, logs, tokens)
 	$(PY) -m skyscan_local.real_stack reset && $(PY) -m skyscan_local.stack reset
 
+# The documentation site (mkdocs.yml, docs/), built with warnings as errors: a link to a page or a
+# heading that does not exist fails it. Internal links only: external ones are not fetched (CI's
+# machines reach the package registries alone). The generated tables (settings, REST routes) must
+# match the code first.
+.PHONY: docs docs-serve docs-reference
+docs: venv              ## build the documentation site into site/ (strict; internal links checked; generated pages current)
+	$(PY) -m skyscan_local.docs_reference --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-serve: venv        ## serve the documentation site at http://127.0.0.1:8000, rebuilt as docs/ changes
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
+
+docs-reference: venv    ## regenerate docs/'s settings and REST route tables from the settings classes and the OpenAPI document
+	$(PY) -m skyscan_local.docs_reference
+
 audit-node: venv        ## an attacker's probes against the running `make up NODE=real` stack: each must be refused
 	$(PY) -m skyscan_local.audit
 

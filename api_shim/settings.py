@@ -23,8 +23,8 @@ class ShimSettings(BaseSettings, policy.PolicySettings):  # with the request pol
 
     namespace: str = Field(default="skyscan", description="The one namespace holding every Scan.")
     kubeconfig: str | None = Field(default=None, description="Unset: in-cluster, else ~/.kube/config.")
-    host: str = "0.0.0.0"
-    port: int = 8080
+    host: str = Field(default="0.0.0.0", description="Listen address.")
+    port: int = Field(default=8080, description="Listen port.")
     tls_cert_file: Path | None = Field(
         default=None,
         description="Serve HTTPS with this PEM certificate (chain after it) and SKYSCAN_TLS_KEY_FILE; "
@@ -32,26 +32,34 @@ class ShimSettings(BaseSettings, policy.PolicySettings):  # with the request pol
     )
     tls_key_file: Path | None = Field(default=None, description="The private key of SKYSCAN_TLS_CERT_FILE.")
     log_format: LogFormat = Field(
-        default="text", description="`json`: JSON lines (see README, Logs); `text`: plain lines."
+        default="text", description="`json`: JSON lines (docs: Operating, Logs); `text`: plain lines."
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", description="The lowest level logged; `WARNING` leaves out the access log."
     )
 
     # Sizes when a request names none: bytes, or a size such as "2GB"; the Scan model's defaults.
-    default_scanner_server_memory: str | int = model.DEFAULT_SCANNER_SERVER_MEMORY_BYTES
-    default_worker_memory: str | int = model.DEFAULT_WORKER_MEMORY_BYTES
-    default_worker_disk: str | int = model.DEFAULT_WORKER_DISK_BYTES
+    default_scanner_server_memory: str | int = Field(
+        default=model.DEFAULT_SCANNER_SERVER_MEMORY_BYTES,
+        description="Scanner-server memory when a request names none (bytes, or a size such as `1024M`).",
+    )
+    default_worker_memory: str | int = Field(
+        default=model.DEFAULT_WORKER_MEMORY_BYTES, description="Worker memory when a request names none."
+    )
+    default_worker_disk: str | int = Field(
+        default=model.DEFAULT_WORKER_DISK_BYTES, description="Worker disk when a request names none."
+    )
 
     token_file: Path | None = Field(
-        default=None, description="JSON {token: {name, roles}}; see `skyscan-shim make-token`."
+        default=None,
+        description="Local use: JSON {sha256 of token: {name, roles}}; see `skyscan-shim make-token`.",
     )
     auth_disabled: bool = Field(
         default=False, description="Local development only: every caller has the user and system roles."
     )
     oidc_issuers: list[PeopleIssuerConfig] = Field(
         default_factory=list,
-        description="People's OIDC issuers (JSON list); see README, Identity: people (OIDC).",
+        description="People's OIDC issuers (JSON list; docs: Security, People (OIDC)); empty: no OIDC.",
     )
     scanner_service_account: str = Field(
         default=names.SCANNER_SERVICE_ACCOUNT,
@@ -61,19 +69,22 @@ class ShimSettings(BaseSettings, policy.PolicySettings):  # with the request pol
         default=Names.REFERENCE,
         description="The wire names answered to scanner credentials: `reference` for IceCube's skymap_scanner"
         " (it reads event_i3live_json_dict, ewms_deactivated...), `interface` for a scanner written to the"
-        " interface's names. See README, Reference names.",
+        " interface's names (docs: REST API, Reference names).",
     )
     oidc_leeway_seconds: float = Field(
-        default=30.0, description="Clock skew allowed on a JWT's exp and nbf, either way."
+        default=30.0, description="Clock skew allowed on a JWT's `exp` and `nbf`, either way."
     )
     oidc_jwks_refetch_seconds: float = Field(
-        default=30.0, description="At most one JWKS fetch per issuer per this interval (unknown kids)."
+        default=30.0,
+        description="At most one JWKS fetch per issuer per this interval (unknown `kid`s, failures).",
     )
     oidc_jwks_max_age_seconds: float = Field(
-        default=600.0, description="A JWKS older than this is fetched again (removed keys stop working)."
+        default=600.0,
+        description="A JWKS older than this is fetched again, so keys removed at the issuer stop verifying.",
     )
     oidc_token_cache_size: int = Field(
-        default=10000, description="Verified JWTs kept (until their exp) so each is checked once."
+        default=10000,
+        description="Verified JWTs kept until their `exp` (least recently used out), each checked once.",
     )
     logs_url_template: str | None = Field(
         default=None,
@@ -89,14 +100,15 @@ class ShimSettings(BaseSettings, policy.PolicySettings):  # with the request pol
         le=60,
         description="On SIGTERM, keep serving this long before closing the port: a Pod being deleted "
         "still gets requests until every node's Service rules drop it (keep it under the Pod's "
-        "terminationGracePeriodSeconds).",
+        "terminationGracePeriodSeconds); the local stack's host processes use 0.",
     )
     watch_timeout: int = Field(default=300, description="Server-side timeout of one watch request.")
     cache_broken_seconds: float = Field(
         default=30.0,
         gt=0,
-        description="How long the Scan watch may be broken before /healthz answers 503 and routes answer "
-        "503 instead of serving what the shim can no longer vouch for.",
+        description="How long the Scan watch may be broken (a list or watch failed, or went unanswered for "
+        "30 s; a quiet watch is not broken) before /healthz answers 503 and routes answer 503 instead of "
+        "serving what the shim can no longer vouch for.",
     )
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="Largest accepted request body.")
     body_bytes_at_once: int = Field(
@@ -106,21 +118,34 @@ class ShimSettings(BaseSettings, policy.PolicySettings):  # with the request pol
         "SKYSCAN_MAX_BODY_BYTES; one body always fits); others wait, unread.",
     )
     body_wait_seconds: float = Field(
-        default=15.0, gt=0, description="How long a request waits for room for its body before 503."
+        default=15.0,
+        gt=0,
+        description="How long a request waits for room for its body before 503 `too many request bodies` "
+        "(`Retry-After: 5`).",
     )
     max_event_streams: int = Field(
-        default=5000, ge=0, description="Open `GET /scan/{id}/events` streams at most; beyond, 503."
+        default=5000,
+        ge=0,
+        description="Open `GET /scan/{id}/events` streams at most (one socket and about 15 KiB of shim "
+        "memory each); beyond, 503 `too many event streams` (clients poll `/status`); 0 refuses every "
+        "stream.",
     )
     event_keepalive_seconds: float = Field(
-        default=15.0, gt=0, description="Seconds between `: keepalive` comments on an idle event stream."
+        default=15.0,
+        gt=0,
+        description="Seconds between `: keepalive` comments on an idle event stream; a client that left is "
+        "noticed at the latest then.",
     )
     archive_dsn: str | None = Field(
         default=None,
-        description="PostgreSQL DSN of the archive of finished scans (as the operator's); unset: live only.",
+        description="PostgreSQL DSN of the archive of finished scans (the operator's): every route reads "
+        "archived scans too (soft delete and rescan included; other writes answer 400 `scan is archived`). "
+        "Unset: live scans only.",
     )
     presign_key_file: Path | None = Field(
         default=None,
-        description="Key file of the workers' presigned startup.json URLs (the operator's); unset: all 403.",
+        description="Key file of the workers' presigned startup.json URLs (the operator's); unset: every "
+        "`GET /scan/{id}/startup.json` is 403.",
     )
     _presign_key: bytes | None = PrivateAttr(default=None)
 

@@ -70,14 +70,17 @@ class PolicySettings(BaseModel):
         "read it: mount it in both).",
     )
     tags: list[str] = Field(
-        default_factory=list, description="Extra known image tags (JSON list; the shim's and the operator's)."
+        default_factory=list,
+        description="Extra known image tags (JSON list; the shim's and the operator's). The operator fails a "
+        "Scan not yet started whose `dockerTag` is not exactly one of the catalog's (InvalidSpec).",
     )
     min_tag: str = Field(default=DEFAULT_MIN_TAG, description="Semver tags older than this are refused.")
     scanner_env_allowed: model.EnvAllowList = Field(
         default_factory=list,
         description="Names users may set in scanner_server_env_from_user besides the scanner's tuning "
-        "variables (JSON list; an entry ending in * allows a prefix; the shim and the operator read it); "
-        "reserved names stay refused.",
+        'variables (JSON list; an entry ending in `*` allows a prefix, e.g. `["OMP_*"]`; the shim and the '
+        "operator read it: set both alike); reserved names stay refused. Another name is a 400 naming the "
+        "variable, and fails a Scan made with kubectl (InvalidSpec).",
     )
 
     def request_policy(self, catalog: Collection[str]) -> Policy:

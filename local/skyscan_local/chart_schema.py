@@ -26,7 +26,7 @@ PREFIX = "SKYSCAN_"
 CLASSES: tuple[type[BaseSettings], ...] = (OperatorSettings, ShimSettings)
 
 # Settings the chart sets itself (from the release's names and its Pod specs) or other values own:
-# refused in `settings`, where they would break what the chart wired (README, "Deploy").
+# refused in `settings`, where they would break what the chart wired (docs/operating/deploy.md).
 CHART_OWNED = frozenset(
     {
         "SKYSCAN_NAMESPACE",  # the Pod's namespace
@@ -115,7 +115,7 @@ def settings_schema() -> dict[str, Any]:
             if {k: v for k, v in seen.items() if k != "description"} != value_schema(field):
                 raise ValueError(f"{variable}: the components read it differently")
     return {
-        "description": "Any other setting of the operator or the shim (README, Settings), named as its "
+        "description": "Any other setting of the operator or the shim (docs/settings.md), named as its "
         "environment variable: strings as they are, anything else as JSON. Generated from their settings "
         "classes (make chart-schema); the ones other values own or the chart sets are refused.",
         "type": "object",

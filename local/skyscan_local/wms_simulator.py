@@ -94,7 +94,7 @@ class SimulatorSettings(BaseSettings):
     require_auth: bool = Field(
         default=False,
         description="Require a bearer token minted by /oidc/token on the EWMS routes and the test hooks "
-        "(/_sim/*), as EWMS does.",
+        "(/_sim/*), as EWMS does (`make up NODE=real`: true).",
     )
     client_id: str | None = Field(default=None, description="The one client /oidc/token serves; unset: any.")
     client_secret: str | None = Field(
@@ -112,7 +112,9 @@ class SimulatorSettings(BaseSettings):
         default=True, description="Run the simulated task manager in this process (off: taskforces wait)."
     )
     run_init_command: bool = Field(
-        default=False, description="Workers fetch startup.json from the init command's URL before working."
+        default=False,
+        description="Workers fetch startup.json from the init command's URL before working (404 or "
+        "unreachable: retried; other errors fail them, `FatalError`).",
     )
     init_retry_seconds: float = Field(
         default=1.0, gt=0, description="A fetch answered 404 (or unreachable) is retried after this long."

@@ -44,9 +44,10 @@ class OperatorSettings(BaseSettings, policy.PolicySettings):  # with the request
     )
     metrics_host: str = Field(
         default="0.0.0.0",  # in a cluster Prometheus scrapes the Pod's address
-        description="Address the metrics listen on; 127.0.0.1 keeps them on the machine (the local stack).",
+        description="Address the metrics listen on (a cluster's Prometheus scrapes the Pod's address); "
+        "127.0.0.1 keeps them on the machine (`make up` sets it).",
     )
-    # --- which replica acts (see README, Scale) ---
+    # --- which replica acts (docs: Operating, Scale) ---
     lease_name: str = Field(
         default="skyscan-operator",
         description="The Lease (coordination.k8s.io/v1) its holder acts by; other replicas stand by.",
@@ -57,8 +58,8 @@ class OperatorSettings(BaseSettings, policy.PolicySettings):  # with the request
     lease_duration_seconds: int = Field(
         default=8,
         ge=2,
-        description="A standby takes over a Lease not renewed for this long: a killed operator's work "
-        "resumes within this, a renew interval and the start.",
+        description="A standby takes over a Lease not renewed for this long, timed on its own clock: a "
+        "killed operator's work resumes within this, a renew interval and the start (about 10 s).",
     )
     lease_renew_seconds: float = Field(
         default=2.0,
@@ -74,7 +75,7 @@ class OperatorSettings(BaseSettings, policy.PolicySettings):  # with the request
         default=4, ge=1, description="Scans reconciled concurrently (each scan one at a time)."
     )
     log_format: LogFormat = Field(
-        default="text", description="`json`: JSON lines, kopf's own lines included (see README, Logs)."
+        default="text", description="`json`: JSON lines, kopf's own lines included (docs: Operating, Logs)."
     )
 
     # --- backlog ---
@@ -210,7 +211,8 @@ class OperatorSettings(BaseSettings, policy.PolicySettings):  # with the request
     )
     presign_key_file: Path | None = Field(
         default=None,
-        description="Key file (a mounted Secret, the shim's too) signing that URL; unset: unsigned (403).",
+        description="Key file (a mounted Secret, the shim's too) signing that URL (`?expires=&signature=`, "
+        "valid for the start timeout + the Job's deadline); unset: unsigned, the shim answers 403.",
     )
     max_worker_runtime_seconds: int = Field(
         default=86400, gt=0, description="WMS worker_config.max_worker_runtime."
@@ -246,9 +248,12 @@ class OperatorSettings(BaseSettings, policy.PolicySettings):  # with the request
     )
     scanner_restricted: bool = Field(
         default=True,
-        description="The scanner container runs as the restricted Pod Security profile asks: not as root, "
-        "a read-only root filesystem (writable /tmp and /common-space), no privilege escalation, no "
-        "capabilities. false: as its image says (an image that needs root or writes elsewhere).",
+        description="The scanner container runs as the restricted Pod Security profile asks: not as root "
+        "(its image names a numeric non-root user; the local scanner image's is 10001), a read-only root "
+        "filesystem (writable emptyDirs at /tmp and /common-space), no privilege escalation, no capabilities "
+        "(the Pod always has the runtime's seccomp profile, the sidecar is always restricted). false: as its "
+        "image says, for an image that needs root or writes elsewhere; otherwise its scans fail with "
+        "ContainerConfigInvalid.",
     )
     scanner_ephemeral_storage: str | None = Field(
         default="8G", description="Ephemeral-storage request of the scanner (reference: 8G); empty: none."

@@ -1,9 +1,10 @@
 """The chart's accounts hold the least they need, on a real API server: `kubectl auth can-i --list` of
-each is the README's table; the writes an attacker with a component's token tried (patching a Secret
-to read it, the settings, the CA, a Job that is a step to root) are refused by the chart's admission
-policies while the writes the components make (the operator's own Job, Secrets and payloads, as its
-builders make them; the shim's payloads) are admitted; and the namespace's Pod Security level refuses
-privileged, host and hostPath Pods while admitting the chart's and the scanners' Pods."""
+each is the table of docs/operating/accounts.md; the writes an attacker with a component's token
+tried (patching a Secret to read it, the settings, the CA, a Job that is a step to root) are refused by
+the chart's admission policies while the writes the components make (the operator's own Job, Secrets
+and payloads, as its builders make them; the shim's payloads) are admitted; and the namespace's Pod
+Security level refuses privileged, host and hostPath Pods while admitting the chart's and the
+scanners' Pods."""
 
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def release(cluster: Cluster) -> Iterator[Release]:
     admin.close()
 
 
-# --- the README's table ---------------------------------------------------------------------------
+# --- the documented table ------------------------------------------------------------------------
 
 ROW = re.compile(r"^(\S+)\s+\[(.*?)\]\s+\[(.*?)\]\s+\[(.*?)\]$")
 
@@ -128,7 +129,7 @@ def can_i(release: Release, account: str) -> set[tuple[str, str, str]]:
 
 
 def readme_table(release: str) -> dict[str, set[tuple[str, str, str]]]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "operating" / "accounts.md").read_text()
     table = text.split("<!-- accounts: begin -->")[1].split("<!-- accounts: end -->")[0]
     accounts: dict[str, set[tuple[str, str, str]]] = {}
     for line in table.strip().splitlines()[2:]:

@@ -46,7 +46,7 @@ def test_each_setting_takes_its_type_its_bounds_and_the_string_spelling_it() -> 
     assert props["SKYSCAN_LOG_FORMAT"]["enum"] == ["text", "json"]
     assert props["SKYSCAN_SCANNER_RESTRICTED"]["type"] == ["boolean", "string"]
     assert props["SKYSCAN_KNOWN_CLUSTERS"]["additionalProperties"] == {"type": ["integer", "null"]}
-    assert props["SKYSCAN_DEFAULT_WORKER_DISK"] == {"type": ["string", "integer"]}  # bytes or "2GB"
+    assert props["SKYSCAN_DEFAULT_WORKER_DISK"]["type"] == ["string", "integer"]  # bytes or "2GB"
     assert "format" not in json.dumps(SETTINGS)  # pydantic's `path` is no format Helm knows
 
 

@@ -289,9 +289,9 @@ def test_a_key_set_binds_the_tokens_algorithm_only_where_the_key_allows_it() -> 
         oidc._KeySet.parse({"nokeys": []}, fetched_at=0.0)
 
 
-def test_the_readme_example_is_a_valid_configuration() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("### Identity: people (OIDC)", 1)[1]
+def test_the_documented_example_is_a_valid_configuration() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    section = page.split("## People (OIDC)", 1)[1]
     example = section.split("```json", 1)[1].split("```", 1)[0]
     (config,) = [oidc.PeopleIssuerConfig.model_validate(entry) for entry in json.loads(example)]
     assert config.roles_of(KEYCLOAK) == {"user", "system"}

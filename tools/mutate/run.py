@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 STAGE = ROOT / ".skyscan" / "mutate"
 SOURCE_ROOTS = {"api_shim": "api_shim", "skyscan": "skyscan", "skyscan_operator": "operator/skyscan_operator"}
-ALSO_COPY = ("README.md",)  # files the tests read besides their own
+ALSO_COPY = ("docs/security.md",)  # files the tests read besides their own
 RESULT_MARKS = "🎉🫥⏰🤔🙁🔇🧙🛑"  # mutmut's line per mutant, when given their names
 KILLED = {"killed", "timeout", "segfault"}  # a test failed, or the mutant never finished: caught
 
@@ -168,6 +168,7 @@ def stage(targets: list[Target]) -> None:
         shutil.copytree(ROOT / source, STAGE / package, ignore=ignore)
     shutil.copytree(ROOT / "tests", STAGE / "tests", ignore=ignore)
     for name in ALSO_COPY:
+        (STAGE / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, STAGE / name)
     tests = sorted({t for target in targets for t in target.tests})
     deselect = sorted({d for target in targets for d in target.deselect})
