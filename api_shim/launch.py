@@ -201,5 +201,5 @@ def _check_size(spec: ScanSpec) -> None:
             413,
             f"'{largest}' too large",
             f"The scan request is {sum(sizes.values())} bytes as JSON, '{largest}' {sizes[largest]} of them; "
-            f"at most {SPEC_MAX_BYTES} bytes are stored (see the README).",
+            f"at most {SPEC_MAX_BYTES} bytes are stored (docs/rest-api/index.md).",
         )

@@ -1,7 +1,7 @@
 """`skyscan`: launch, follow, find, fetch and plot scans from a shell, over the REST interface.
 
 Every read takes `--json` (the service's documents, one per line); exit codes are in
-`skyscan_client.exit_codes` and the README. The service and token come from `--url`/`--token`, else
+`skyscan_client.exit_codes` and docs/cli.md. The service and token come from `--url`/`--token`, else
 SKYSCAN_URL/SKYSCAN_TOKEN, else the nearest `.skyscan/env` (written by `make up`).
 """
 

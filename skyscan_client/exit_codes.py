@@ -1,4 +1,4 @@
-"""The `skyscan` command's exit codes (README, "The skyscan command")."""
+"""The `skyscan` command's exit codes (docs/cli.md)."""
 
 OK = 0
 REFUSED = 1  # the service answered an error other than those below (400, 409, 413, 422, 5xx)

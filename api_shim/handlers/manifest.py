@@ -56,7 +56,7 @@ async def patch_manifest(request: web.Request) -> web.Response:
             413,
             f"'{field}' too large",
             f"'{field}' is {size} bytes as JSON; at most {models.MANIFEST_FIELD_MAX_BYTES} bytes are stored "
-            "(see the README).",
+            "(docs/rest-api/index.md).",
         )
     scan = await request.app[SHIM].writes.update_manifest(name, body)
     return ok(spoken(manifest.of(scan), names_of(request)))

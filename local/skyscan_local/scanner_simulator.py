@@ -24,7 +24,7 @@ for each, does what the real server does against the REST API (wms-and-scanner n
    per event, about 0.4-0.5 MB when final for the default progression;
 7. PUTs the final result, PATCHes the final progress, and lifts the hold so kwok completes the Pod.
 
-It speaks the reference's wire names, as IceCube's server does (README, "Reference names"): the event
+It speaks the reference's wire names, as IceCube's server does (docs/rest-api/reference-names.md): the event
 is the manifest's `event_i3live_json_dict`, workers are awaited on `/ewms/workforce`, results are
 PUT as `skyscan_result`, and the kill switch reads `ewms_deactivated`.
 

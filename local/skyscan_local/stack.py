@@ -16,7 +16,7 @@ recorded one), then PostgreSQL and the local control plane if `up` started them.
 (`.skyscan/postgres`) stays for the next `up`: it holds the archived history.
 
 Every component setting can be overridden from the environment: `up` starts from `LOCAL_DEFAULTS`
-and lets any variable already set in the environment win (see README, "Settings").
+and lets any variable already set in the environment win (docs/development/local-stack.md, "Local settings").
 """
 
 from __future__ import annotations
