@@ -5,14 +5,46 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CLUSTER_DIR ?= .skyscan/cluster
 
-.PHONY: venv binaries crds check-crds chart-schema lint test test-fast test-unit mutate bench cluster-up cluster-down up down reset status demo audit-node clean
+.PHONY: venv uv lock audit-deps binaries crds check-crds chart-schema lint test test-fast test-unit mutate bench cluster-up cluster-down up down reset status demo audit-node clean
 
+# Every Python package the venv holds is pinned, with its files' hashes, in requirements/venv.txt
+# (`make lock` writes it from the pyprojects; the image installs requirements/image.txt, the
+# product's part of it). pip installs the installer, uv (requirements/uv.txt, pinned and hashed too),
+# which installs the lock (in parallel: 4-12 s cold where pip took 3.5 min); the two projects go in
+# after it, editable, without dependencies and built by the locked setuptools. `uv pip check` then
+# fails when a pyproject asks for what the lock lacks.
+LOCK := requirements/venv.txt
+UV   := $(VENV)/bin/uv
 venv: $(STAMP)
-$(STAMP): pyproject.toml local/pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,plot]' -e ./local   # the product (with `skyscan plot`), then the local harness
+$(STAMP): pyproject.toml local/pyproject.toml $(LOCK) requirements/uv.txt
+	test -x $(UV) || $(MAKE) --no-print-directory uv
+	$(UV) pip install -q --python $(PY) --require-hashes -r $(LOCK)
+	$(UV) pip install -q --python $(PY) --no-deps --no-build-isolation -e . -e ./local   # the product (with `skyscan plot`), then the local harness
+	@$(UV) pip check -q --python $(PY) || { \
+	  echo "$(LOCK) does not satisfy the pyprojects: \`make lock\` adds what they ask for" >&2; exit 1; }
 	touch $@
+
+# uv resolves for the Python and platform every machine here has (CPython 3.11, x86_64 glibc); a pin
+# already in the lock is kept while it still fits. UPGRADE=1: every package at the newest that fits.
+UPGRADE ?=
+COMPILE = $(UV) pip compile --quiet --generate-hashes --python-version 3.11 \
+	--python-platform x86_64-manylinux_2_28 --no-emit-package skyscan --no-emit-package skyscan-local \
+	--custom-compile-command 'make lock' $(if $(UPGRADE),--upgrade)
+lock:                   ## re-resolve requirements/*.txt after a pyproject's dependencies change (UPGRADE=1: all of them)
+	test -x $(UV) || $(MAKE) --no-print-directory uv
+	$(COMPILE) requirements/venv.in -o $(LOCK)
+	$(COMPILE) requirements/image.in --constraint $(LOCK) -o requirements/image.txt
+	echo uv | $(COMPILE) - --constraint $(LOCK) -o requirements/uv.txt
+
+# The venv without pip (ensurepip's install of it took 28 s of a cold `make venv` on a busy machine: the
+# lock brings pip), and uv into it by the host's pip; by ensurepip's where the host has none.
+uv:
+	test -x $(PY) || $(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m pip --python $(PY) install -q --require-hashes --no-deps -r requirements/uv.txt \
+	  || { $(PY) -m ensurepip -q && $(PY) -m pip install -q --require-hashes --no-deps -r requirements/uv.txt; }
+
+audit-deps: venv        ## pip-audit: the locked versions against PyPI's advisories (needs PyPI's JSON API; says so when not answered)
+	$(PY) tools/audit_deps.py $(LOCK)
 
 binaries:               ## build the control-plane binaries and helm once into ~/.cache/skyscan/k8s/<version>
 	bash tools/k8s/build.sh
