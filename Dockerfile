@@ -7,12 +7,17 @@ FROM ${BASE} AS build
 # bundle and names it here); empty: pip's own.
 ARG PIP_CERT
 WORKDIR /src
+# The product's dependencies exactly as locked (`make lock`), each file checked against its hashes, in a
+# layer of their own; then the product without dependencies, built by the locked setuptools.
+COPY requirements/image.txt requirements/image.txt
+RUN python3 -m venv /opt/skyscan \
+ && /opt/skyscan/bin/pip install --no-cache-dir --require-hashes -r requirements/image.txt
 COPY pyproject.toml README.md ./
 COPY skyscan/ skyscan/
 COPY operator/ operator/
 COPY api_shim/ api_shim/
 COPY skyscan_client/ skyscan_client/
-RUN python3 -m venv /opt/skyscan && /opt/skyscan/bin/pip install --no-cache-dir .
+RUN /opt/skyscan/bin/pip install --no-cache-dir --no-deps --no-build-isolation .
 
 FROM ${BASE}
 RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin skyscan

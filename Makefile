@@ -35,6 +35,7 @@ lock:                   ## re-resolve requirements/*.txt after a pyproject's dep
 	$(COMPILE) requirements/venv.in -o $(LOCK)
 	$(COMPILE) requirements/image.in --constraint $(LOCK) -o requirements/image.txt
 	echo uv | $(COMPILE) - --constraint $(LOCK) -o requirements/uv.txt
+	$(COMPILE) local/scanner_image/requirements.in --constraint $(LOCK) -o local/scanner_image/requirements.txt
 
 # The venv without pip (ensurepip's install of it took 28 s of a cold `make venv` on a busy machine: the
 # lock brings pip), and uv into it by the host's pip; by ensurepip's where the host has none.

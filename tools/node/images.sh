@@ -59,7 +59,7 @@ make_base() {
 buildah inspect --type image "$base" >/dev/null 2>&1 || timed "$base" make_base
 
 # --- skyscan: rebuilt when the Dockerfile or what it copies changes (as the files are now, edits included)
-inputs=$(hash_files "$repo" Dockerfile .dockerignore pyproject.toml README.md skyscan operator api_shim skyscan_client)
+inputs=$(hash_files "$repo" Dockerfile .dockerignore requirements/image.txt pyproject.toml README.md skyscan operator api_shim skyscan_client)
 product="localhost/skyscan:$inputs"
 tar="$cache/skyscan-$inputs.tar"
 make_product() {
