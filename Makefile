@@ -42,7 +42,7 @@ lock:                   ## re-resolve requirements/*.txt after a pyproject's dep
 uv:
 	test -x $(PY) || $(PYTHON) -m venv --without-pip $(VENV)
 	$(PYTHON) -m pip --python $(PY) install -q --require-hashes --no-deps -r requirements/uv.txt \
-	  || { $(PY) -m ensurepip -q && $(PY) -m pip install -q --require-hashes --no-deps -r requirements/uv.txt; }
+	  || { $(PY) -m ensurepip >/dev/null && $(PY) -m pip install -q --require-hashes --no-deps -r requirements/uv.txt; }
 
 audit-deps: venv        ## pip-audit: the locked versions against PyPI's advisories (needs PyPI's JSON API; says so when not answered)
 	$(PY) tools/audit_deps.py $(LOCK)
