@@ -1,18 +1,18 @@
 """A simulated EWMS task manager (TMS): it drives taskforces through the WMS's `/v1/tms/*` routes,
 as the real TMS does, and plays the HTCondor workers it would submit.
 
-Each poll (`step_delay`) and for each schedd it serves, it asks `GET /v1/tms/pending-starter/
-taskforces?schedd=` for the next taskforce to start and "submits" it (`POST /v1/tms/condor-submit/
-taskforces/{uuid}` with a cluster id, the worker count, the submit dict and the job event log path),
-and `GET /v1/tms/pending-stopper/taskforces?schedd=` for one to stop (`POST …/condor-rm/…`). Its
-watcher reports the workers' states (`POST /v1/tms/statuses/taskforces`, only when they changed):
-IDLE once submitted; RUNNING one `step_delay` later, after the workers' init command fetched
-startup.json from the URL in the task directive's `init_args` when `run_init_command` is on (a 404 or
-an unreachable host is retried every `init_retry_seconds`; any other answer fails them at once:
-`COMPLETED: FatalError` and `top_task_errors`). Once removed, the jobs end one `step_delay` later
-(an aborted workflow's are REMOVED; a finished one's drained their queue and are COMPLETED Done) and
-it reports `POST …/condor-complete/…`. On start it adopts the submitted taskforces of its schedds (a
-real TMS reads them back from HTCondor), so a restarted simulator carries on.
+Each poll (every `step_delay`, at most a second apart) and for each schedd it serves, it asks `GET
+/v1/tms/pending-starter/taskforces?schedd=` for the next taskforce to start and "submits" it (`POST
+/v1/tms/condor-submit/taskforces/{uuid}` with a cluster id, the worker count, the submit dict and the
+job event log path), and `GET /v1/tms/pending-stopper/taskforces?schedd=` for one to stop (`POST
+…/condor-rm/…`). Its watcher reports the workers' states (`POST /v1/tms/statuses/taskforces`, only when
+they changed): IDLE once submitted; RUNNING one `step_delay` later, after the workers' init command
+fetched startup.json from the URL in the task directive's `init_args` when `run_init_command` is on (a
+404 or an unreachable host is retried every `init_retry_seconds`; any other answer fails them at once:
+`COMPLETED: FatalError` and `top_task_errors`). Once removed, the jobs end one `step_delay` later (an
+aborted workflow's are REMOVED; a finished one's drained their queue and are COMPLETED Done) and it
+reports `POST …/condor-complete/…`. On start it adopts the submitted taskforces of its schedds (a real
+TMS reads them back from HTCondor), so a restarted simulator carries on.
 
 The WMS simulator runs one in its own process (`task_manager`); `python -m
 skyscan_local.task_manager_simulator --wms URL` runs one on its own.
@@ -128,7 +128,9 @@ class TaskManager:
                     await self.tick(http, workers)
                 except (httpx.HTTPError, KeyError, ValueError) as e:
                     log.warning("task manager tick failed (will retry): %r", e)
-                await asyncio.sleep(max(self.settings().step_delay, 0.05))
+                # At most a second apart whatever the step: a step changed through /_sim/config (a
+                # test holding workers back for an hour, then letting them go) is seen at once.
+                await asyncio.sleep(min(max(self.settings().step_delay, 0.05), 1.0))
 
     async def tick(self, http: httpx.AsyncClient, workers: httpx.AsyncClient) -> None:
         if not self.adopted:
