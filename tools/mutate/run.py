@@ -37,7 +37,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 STAGE = ROOT / ".skyscan" / "mutate"
 SOURCE_ROOTS = {"api_shim": "api_shim", "skyscan": "skyscan", "skyscan_operator": "operator/skyscan_operator"}
-ALSO_COPY = ("docs/security.md",)  # files the tests read besides their own
+# What the tests read besides their own files (docs/security.md): whole folders, as mutmut copies a
+# file into its mutants/ tree without making the file's folder.
+ALSO_COPY = ("docs",)
 RESULT_MARKS = "🎉🫥⏰🤔🙁🔇🧙🛑"  # mutmut's line per mutant, when given their names
 KILLED = {"killed", "timeout", "segfault"}  # a test failed, or the mutant never finished: caught
 
@@ -168,8 +170,7 @@ def stage(targets: list[Target]) -> None:
         shutil.copytree(ROOT / source, STAGE / package, ignore=ignore)
     shutil.copytree(ROOT / "tests", STAGE / "tests", ignore=ignore)
     for name in ALSO_COPY:
-        (STAGE / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, STAGE / name)
+        shutil.copytree(ROOT / name, STAGE / name, ignore=ignore)
     tests = sorted({t for target in targets for t in target.tests})
     deselect = sorted({d for target in targets for d in target.deselect})
     selection = [*tests, *(arg for d in deselect for arg in ("--deselect", d))]
