@@ -320,11 +320,18 @@ def interfaces() -> list[str]:
     return sorted(os.listdir("/sys/class/net"))
 
 
+def routes() -> list[str]:
+    """The IPv4 main table's routes, each as `ip -4 route show` prints it."""
+    return sorted(line.strip() for line in run("ip", "-4", "route", "show").stdout.splitlines())
+
+
 def snapshot() -> dict[str, object]:
-    """What a real node must leave as it found: mounts, interfaces, iptables rules, ipsets, sysctls."""
+    """What a real node must leave as it found: mounts, interfaces, routes, iptables rules, ipsets,
+    sysctls (the routes a node holds until `make reset` aside: skyscan_local.node.held_routes)."""
     return {
         "mounts": mounts(),
         "interfaces": interfaces(),
+        "routes": routes(),
         "iptables": iptables_rules(),
         "ipsets": ipsets(("",)),
         "sysctls": read_sysctls(),

@@ -3,6 +3,7 @@ kube-proxy and CoreDNS, on this machine, beside kwok's fake node.
 
     skyscan-node up --cluster-dir .skyscan/cluster [--dir .skyscan/node]
     skyscan-node down [--dir .skyscan/node]
+    skyscan-node release    (the routes it holds for its ranges: once its data is gone)
 
 Pods run on it as on any cluster: images imported from the local builds (tools/node/images.sh, no
 registry), Services through kube-proxy (iptables mode), cluster DNS from CoreDNS. Choices:
@@ -18,8 +19,12 @@ registry), Services through kube-proxy (iptables mode), cluster DNS from CoreDNS
   Pods a label selector names (`host_clients`: their addresses kept in a chain by a watcher,
   skyscan_local.host_clients); forwarding between the bridge and any other interface is dropped: Pod
   traffic never leaves the machine.
+- The host's packets for the Service and Pod ranges never leave by the default route either: from its
+  first start the node holds an `unreachable` route for each (`held_routes`), behind the bridge's live
+  ones, kept by `stop` (a client with a stale `.skyscan/env` is refused at once) and removed by
+  `release_routes` (`make reset`).
 
-Everything it changes on the host is recorded in its state file before it is made and undone by
+Everything else it changes on the host is recorded in its state file before it is made and undone by
 `stop`: processes, the bridge, iptables chains, mounts, cgroups under /kubepods, the fixed directories
 the kubelet and containerd use whatever they are told, and the sysctls (skyscan_local.host). Only one
 real node fits on a machine (fixed paths, the kubelet's port). Needs root, runc and cgroups.
@@ -59,6 +64,11 @@ BRIDGE = "skyscan0"
 POD_CIDR = "10.99.0.0/24"
 GATEWAY = "10.99.0.1"  # the bridge's address: the node's InternalIP, cluster DNS, the kubelet
 KUBERNETES_SERVICE = ("10.0.0.1", 443)  # the first address of the control plane's service range
+# The ranges the host reaches through the bridge. Each is held by an `unreachable` route of a metric
+# above the live ones' (0: the bridge's own and the Service range's), from the first start until
+# `release_routes`: node up or down, no packet for them leaves by the default route.
+HELD_RANGES = (control_plane.SERVICE_RANGE, POD_CIDR)
+HELD_METRIC = 4242
 KUBE_ROUTER_HEALTH_PORT = 20244  # its default; it listens on every address (Pods' traffic to it is dropped)
 IPSET_PREFIXES = ("KUBE-", "kube-router-")  # kube-router's sets
 # The mangle chain accepting the Pods that may reach the host ports, one rule per address (an iptables
@@ -326,6 +336,11 @@ def firewall_rules(api_port: int, host_ports: tuple[int, ...]) -> dict[str, list
     }  # fmt: skip
 
 
+def held_routes() -> list[str]:
+    """The routes the host holds for the node's ranges, as `ip -4 route show` prints them."""
+    return [f"unreachable {cidr} metric {HELD_METRIC}" for cidr in HELD_RANGES]
+
+
 # --- certificates ----------------------------------------------------------------------------------
 
 
@@ -589,6 +604,7 @@ def _start(
     cluster = _cluster(cluster_dir)
     kubeconfig = cluster.kubeconfig
 
+    hold_routes()  # before the live routes, kept after them
     # The bridge first, with its address: the kubelet's node IP, CoreDNS's and the kubelet's listeners.
     state.bridge = True
     _save(state)
@@ -725,8 +741,25 @@ def stop(node_dir: Path, timeout: float = 15.0) -> list[str]:
     if errors:
         raise NodeError("the node was not entirely undone (its ledger stays for another `down`):\n  "
                         + "\n  ".join(errors))  # fmt: skip
+    hold_routes()  # held since `start`; again for a node started before they were
     Paths(Path(state.dir)).state.unlink()
     return undone
+
+
+def hold_routes() -> None:
+    """The held routes in place (each replaced if there: idempotent)."""
+    for route in held_routes():
+        host.run("ip", "route", "replace", *route.split())
+
+
+def release_routes() -> list[str]:
+    """Remove the held routes, unless a node runs (its bridge exists); returns those removed."""
+    if shutil.which("ip") is None or BRIDGE in host.interfaces():
+        return []  # no iproute2: no node ever held one here
+    held = [route for route in held_routes() if route in host.routes()]
+    for route in held:
+        host.run("ip", "route", "del", *route.split())
+    return held
 
 
 def _undo(state: NodeState, timeout: float) -> tuple[list[str], list[str]]:
@@ -805,7 +838,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="skyscan-node", description="A real node for the local control plane."
     )
-    parser.add_argument("command", choices=["up", "down", "check"])
+    parser.add_argument("command", choices=["up", "down", "release", "check"])
     parser.add_argument("--dir", type=Path, default=REPO / ".skyscan" / "node")
     parser.add_argument("--cluster-dir", type=Path, default=REPO / ".skyscan" / "cluster")
     args = parser.parse_args(argv)
@@ -814,6 +847,10 @@ def main(argv: list[str] | None = None) -> int:
             reason = unfit_reason()
             print(reason or "this machine can run a real node")
             return 1 if reason else 0
+        if args.command == "release":
+            released = release_routes()
+            print(f"released {', '.join(released)}" if released else "no held route released")
+            return 0
         if args.command == "down":
             undone = stop(args.dir)
             print(

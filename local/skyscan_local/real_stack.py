@@ -15,9 +15,10 @@ system's CAs and that one (`SSL_CERT_FILE` in `.skyscan/env`). No PostgreSQL arc
 scans stay as Scan resources (the chart's archive Secret is optional).
 
 Its control plane and node live in `.skyscan/real/` (never the kwok stack's `.skyscan/cluster`). `down`
-stops the node (undoing what it changed on the host) and the control plane; their data stays (etcd:
-the release, Secrets and Scans; containerd: the imported images), so the next `up` is warm; `reset`
-deletes it.
+stops the node (undoing what it changed on the host, but the `unreachable` routes it holds for the
+Service and Pod ranges: a stale `.skyscan/env` is refused at once, never sent off the machine) and the
+control plane; their data stays (etcd: the release, Secrets and Scans; containerd: the imported images),
+so the next `up` is warm; `reset` deletes it and releases the routes.
 """
 
 from __future__ import annotations
@@ -479,7 +480,8 @@ def down(d: Path = REPO / ".skyscan", *, node_dir: Path | None = None) -> list[s
 
 def reset(d: Path = REPO / ".skyscan") -> list[str]:
     """Delete a stopped real-node stack's data: its cluster (the release, every Scan) and its node's
-    directory (imported images, logs); refused while it runs. Returns what it deleted."""
+    directory (imported images, logs), and release the routes the node held for its ranges (a stale
+    `.skyscan/env` pointed there); refused while it runs. Returns what it deleted."""
     real = real_dir(d)
     archive = postgres.load(real / "postgres")
     if node.load(real / "node") or (archive and archive.running()):
@@ -487,7 +489,7 @@ def reset(d: Path = REPO / ".skyscan") -> list[str]:
     control_plane.remove(real / "cluster")  # refuses while it runs
     deleted = [str(real)] if real.exists() else []
     shutil.rmtree(real, ignore_errors=True)
-    return deleted
+    return deleted + [f"the route {route}" for route in node.release_routes()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 launched with the `skyscan` command through the shim's Service reaches its final result in a scanner
 Pod on that node; real failures (the kernel's OOM killer, a Pod deleted or evicted, an image that does
 not exist, the active operator's or a shim's Pod deleted) are handled; then `make down` leaves the host
-as it found it. One stack for the module: the tests run in file order, the last one takes it down.
+as it found it but the routes holding the node's ranges, which `make reset` releases. One stack for the
+module: the tests run in file order, the last one takes it down.
 
 Skipped, loudly (the summary's REAL NODE NOT TESTED section), when the machine cannot run a node."""
 
@@ -197,6 +198,8 @@ def stack() -> Iterator[Stack]:
         real_stack.down(d, node_dir=NODE_DIR)
         real_stack.reset(d)
         shutil.rmtree(d)
+        if set(node.held_routes()) <= set(before["routes"]):
+            node.hold_routes()  # held for another node's data (a `make up NODE=real` not reset) before
 
 
 @pytest.fixture
@@ -529,9 +532,25 @@ def grant_job_apply(stack: Stack) -> None:
     raise AssertionError("chart 0.1.0 made no operator Role for jobs without patch")
 
 
+def route_to(address: str) -> str:
+    got = subprocess.run(["ip", "route", "get", address], capture_output=True, text=True)
+    return (got.stdout + got.stderr).splitlines()[0]
+
+
 @pytest.mark.timeout(300)
-def test_make_down_leaves_the_host_as_it_found_it(stack: Stack) -> None:
+def test_make_down_leaves_the_host_as_it_found_it_but_the_routes_held_until_make_reset(stack: Stack) -> None:
+    pod = "10.99.0.200"
+    assert f"dev {node.BRIDGE} src {node.GATEWAY}" in route_to(real_stack.SHIM_IP)  # the node runs
     real_stack.down(stack.dir, node_dir=NODE_DIR)
     after = host.snapshot()
     for part in ("mounts", "interfaces", "iptables", "ipsets", "sysctls"):
         assert after[part] == stack.before[part], part
+    # Its Service and Pod ranges held unreachable: a client of the stale `.skyscan/env` is refused at
+    # once, on this machine, not sent out by the default route.
+    held = node.held_routes()
+    assert after["routes"] == sorted({*stack.before["routes"], *held})
+    assert "No route to host" in route_to(real_stack.SHIM_IP) and "No route to host" in route_to(pod)
+    with pytest.raises(httpx.ConnectError):  # not a ConnectTimeout
+        httpx.get(f"{stack.env['SKYSCAN_URL']}/healthz", timeout=5)
+    real_stack.reset(stack.dir)
+    assert host.routes() == sorted(set(stack.before["routes"]) - set(held))

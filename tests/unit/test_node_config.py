@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from skyscan_local import host, host_clients, node
+from skyscan_local import host, host_clients, node, real_stack
 
 P = node.Paths(Path("/tmp/n"))
 
@@ -74,6 +77,74 @@ def test_an_iptables_table_that_holds_nothing_is_as_if_absent() -> None:
     ruled = ["*raw", ":OUTPUT ACCEPT", "-A OUTPUT -j ACCEPT", "COMMIT"]
     assert host.in_use(empty) == []
     assert host.in_use([*empty, *used, *chained, *ruled]) == [*used, *chained, *ruled]
+
+
+def test_the_held_routes_cover_every_address_the_host_reaches_through_the_bridge() -> None:
+    """`unreachable` for the Service and Pod ranges, behind the live routes (metric 0), written as
+    `ip -4 route show` prints them (release_routes and the tests compare them so)."""
+    held = {ipaddress.ip_network(route.split()[1]): route for route in node.held_routes()}
+    assert all(route == f"unreachable {net} metric {node.HELD_METRIC}" for net, route in held.items())
+    assert node.HELD_METRIC > 0
+    for address in (real_stack.SHIM_IP, node.KUBERNETES_SERVICE[0], node.GATEWAY, "10.99.0.200"):
+        assert any(ipaddress.ip_address(address) in net for net in held), address
+
+
+# In network and mount namespaces of its own (sysfs mounted anew: host.interfaces reads it): a default
+# route out of it, then the node's routes as `start` and `stop` make them (held, the bridge and the
+# Service range's route; the bridge deleted), then released.
+HELD_IN_A_NAMESPACE = """
+import subprocess
+from skyscan_local import host, node
+def run(*argv):
+    subprocess.run(argv, check=True)
+run("mount", "-t", "sysfs", "sysfs", "/sys")
+def get(address):
+    done = subprocess.run(["ip", "route", "get", address], capture_output=True, text=True)
+    return (done.stdout + done.stderr).split("\\n")[0]
+run("ip", "link", "add", "uplink", "type", "veth", "peer", "name", "far")
+run("ip", "link", "set", "far", "up")
+run("ip", "addr", "add", "192.0.2.2/24", "dev", "uplink")
+run("ip", "link", "set", "uplink", "up")
+run("ip", "route", "add", "default", "via", "192.0.2.1")
+print("before", get("10.0.0.80"))
+node.hold_routes()
+node.hold_routes()
+run("ip", "link", "add", node.BRIDGE, "type", "bridge")
+run("ip", "addr", "add", f"{node.GATEWAY}/24", "dev", node.BRIDGE)
+run("ip", "link", "set", node.BRIDGE, "up")
+run("ip", "route", "add", "10.0.0.0/24", "dev", node.BRIDGE, "src", node.GATEWAY)
+print("running", get("10.0.0.80"), "|", get("10.99.0.5"), "|", node.release_routes())
+run("ip", "link", "delete", node.BRIDGE)
+uplink = ["default via 192.0.2.1 dev uplink", "192.0.2.0/24 dev uplink proto kernel scope link src 192.0.2.2"]
+only_held = host.routes() == sorted([*node.held_routes(), *uplink])
+print("down", get("10.0.0.80"), "|", get("10.99.0.5"), "|", only_held)
+print("released", node.release_routes(), get("10.0.0.80"))
+"""
+
+
+@pytest.mark.skipif(
+    shutil.which("unshare") is None
+    or shutil.which("ip") is None
+    or subprocess.run(["unshare", "-rnm", "true"], capture_output=True).returncode != 0,
+    reason="no network namespace of our own here (unshare -rnm)",
+)
+def test_the_held_routes_send_nothing_off_the_machine_while_the_node_runs_or_after_it_stopped() -> None:
+    done = subprocess.run(
+        ["unshare", "-rnm", sys.executable, "-c", HELD_IN_A_NAMESPACE],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert "via 192.0.2.1" in lines["before"]  # the default route, off the machine
+    shim, pod, released = lines["running"].split(" | ")
+    assert f"dev {node.BRIDGE} src {node.GATEWAY}" in shim and f"dev {node.BRIDGE}" in pod
+    assert released == "[]"  # not while a node runs
+    shim, pod, only_held = lines["down"].split(" | ")
+    assert "No route to host" in shim and "No route to host" in pod and only_held == "True"
+    released, _, after = lines["released"].partition("] ")
+    assert released == str(node.held_routes())[:-1] and "via 192.0.2.1" in after  # as before
 
 
 @pytest.mark.skipif(shutil.which("ctr") is None, reason="no ctr (the node's packages are not installed)")
