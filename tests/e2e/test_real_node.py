@@ -147,6 +147,7 @@ def own_cluster(tmp_path: Path) -> Iterator[Path]:
     if reason := node.another_node():
         pytest.skip(f"REAL NODE NOT TESTED: {reason}")
     cluster_dir = tmp_path / "cluster"
+    held_before = set(node.held_routes()) <= set(host.routes())  # by a `make up NODE=real` not reset
     node.prepare_control_plane(cluster_dir, NODE_DIR)  # the API server starts knowing the kubelet
     control_plane.start(cluster_dir, tie_to_parent=True)
     try:
@@ -154,6 +155,8 @@ def own_cluster(tmp_path: Path) -> Iterator[Path]:
     finally:
         node.stop(NODE_DIR)
         control_plane.stop(cluster_dir)
+        if not held_before:  # no stale `.skyscan/env` names this node's addresses
+            node.release_routes()
 
 
 @pytest.mark.timeout(1500)  # a cold machine builds the kubelet, kube-proxy, CoreDNS and the images first
