@@ -200,7 +200,8 @@ def answer(body: bytes) -> web.Response:
 
 def names_of(request: web.Request) -> Names:
     """The wire names the answer speaks (the interface's for a public route)."""
-    return Names(request.get(NAMES, Names.INTERFACE))
+    names: Names = request.get(NAMES, Names.INTERFACE)
+    return names
 
 
 def kept_form(request: web.Request, form: Form, *, include_deleted: bool = True) -> bytes | None:
