@@ -464,13 +464,17 @@ class Run:
 
     async def provision_queues(self, workflow_id: str) -> float | None:
         wms = await self.need_wms()
+        unknown_wait = max(self.settings.queue_poll_seconds, self.settings.wms_poll_interval_seconds)
         try:
-            connection = scanner_job.ewms_connection(await wms.public_mq_profiles(workflow_id))
+            profiles = await wms.public_mq_profiles(workflow_id)
         except WMSError as e:  # unreachable: back to the backlog; refused: poll again (until the timeout)
             wait = self.settings.queue_poll_seconds
             if e.status == 404:  # unknown to the WMS: the batched poll tells if it is lost; no tight loop
-                wait = max(wait, self.settings.wms_poll_interval_seconds)
+                wait = unknown_wait
             await self.wms_refused(e, attempt=isinstance(e, WMSUnavailable), wait=wait)
+        if not profiles:  # EWMS's MQS answers an unknown workflow so (a known one has its queues): as a 404
+            return unknown_wait
+        connection = scanner_job.ewms_connection(profiles)
         if connection is None:
             return self.settings.queue_poll_seconds
         s = self.scan
