@@ -67,7 +67,7 @@ class StaticTokens:
                 h: Identity(
                     name=e["name"],
                     roles=frozenset(e["roles"]) & set(ROLES),
-                    names=Names(e.get("names", "interface")),
+                    names=Names(e.get("names", Names.INTERFACE)),
                 )
                 for h, e in raw.items()
             }

@@ -82,9 +82,8 @@ class Route:
     errors: tuple[int, ...] = ()
     redirect: bool = False
     content_type: str = "application/json"  # of the 200 answer; any other is a string
-    names: Names | None = (
-        None  # the answer's wire names whoever calls (the reference's paths); None: the caller's
-    )
+    # The answer's wire names whoever calls (the reference's paths); None: the caller's.
+    names: Names | None = None
 
 
 ROUTE_TABLE = web.AppKey("routes", tuple[Route, ...])  # the served routes, for the OpenAPI document
@@ -188,6 +187,11 @@ async def live_scan_for(request: web.Request) -> dict[str, Any]:
 
 def ok(body: Any) -> web.Response:
     return web.json_response(body)
+
+
+def ok_spoken(request: web.Request, doc: dict[str, Any]) -> web.Response:
+    """`doc`, in the interface's names, answered in the request's wire names."""
+    return ok(spoken(doc, names_of(request)))
 
 
 _JSON = {"Content-Type": "application/json; charset=utf-8"}  # as `ok` answers; aiohttp copies it

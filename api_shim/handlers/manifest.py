@@ -12,14 +12,12 @@ from api_shim.plumbing import (
     IDENTITY,
     SHIM,
     live_scan_for,
-    names_of,
-    ok,
+    ok_spoken,
     parse_body,
     query_bool,
     scan_for,
     served,
 )
-from api_shim.wire_names import spoken
 from skyscan import manifest
 
 MANIFEST: Form = ("manifest", None)  # the whole manifest
@@ -40,7 +38,7 @@ async def get_manifest(request: web.Request) -> web.Response:
         if event is None:
             raise not_found("sensor event")
         doc["event_live_json_dict"] = event
-        return ok(spoken(doc, names_of(request)))
+        return ok_spoken(request, doc)
     form: Form = ("manifest", None if fields is None else frozenset(fields))
     return await served(
         request, form, lambda scan: view.project(manifest.of(scan), fields), include_deleted=include_deleted
@@ -59,4 +57,4 @@ async def patch_manifest(request: web.Request) -> web.Response:
             "(docs/rest-api/index.md).",
         )
     scan = await request.app[SHIM].writes.update_manifest(name, body)
-    return ok(spoken(manifest.of(scan), names_of(request)))
+    return ok_spoken(request, manifest.of(scan))

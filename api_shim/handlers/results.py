@@ -6,8 +6,7 @@ from aiohttp import web
 
 from api_shim import models, view
 from api_shim.errors import bad_request, not_found
-from api_shim.plumbing import SHIM, names_of, ok, parse_body, query_bool, refuse_archived, scan_for
-from api_shim.wire_names import spoken
+from api_shim.plumbing import SHIM, ok, ok_spoken, parse_body, query_bool, refuse_archived, scan_for
 
 
 async def get_sensor_event(request: web.Request) -> web.Response:
@@ -15,12 +14,12 @@ async def get_sensor_event(request: web.Request) -> web.Response:
     event = await request.app[SHIM].scans.event(scan)
     if event is None:
         raise not_found("sensor event")
-    return ok(spoken({"sensor_event": event}, names_of(request)))
+    return ok_spoken(request, {"sensor_event": event})
 
 
 async def get_result(request: web.Request) -> web.Response:
     scan = await scan_for(request, include_deleted=query_bool(request, "include_deleted"))
-    return ok(spoken(await request.app[SHIM].scans.result(scan), names_of(request)))
+    return ok_spoken(request, await request.app[SHIM].scans.result(scan))
 
 
 async def put_result(request: web.Request) -> web.Response:
@@ -34,4 +33,4 @@ async def put_result(request: web.Request) -> web.Response:
         return ok({})
     await shim.writes.store_result(scan, body.scan_result, body.is_final)
     stored = {"scan_id": view.scan_id(scan), "scan_result": body.scan_result, "is_final": body.is_final}
-    return ok(spoken(stored, names_of(request)))
+    return ok_spoken(request, stored)

@@ -18,6 +18,7 @@ from api_shim.plumbing import (
     kept_form,
     names_of,
     ok,
+    ok_spoken,
     parse_body,
     query_bool,
     scan_for,
@@ -55,7 +56,7 @@ async def launch_scan(request: web.Request) -> web.Response:
     body = await parse_body(request, models.ScanRequestBody)
     launch = normalise(body, await shim.tags.tags(), _defaults(shim.settings))
     scan = await shim.writes.launch(launch)
-    return ok(spoken(_projected(scan, body.manifest_projection), names_of(request)))
+    return ok_spoken(request, _projected(scan, body.manifest_projection))
 
 
 async def get_scan_request(request: web.Request) -> web.Response:
@@ -80,7 +81,7 @@ async def rescan(request: web.Request) -> web.Response:
     new = await request.app[SHIM].writes.rescan(
         await scan_for(request), abort_first=body.abort_first, replace_scan=body.replace_scan
     )
-    return ok(spoken(_projected(new, body.manifest_projection), names_of(request)))
+    return ok_spoken(request, _projected(new, body.manifest_projection))
 
 
 async def get_scan(request: web.Request) -> web.Response:

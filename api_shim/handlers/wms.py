@@ -6,8 +6,7 @@ from aiohttp import web
 
 from api_shim import models, view
 from api_shim.launch import n_workers_too_many, unknown_cluster
-from api_shim.plumbing import SHIM, live_scan_for, names_of, ok, parse_body, served
-from api_shim.wire_names import spoken
+from api_shim.plumbing import SHIM, live_scan_for, ok, ok_spoken, parse_body, served
 from skyscan import manifest
 from skyscan.status import ScanRecord
 
@@ -32,7 +31,7 @@ async def set_workflow_id(request: web.Request) -> web.Response:
     body = await parse_body(request, models.WorkflowIdBody)
     name = view.scan_id(await live_scan_for(request))
     scan = await request.app[SHIM].writes.set_workflow_id(name, body.workflow_id, body.wms_address)
-    return ok(spoken(manifest.of(scan), names_of(request)))
+    return ok_spoken(request, manifest.of(scan))
 
 
 async def get_workforce(request: web.Request) -> web.Response:

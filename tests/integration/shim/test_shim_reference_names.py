@@ -10,9 +10,9 @@ from tests.integration.shim.conftest import ShimUnderTest, scan_body
 EVENT = {"run": 1, "value": {"data": "x" * 50}}
 
 
-def interface_and_reference(body: dict[str, Any], ours: str, theirs: str) -> None:
-    """`body` names a field the one way only."""
-    assert ours in body and theirs not in body, sorted(body)
+def named_one_way(body: dict[str, Any], present: str, absent: str) -> None:
+    """`body` names a field by `present` only."""
+    assert present in body and absent not in body, sorted(body)
 
 
 async def test_the_init_containers_calls_on_the_reference_paths(shim: ShimUnderTest) -> None:
@@ -32,7 +32,7 @@ async def test_the_init_containers_calls_on_the_reference_paths(shim: ShimUnderT
     )
     assert posted.status == 200, posted.body
     assert posted.body["ewms_workflow_id"] == "wf-1" and posted.body["ewms_address"] == "https://ewms.example"
-    interface_and_reference(posted.body, "ewms_task", "wms_task")
+    named_one_way(posted.body, "ewms_task", "wms_task")
     after = (await shim.call("GET", path)).body
     assert after["requested_ewms_workflow"] is True and after["workflow_id"] == "wf-1"
     ours = (await shim.call("GET", f"/scan/{scan_id}/wms/workflow-id")).body
@@ -53,8 +53,8 @@ async def test_each_dialect_is_kept_encoded_once_per_version(shim: ShimUnderTest
     status = f"/scan/{scan_id}/status"
     before = shim.state.scans.encoded.builds
     ours, theirs = (await shim.call("GET", status)).body, (await shim.call("GET", status, as_="icecube")).body
-    interface_and_reference(ours, "wms_deactivated", "ewms_deactivated")
-    interface_and_reference(theirs, "ewms_workforce", "wms_workforce")
+    named_one_way(ours, "wms_deactivated", "ewms_deactivated")
+    named_one_way(theirs, "ewms_workforce", "wms_workforce")
     assert ours["wms_workforce"] == theirs["ewms_workforce"] and ours["scan_state"] == theirs["scan_state"]
     assert shim.state.scans.encoded.builds == before + 2
     for as_ in ("user", "icecube", "user", "icecube"):
@@ -70,7 +70,7 @@ async def test_a_reference_client_writes_and_reads_in_its_names_and_the_interfac
     assert launched.status == 200, launched.body
     scan_id, event_id = launched.body["scan_id"], launched.body["i3_event_id"]
     assert launched.body["event_i3live_json_dict"] == "use 'i3_event_id'"
-    interface_and_reference(launched.body, "ewms_workflow_id", "wms_workflow_id")
+    named_one_way(launched.body, "ewms_workflow_id", "wms_workflow_id")
     scan = f"/scan/{scan_id}"
 
     # The scanner reads its event in its names and reports in them.
