@@ -55,25 +55,25 @@ def with_reference_names(schema: dict[str, Any]) -> dict[str, Any]:
     """An object's schema where each field the reference names otherwise is described under both names,
     one or the other present (`api_shim.wire_names`): requests take either, answers give the caller's."""
     properties: dict[str, Any] = schema.get("properties", {})
-    pairs = [(ours, REFERENCE[ours]) for ours in properties if ours in REFERENCE]
-    if not pairs:
+    renamed = {ours: REFERENCE[ours] for ours in properties if ours in REFERENCE}
+    if not renamed:
         return schema
-    required = [name for name in schema.get("required", []) if name not in dict(pairs)]
-    described = {**schema, "properties": dict(properties)}
+    required = schema.get("required", [])
+    described = {k: v for k, v in schema.items() if k != "required"}
+    described["properties"] = dict(properties)
     either: list[dict[str, Any]] = []
-    for ours, theirs in pairs:
+    for ours, theirs in renamed.items():
         described["properties"][theirs] = {
             **properties[ours],
             "description": f"The reference's name for `{ours}`: either is taken; an answer has the caller's.",
         }
-        if ours in schema.get("required", []):
+        if ours in required:
             either.append({"oneOf": [{"required": [ours]}, {"required": [theirs]}]})
         else:
             either.append({"not": {"required": [ours, theirs]}})
-    described["required"] = required
+    if kept := [name for name in required if name not in renamed]:
+        described["required"] = kept
     described["allOf"] = [*schema.get("allOf", []), *either]
-    if not required:
-        del described["required"]
     return described
 
 

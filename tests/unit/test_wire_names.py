@@ -160,13 +160,17 @@ def test_an_objects_schema_describes_each_renamed_field_under_both_names() -> No
         "skyscan_result",
         "ewms_address",
     }
-    assert described["required"] == ["is_final"]
+    assert described["required"] == ["is_final"] and described["type"] == "object"
     assert described["allOf"] == [
         {"description": "kept"},
         {"oneOf": [{"required": ["scan_result"]}, {"required": ["skyscan_result"]}]},
         {"not": {"required": ["wms_address", "ewms_address"]}},
     ]
     assert schema["required"] == ["scan_result", "is_final"] and "skyscan_result" not in schema["properties"]
+    only_renamed = openapi.with_reference_names(
+        {"properties": {"scan_result": {}}, "required": ["scan_result"]}
+    )
+    assert "required" not in only_renamed  # the oneOf says it
     optional = openapi.with_reference_names({"properties": {"sensor_event_id": {}}})
     assert "required" not in optional and optional["allOf"] == [
         {"not": {"required": ["sensor_event_id", "i3_event_id"]}}
