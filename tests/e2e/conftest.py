@@ -5,10 +5,11 @@ of their own, with short timers. Tests talk to it as users do: REST over HTTP, a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,18 +109,27 @@ async def _delete_namespace(kubeconfig: str, name: str) -> None:
         await api.request("DELETE", core_path("namespaces", name=name))
 
 
-@pytest.fixture(scope="session")
-def stack(
-    cluster: Cluster, archive_server: ArchiveServer, tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def stack_of_its_own(
+    cluster: Cluster,
+    archive_server: ArchiveServer,
+    workdir: Path,
+    prefix: str,
+    component_overrides: Callable[[str], dict[str, dict[str, str]]] = lambda namespace: {},
 ) -> Iterator[Stack]:
-    """One stack for the e2e session (scans are independent by id, so tests share it), archiving to a
-    database of its own on the session's PostgreSQL."""
-    namespace = f"e2e-{secrets.token_hex(4)}"
+    """The e2e stack on the session's cluster, in a namespace (`prefix-…`) and an archive database of
+    its own, taken down after; `component_overrides` of the namespace it gets."""
+    namespace = f"{prefix}-{secrets.token_hex(4)}"
     asyncio.run(_create_namespace(cluster.kubeconfig, namespace))
-    database = f"e2e_{secrets.token_hex(4)}"
+    database = f"{prefix}_{secrets.token_hex(4)}"
     archive_dsn = asyncio.run(postgres.create_database(archive_server.admin_dsn, database))
-    workdir = tmp_path_factory.mktemp("stack")
-    settings = Stack.settings_for(workdir, cluster.kubeconfig, namespace, archive_dsn)
+    settings = Stack.settings_for(
+        workdir,
+        cluster.kubeconfig,
+        namespace,
+        archive_dsn,
+        component_overrides=component_overrides(namespace),
+    )
     try:
         yield Stack.up(settings)
     finally:
@@ -130,6 +140,15 @@ def stack(
             print(f"--- {log.name} (shown when a test fails) ---\n{localstack.tail(log, 4000)}")
         asyncio.run(_delete_namespace(cluster.kubeconfig, namespace))
         asyncio.run(postgres.drop_database(archive_server.admin_dsn, database))
+
+
+@pytest.fixture(scope="session")
+def stack(
+    cluster: Cluster, archive_server: ArchiveServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """One stack for the e2e session (scans are independent by id, so tests share it)."""
+    with stack_of_its_own(cluster, archive_server, tmp_path_factory.mktemp("stack"), "e2e") as stack:
+        yield stack
 
 
 @dataclass

@@ -10,10 +10,8 @@ interface's names, what the reference's dialect wrote, and the other way round.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -24,11 +22,11 @@ from skyreader import SkyScanResult
 
 from skyscan import kube
 from skyscan.kube import core_path
-from skyscan_local import postgres, scanner_report, skymap
+from skyscan_local import scanner_report, skymap
 from skyscan_local import stack as localstack
 from skyscan_local.scanner_simulator import startup_json
 from tests.conftest import ArchiveServer, Cluster
-from tests.e2e.conftest import Rest, Stack, _create_namespace, _delete_namespace, scan_request
+from tests.e2e.conftest import Rest, Stack, scan_request, stack_of_its_own
 from tests.helpers import eventually
 
 EVENT = {"value": {"data": {"run_id": 134_567, "event_id": 8_901, "mjd": 60_123.25}}}
@@ -39,25 +37,15 @@ NSIDES = {8: 0, 64: 12}
 def icecube(
     cluster: Cluster, archive_server: ArchiveServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Stack, str]]:
-    """The e2e stack on a namespace of its own whose scanner Pods stay held and unplayed; and the
-    static token of a user answered in the reference's names."""
-    namespace = f"icecube-{secrets.token_hex(4)}"
-    asyncio.run(_create_namespace(cluster.kubeconfig, namespace))
-    database = f"icecube_{secrets.token_hex(4)}"
-    archive_dsn = asyncio.run(postgres.create_database(archive_server.admin_dsn, database))
+    """The e2e stack on a namespace of its own whose scanner Pods stay held and unplayed (its scanner
+    simulator watches another); and the static token of a user answered in the reference's names."""
+
+    def nobody_plays(namespace: str) -> dict[str, dict[str, str]]:
+        return {"scanner-simulator": {"SKYSCAN_SCANNER_SIM_NAMESPACE": f"{namespace}-unplayed"}}
+
     workdir = tmp_path_factory.mktemp("icecube-stack")
-    nobody = {"scanner-simulator": {"SKYSCAN_SCANNER_SIM_NAMESPACE": f"{namespace}-unplayed"}}
-    settings = Stack.settings_for(
-        workdir, cluster.kubeconfig, namespace, archive_dsn, component_overrides=nobody
-    )
-    try:
-        yield Stack.up(settings), localstack.load_state(settings.dir)["tokens"]["reference"]
-    finally:
-        localstack.down(settings)
-        for log in sorted((settings.dir / "logs").glob("*.log")):
-            print(f"--- {log.name} (shown when a test fails) ---\n{localstack.tail(log, 4000)}")
-        asyncio.run(_delete_namespace(cluster.kubeconfig, namespace))
-        asyncio.run(postgres.drop_database(archive_server.admin_dsn, database))
+    with stack_of_its_own(cluster, archive_server, workdir, "icecube", nobody_plays) as stack:
+        yield stack, localstack.load_state(stack.settings.dir)["tokens"]["reference"]
 
 
 class Client:
