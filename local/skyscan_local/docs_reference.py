@@ -31,7 +31,7 @@ from api_shim import openapi
 from api_shim.routes import ROUTES
 from api_shim.settings import ShimSettings
 from skyscan_local.scanner_simulator import ScannerSimSettings
-from skyscan_local.wms_simulator import SimulatorSettings
+from skyscan_local.wms_controls import SimulatorSettings
 from skyscan_operator.settings import OperatorSettings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -14,7 +14,7 @@ import httpx
 from skyscan import kube, names, presign
 from skyscan.kube import core_path
 from skyscan_local import stack as localstack
-from skyscan_local.wms_simulator import startup_url_of
+from skyscan_local.task_manager_simulator import startup_url_of
 from tests.e2e.conftest import Rest, Stack
 
 

@@ -19,7 +19,7 @@ from skyscan import kube, logs, names
 from skyscan.kube import core_path
 from skyscan_local import processes
 from skyscan_local import stack as localstack
-from skyscan_local.wms_simulator import startup_url_of
+from skyscan_local.task_manager_simulator import startup_url_of
 from tests.e2e.conftest import LONG_NSIDES, Rest, Stack
 from tests.e2e.own_cluster import OwnCluster, own_cluster
 from tests.helpers import eventually

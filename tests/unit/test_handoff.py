@@ -20,7 +20,8 @@ from aiohttp import web
 from skyscan import model, presign
 from skyscan_local import scanner_simulator
 from skyscan_local import wms_simulator as simulator
-from skyscan_local.wms_simulator import startup_url_of, validate_workflow_request
+from skyscan_local.task_manager_simulator import startup_url_of
+from skyscan_local.wms_rules import validate_workflow_request
 from skyscan_operator import scanner_job
 from skyscan_operator.settings import OperatorSettings
 from tests.helpers import eventually
