@@ -284,6 +284,11 @@ def test_a_scanner_pod_deleted_or_evicted_mid_scan_is_rescanned_and_the_rescan_f
         scan_id = clean.launch()
         pod = clean.scanner_pod(scan_id, lambda p: p["status"].get("phase") == "Running", "running")
         path = f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}"
+        # A Running Pod's server may still be importing, as PID 1 with no handler yet: SIGTERM would be
+        # ignored until the SIGKILL. Its first log line comes after it installed one.
+        log = {"container": pod["spec"]["containers"][0]["name"]}
+        started = lambda: "scanner server starting" in clean.api.http.get(f"{path}/log", params=log).text  # noqa: E731
+        poll(started, "scanner server started", 60)
         if how == "deleted":
             clean.api.http.delete(path).raise_for_status()
         else:  # as `kubectl drain` does
