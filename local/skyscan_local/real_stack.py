@@ -42,6 +42,8 @@ import yaml
 
 from skyscan_local import control_plane, node, postgres, processes
 from skyscan_local import stack as localstack
+from skyscan_local.stack_provision import ensure_presign_key, ensure_tokens
+from skyscan_local.stack_settings import ENV_FILE, TOKEN_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "skyscan"
@@ -394,11 +396,11 @@ def up(
     api.apply(_path(ns := adoptable_namespace()), ns)
     state = localstack.load_state(d)
     settings = localstack.LocalStackSettings(SKYSCAN_LOCAL_DIR=d)  # type: ignore[call-arg]
-    state["tokens"] = localstack.ensure_tokens(settings, state)
+    state["tokens"] = ensure_tokens(settings, state)
     localstack.save_state(d, state)  # the next `up` keeps them: running shims and sourced envs hold them
-    key = localstack.ensure_presign_key(settings)
+    key = ensure_presign_key(settings)
     api.apply(
-        _path(s := secret("skyscan-shim-tokens", {"tokens.json": (d / localstack.TOKEN_FILE).read_bytes()})),
+        _path(s := secret("skyscan-shim-tokens", {"tokens.json": (d / TOKEN_FILE).read_bytes()})),
         s,
     )
     api.apply(_path(s := secret("skyscan-presign-key", {"key": key.read_bytes().strip()})), s)
@@ -455,8 +457,8 @@ def up(
         60,
         error=RealStackError,
     )
-    (d / localstack.ENV_FILE).write_text("".join(f"export {k}={shlex.quote(env[k])}\n" for k in ENV_KEYS))
-    (d / localstack.ENV_FILE).chmod(0o600)
+    (d / ENV_FILE).write_text("".join(f"export {k}={shlex.quote(env[k])}\n" for k in ENV_KEYS))
+    (d / ENV_FILE).chmod(0o600)
     print(f"real node stack up in {time.monotonic() - began:.1f}s ({time.monotonic() - built:.1f}s after the "
           "builds)", file=sys.stderr)  # fmt: skip
     return env
@@ -515,7 +517,7 @@ Skyscan is up on a real node (helm release {RELEASE} in namespace {NAMESPACE}).
   REST API        {env["SKYSCAN_URL"]}   (the shim's Service, HTTPS with the chart's CA)
   WMS simulator   {env["SKYSCAN_WMS_URL"]}
 
-  source {d / localstack.ENV_FILE}
+  source {d / ENV_FILE}
   kubectl get nodes -o wide; kubectl get pods -A -o wide; helm list -A
   skyscan launch ... --follow
   make down""")

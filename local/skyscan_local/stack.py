@@ -40,142 +40,27 @@ from urllib.parse import urlsplit
 
 import httpx
 import yaml
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from skyscan import install, kube
 from skyscan_local import control_plane as localcluster
 from skyscan_local import postgres, processes
 from skyscan_local import scanner_simulator as scanner_sim
 from skyscan_local.processes import tail as tail  # the e2e tests read logs through it
+from skyscan_local.stack_provision import (
+    StackError,
+    ensure_archive,
+    ensure_cluster,
+    ensure_presign_key,
+    ensure_tokens,
+    prepare_cluster,
+)
+from skyscan_local.stack_settings import ENV_FILE, LOCK_FILE, PRESIGN_KEY_FILE, STATE_FILE, TOKEN_FILE
+
+# The settings, which the real stack and the tests read here with the stack.
+from skyscan_local.stack_settings import ENV_KEYS as ENV_KEYS
+from skyscan_local.stack_settings import LOCAL_DEFAULTS as LOCAL_DEFAULTS
+from skyscan_local.stack_settings import LocalStackSettings as LocalStackSettings
 
 REPO = Path(__file__).resolve().parents[2]
-STATE_FILE, ENV_FILE, TOKEN_FILE, PRESIGN_KEY_FILE = "stack.json", "env", "tokens.json", "presign.key"
-LOCK_FILE = "stack.lock"
-ENV_KEYS = (
-    "SKYSCAN_URL", "SKYSCAN_USER_TOKEN", "SKYSCAN_SYSTEM_TOKEN", "SKYSCAN_REFERENCE_TOKEN", "SKYSCAN_WMS_URL",
-    "KUBECONFIG", "SKYSCAN_NAMESPACE", "SKYSCAN_ARCHIVE_DSN", "SKYSCAN_OPERATOR_METRICS_URL",
-)  # fmt: skip
-ARCHIVE_DATABASE = postgres.APP_DATABASE
-
-# The local clusters and tag catalog, which the shim and the operator both hold scans to.
-CATALOG = {
-    "SKYSCAN_KNOWN_CLUSTERS": json.dumps({"osg": 100, "sub-2": 100, "local": 5}),
-    "SKYSCAN_TAGS": json.dumps(["3.4.0", "4.0.0", "4.1.2", "4.2.0", "dev-branch-abc1234"]),
-    "SKYSCAN_MIN_TAG": "4.0.0",
-}
-# The local configuration of each component (short timers, the catalog above).
-# A variable already set in the environment wins over these.
-LOCAL_DEFAULTS: dict[str, dict[str, str]] = {
-    "wms-simulator": {
-        "SKYSCAN_WMS_SIM_ACTIVATION_DELAY": "1",
-        "SKYSCAN_WMS_SIM_STEP_DELAY": "1",
-        "SKYSCAN_WMS_SIM_RUN_INIT_COMMAND": "true",  # workers fetch startup.json before they start
-    },
-    "shim": {
-        **CATALOG,
-        "SKYSCAN_HOST": "127.0.0.1",
-        "SKYSCAN_SHUTDOWN_DELAY_SECONDS": "0",  # no Service routes to a host process: `make down` at once
-    },
-    "operator": {
-        **CATALOG,
-        "SKYSCAN_BACKLOG_TICK_SECONDS": "1",
-        "SKYSCAN_LOW_PRIORITY_INTERVAL_SECONDS": "2",
-        "SKYSCAN_START_RETRY_DELAY_SECONDS": "5",
-        "SKYSCAN_START_TIMEOUT_SECONDS": "60",
-        "SKYSCAN_TEARDOWN_DELAY_SECONDS": "3",
-        "SKYSCAN_WMS_POLL_INTERVAL_SECONDS": "1",
-        "SKYSCAN_WMS_TIMEOUT_SECONDS": "5",
-        "SKYSCAN_QUEUE_POLL_SECONDS": "0.5",
-        # The WMS simulator knows the real WMS's clusters only (osg): the reference's retired `sub-2` is
-        # asked as osg, as EWMS aliases it, and its local `local` too, so local requests keep working.
-        "SKYSCAN_WMS_CLUSTERS_ALIAS": json.dumps({"sub-2": "osg", "local": "osg"}),
-        "SKYSCAN_SCANNER_EPHEMERAL_STORAGE": "",  # the kwok node advertises no ephemeral storage
-        # One operator, restarted by hand or by tests, not by a kubelet: under a name of its own it takes
-        # its Lease back at once, and an API-server outage shorter than 28 s does not end it.
-        "SKYSCAN_LEASE_IDENTITY": "local-operator",
-        "SKYSCAN_LEASE_DURATION_SECONDS": "30",
-        "SKYSCAN_LOG_LEVEL": "INFO",
-    },
-    "scanner-simulator": {},
-}
-
-
-class LocalStackSettings(BaseSettings):
-    """How `up` runs, from the environment variables named by the aliases (only those: a plain
-    KUBECONFIG or NAMESPACE in the environment must not count)."""
-
-    model_config = SettingsConfigDict(extra="ignore", env_prefix="SKYSCAN_LOCAL_")
-
-    dir: Path = Field(
-        default=REPO / ".skyscan",
-        validation_alias="SKYSCAN_LOCAL_DIR",
-        description="State, logs, tokens and the env file.",
-    )
-    kubeconfig: str | None = Field(
-        default=None,
-        validation_alias="SKYSCAN_KUBECONFIG",
-        description="Use this cluster instead of starting the local control plane.",
-    )
-    namespace: str = Field(
-        default="skyscan",
-        validation_alias="SKYSCAN_NAMESPACE",
-        description="Namespace of the Scans (created if missing).",
-    )
-    archive_dsn: str | None = Field(
-        default=None,
-        validation_alias="SKYSCAN_LOCAL_ARCHIVE_DSN",
-        description="Use this PostgreSQL database as the archive instead of starting a local server.",
-    )
-    postgres_port: int = Field(
-        default=55432,
-        validation_alias="SKYSCAN_LOCAL_POSTGRES_PORT",
-        description="Preferred port of the local PostgreSQL (after the one it had; a free one when taken).",
-    )
-    simulate_scanner: bool = Field(
-        default=False,
-        validation_alias="SIMULATE_SCANNER",
-        description="Hold scanner Pods and play the scanner server for them.",
-    )
-    shim_port: int = Field(
-        default=8080,
-        validation_alias="SKYSCAN_LOCAL_SHIM_PORT",
-        description="Preferred shim port (after the one it had; a free one when taken; 0: none).",
-    )
-    wms_port: int = Field(
-        default=8081,
-        validation_alias="SKYSCAN_LOCAL_WMS_PORT",
-        description="Preferred WMS simulator port (as above).",
-    )
-    ready_timeout: float = Field(
-        default=120.0,
-        validation_alias="SKYSCAN_LOCAL_READY_TIMEOUT",
-        description="Seconds each component has to become ready.",
-    )
-    tie_to_parent: bool = Field(
-        default=False, description="Tests: processes die with the process that started them."
-    )
-    overrides: dict[str, str] = Field(
-        default_factory=dict, description="Tests: settings that win over the environment too."
-    )
-    component_overrides: dict[str, dict[str, str]] = Field(
-        default_factory=dict, description="Tests: as `overrides`, for one component (by name)."
-    )
-
-    def overrides_for(self, component: str) -> dict[str, str]:
-        return {**self.overrides, **self.component_overrides.get(component, {})}
-
-    @property
-    def cluster_dir(self) -> Path:
-        return self.dir / "cluster"
-
-    @property
-    def postgres_dir(self) -> Path:
-        return self.dir / "postgres"
-
-
-class StackError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -331,70 +216,6 @@ def save_state(d: Path, state: dict[str, Any]) -> None:
     tmp.write_text(json.dumps(state, indent=2))
     tmp.chmod(0o600)  # it holds the local tokens
     tmp.replace(d / STATE_FILE)
-
-
-def ensure_cluster(s: LocalStackSettings, state: dict[str, Any]) -> str:
-    if s.kubeconfig:
-        state["local_cluster"] = False
-        return str(Path(s.kubeconfig).expanduser().resolve())
-    state["local_cluster"] = True
-    return localcluster.ensure(s.cluster_dir, tie_to_parent=s.tie_to_parent).kubeconfig
-
-
-def ensure_archive(s: LocalStackSettings, state: dict[str, Any]) -> str:
-    """The archive's DSN: the given one, or database `skyscan` on the local PostgreSQL (started if
-    it is not running; its data is kept across `down` and `up`) with its least-privilege role
-    `skyscan` (provisioned at each `up`: an archive made as the superuser is handed over to it)."""
-    if s.archive_dsn:
-        state["local_postgres"] = False
-        return s.archive_dsn
-    state["local_postgres"] = True
-    try:
-        server = postgres.ensure(s.postgres_dir, port=s.postgres_port, tie_to_parent=s.tie_to_parent)
-        return asyncio.run(postgres.ensure_app_login(server, database=ARCHIVE_DATABASE))
-    except postgres.PostgresError as e:
-        raise StackError(str(e)) from e
-
-
-async def prepare_cluster(kubeconfig: str, namespace: str, timeout: float) -> None:
-    """The CRD, the namespace (ready for Pods) and the scanners' ServiceAccount."""
-    await install.install(kubeconfig)
-    async with await kube.connect(kubeconfig) as api:
-        with contextlib.suppress(kube.ApiError):
-            await api.request("POST", kube.core_path("namespaces"), body={"metadata": {"name": namespace}})
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                await api.request("GET", kube.core_path("serviceaccounts", namespace, "default"))
-                break
-            except kube.ApiError as e:
-                if e.status != 404 or time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.2)
-        await install.ensure_scanner_account(api, namespace)
-
-
-def ensure_tokens(s: LocalStackSettings, state: dict[str, Any]) -> dict[str, str]:
-    from api_shim import auth  # the shim's own token file format
-    from api_shim.wire_names import Names
-
-    token_file = s.dir / TOKEN_FILE
-    if {"user", "system", "reference"} <= set(state.get("tokens") or {}) and token_file.exists():
-        return dict(state["tokens"])
-    token_file.unlink(missing_ok=True)
-    return {
-        "user": auth.make_token(token_file, "local-user", [auth.USER]),
-        "system": auth.make_token(token_file, "local-scanner", [auth.SYSTEM]),
-        # A user answered in the reference's names: what IceCube's own scripts read.
-        "reference": auth.make_token(token_file, "local-icecube-client", [auth.USER], Names.REFERENCE),
-    }
-
-
-def ensure_presign_key(s: LocalStackSettings) -> Path:
-    """The key signing the workers' startup.json URLs; kept across `up`s (so nothing restarts)."""
-    key_file = s.dir / PRESIGN_KEY_FILE
-    processes.kept_secret(key_file, 32)
-    return key_file
 
 
 def env_lines(state: dict[str, Any], namespace: str) -> dict[str, str]:
