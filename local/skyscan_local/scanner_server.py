@@ -25,7 +25,8 @@ import httpx
 
 from skyscan.scanner_args import COMMON_SPACE
 from skyscan_local import scanner_report
-from skyscan_local.scanner_simulator import Rest, ScannerExit, ScannerServer, ScannerSimSettings, ServerPod
+from skyscan_local.scanner_pod import ScannerExit, ScannerSimSettings, ServerPod
+from skyscan_local.scanner_simulator import Rest, ScannerServer
 
 log = logging.getLogger("skymap_scanner.server")
 REQUIRED_ENV = ("SKYSCAN_SKYDRIVER_ADDRESS", "SKYSCAN_SKYDRIVER_SCAN_ID")

@@ -23,7 +23,8 @@ SIMULATOR = textwrap.dedent(
     import asyncio, sys
     from pathlib import Path
     from skyscan_local import scanner_report
-    from skyscan_local.scanner_simulator import ScannerSimSettings, ServerPod, Sidecar, run_sidecar
+    from skyscan_local.scanner_pod import ScannerSimSettings, ServerPod, Sidecar
+    from skyscan_local.scanner_simulator import run_sidecar
 
     out = Path(sys.argv[1])
     ENV = {"SKYSCAN_SKYDRIVER_ADDRESS": "http://127.0.0.1:9", "SKYSCAN_SKYDRIVER_SCAN_ID": "s",

@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings
 from api_shim.settings import ShimSettings
 from skyscan_local import docs_reference
 from skyscan_local import stack as localstack
-from skyscan_local.scanner_simulator import ScannerSimSettings
+from skyscan_local.scanner_pod import ScannerSimSettings
 from skyscan_local.wms_controls import SimulatorSettings
 from skyscan_operator.settings import OperatorSettings
 

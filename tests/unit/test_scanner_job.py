@@ -9,7 +9,7 @@ import pytest
 from api_shim.settings import ShimSettings
 from skyscan import model, names, scanner_args
 from skyscan.scanner_args import scanner_server_args, scanner_server_argv, scanner_server_options
-from skyscan_local.scanner_simulator import kubelet_expand
+from skyscan_local.scanner_pod import kubelet_expand
 from skyscan_local.wms_rules import SimError, validate_workflow_request
 from skyscan_operator import scanner_job
 from skyscan_operator.scanner_job import kube_literal

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from skyscan_local.scanner_pod import ScannerExit
 from skyscan_local.scanner_server import server_pod
-from skyscan_local.scanner_simulator import ScannerExit
 from skyscan_operator import scanner_job
 from skyscan_operator.planner import PodView
 from tests.unit.test_scanner_job import S, spec
