@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from api_shim import listing
-from api_shim.find_index import FindIndex
+from api_shim.find.index import FindIndex
 from skyscan import kube, manifest
 from skyscan.kube import ApiError
 from skyscan.packing import Packer

@@ -86,27 +86,3 @@ def field_name(name: str) -> str:
 
 def field_names(names: Iterable[str]) -> list[str]:
     return [field_name(n) for n in names]
-
-
-class SameField(ValueError):
-    """A document names one field twice, by both its names."""
-
-
-def filter_in_interface_names(query: Any) -> Any:
-    """A find filter with every field path in the interface's names: the keys of the filter's
-    documents, which `$and`, `$or` and `$nor` nest; a condition's operands are values, never renamed.
-    One field named both ways in one document is refused (`SameField`): one condition would be lost.
-    An operator (`$or`, `$in`...) is no field name of either dialect, so it stays as it is."""
-    if isinstance(query, list):
-        return [filter_in_interface_names(q) for q in query]
-    if not isinstance(query, dict):
-        return query
-    renamed: dict[str, Any] = {}
-    given: dict[str, str] = {}  # each field's name as the filter gave it
-    for key, value in query.items():
-        name = field_name(key)
-        if name in given:
-            raise SameField(f"'{given[name]}' and '{key}' name the same field: give one")
-        given[name] = key
-        renamed[name] = filter_in_interface_names(value) if key in ("$and", "$or", "$nor") else value
-    return renamed

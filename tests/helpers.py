@@ -13,6 +13,9 @@ from typing import Any, TypeVar
 
 import yaml
 
+from api_shim.find.match import Filter, compile_filter
+from api_shim.find.query import FilterError, FindLimits, parse
+from api_shim.find.regex import RegexError, compile_regex
 from skyscan.kube import ApiError, Endpoint
 
 T = TypeVar("T")
@@ -93,3 +96,24 @@ def kubeconfig(target: Endpoint, directory: Path, user: dict[str, Any]) -> str:
     }  # fmt: skip
     (directory / "kubeconfig").write_text(yaml.safe_dump(doc))
     return str(directory / "kubeconfig")
+
+
+def find_filter(doc: Any, limits: FindLimits | None = None) -> Filter:
+    """A find filter parsed and compiled with all its patterns, as a find compiles it; FilterError when
+    it is invalid (its patterns included)."""
+    limits = limits or FindLimits()
+    query = parse(doc, limits)
+    try:
+        compiled = {
+            p: compile_regex(
+                p.pattern, p.options, max_length=limits.max_regex_length, max_program=limits.max_regex_program
+            )
+            for p in query.patterns()
+        }
+    except RegexError as e:
+        raise FilterError(f"invalid $regex: {e}") from None
+    return compile_filter(query, compiled)
+
+
+def matcher(doc: Any) -> Callable[[Any], bool]:
+    return find_filter(doc).matches

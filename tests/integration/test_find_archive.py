@@ -7,18 +7,22 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import AsyncIterator
+from operator import itemgetter
 from typing import Any
 
 import asyncpg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from api_shim.archive_find import queries, translate
 from api_shim.cache import ScanCache
 from api_shim.errors import ApiError
-from api_shim.filters import FindLimits, parse_filter
-from api_shim.handlers import find
+from api_shim.find import search as find
+from api_shim.find.query import FindLimits, parse
+from api_shim.find.sql import queries, translate
 from skyscan import kube
 from skyscan.archive import Archive, ArchivedScan
+from tests.helpers import find_filter
 from tests.unit.test_shim_filters import DOC, MATCH_CASES
 
 NAMESPACE = "skyscan"
@@ -157,7 +161,7 @@ async def stored(archive: Archive) -> Archive:
 
 
 async def archived_ids(archive: Archive, live: ScanCache, query: dict[str, Any]) -> list[str]:
-    found = await find.select_archived(archive, NAMESPACE, query, parse_filter(query), live, 0)
+    found = await find.select_archived(archive, NAMESPACE, parse(query), find_filter(query), live, 0)
     return [m["scan_id"] for m in found]
 
 
@@ -168,23 +172,23 @@ async def test_the_archive_answers_every_filter_as_the_matcher(
     monkeypatch.setattr(find, "ARCHIVE_BATCH", batch)
     mismatches = []
     for query in CASES:
-        matches = parse_filter(query).matches
+        matches = find_filter(query).matches
         expected = sorted(d["scan_id"] for d in DOCS if matches(d))
         got = await archived_ids(stored, live, query)
         if got != expected:
             mismatches.append((query, expected, got))
     assert mismatches == []
     # The cases tell the documents apart (most select some but not all), and the SQL narrows most.
-    counts = [sum(parse_filter(q).matches(d) for d in DOCS) for q in CASES]
+    counts = [sum(find_filter(q).matches(d) for d in DOCS) for q in CASES]
     assert sum(0 < c < len(DOCS) for c in counts) > 0.7 * len(CASES)
-    assert sum(translate(q)[0].text != "TRUE" for q in CASES) > 0.6 * len(CASES)
+    assert sum(translate(parse(q))[0].text != "TRUE" for q in CASES) > 0.6 * len(CASES)
 
 
 async def test_another_namespace_and_live_scans_are_left_out(stored: Archive, live: ScanCache) -> None:
     assert await archived_ids(stored, live, {"scan_id": "abc"}) == ["abc"]
     live.observe({"metadata": {"name": "abc", "resourceVersion": "5"}, "spec": {}})
     assert await archived_ids(stored, live, {"scan_id": "abc"}) == []  # the live copy wins
-    found = await find.select_archived(stored, "elsewhere", {}, parse_filter({}), live, 0)
+    found = await find.select_archived(stored, "elsewhere", parse({}), find_filter({}), live, 0)
     assert found == []
 
 
@@ -212,7 +216,7 @@ async def test_selective_filters_use_the_indexes(archive: Archive, query: dict[s
         ANALYZE scans;
         """
     )
-    where, params = translate(query, first_param=2)
+    where, params = translate(parse(query), first_param=2)
     assert where.exact
     _, select = queries(where.text, len(params) + 2)
     plan = await archive.pool.fetch(f"EXPLAIN {select}", NAMESPACE, *params)
@@ -246,3 +250,77 @@ async def test_a_statement_timeout_is_a_400(archive_dsn: str, live: ScanCache) -
     finally:
         await holder.close()
         await archive.close()
+
+
+# Random scans and filters: the values collide often (1 and 1.0 and True, "a" and "A", arrays holding
+# them), the paths are the archive's columns, its classifiers and the manifest's other fields, and the
+# documents keep the archive's invariants (ids integers, timestamps numbers below 2**53).
+SCALARS = st.sampled_from([None, True, False, 0, 1, 2, -1, 1.0, 1.5, 2**53 + 1, 2**62, "a", "b", "A", ""])
+VALUES = SCALARS | st.lists(SCALARS, max_size=3)
+IDS = st.sampled_from([1, 2, 3, 2**62]) | st.integers(-(2**63), 2**63 - 1)
+MANIFESTS = st.fixed_dictionaries(
+    {
+        "scan_id": st.sampled_from(["s0", "s1", "s2", "S1", "s10", "t"]),
+        "sensor_event_id": st.just("ev-1"),
+        "timestamp": st.sampled_from([0, 1, 1.0, 1.5, 2, 1.7e9]),
+        "last_updated": st.sampled_from([1, 2.5, 1.8e9]),
+        "is_deleted": st.booleans(),
+        "priority": VALUES,
+        "classifiers": st.dictionaries(st.sampled_from(["a", "n"]), VALUES, max_size=2),
+        "event_metadata": st.none() | st.fixed_dictionaries({}, optional={"run_id": IDS, "event_id": IDS}),
+    },
+    optional={
+        "progress": st.none() | st.fixed_dictionaries({"summary": SCALARS}),
+        "items": st.lists(st.fixed_dictionaries({"k": VALUES}), max_size=2),
+    },
+)
+PATHS = st.sampled_from(
+    [
+        "event_metadata.run_id", "event_metadata.event_id", "timestamp", "last_updated", "is_deleted",
+        "scan_id", "classifiers.a", "classifiers.n", "classifiers", "priority", "progress.summary", "items.k",
+    ]
+)  # fmt: skip
+ORDERED = st.sampled_from(["$gt", "$gte", "$lt", "$lte"])
+CONDITIONS = st.one_of(
+    VALUES,
+    st.dictionaries(
+        st.just("classifiers"), st.dictionaries(st.sampled_from(["a", "n"]), SCALARS, max_size=2)
+    ),
+    st.builds(lambda op, v: {op: v}, st.sampled_from(["$eq", "$ne"]), VALUES),
+    st.dictionaries(ORDERED, SCALARS, min_size=1, max_size=2),
+    st.builds(
+        lambda op, vs: {op: vs}, st.sampled_from(["$in", "$nin", "$all"]), st.lists(VALUES, max_size=3)
+    ),
+    st.builds(lambda b: {"$exists": b}, st.booleans()),
+    st.builds(lambda op, v: {"$not": {op: v}}, ORDERED, SCALARS),
+)
+FILTERS = st.recursive(
+    st.dictionaries(PATHS, CONDITIONS, min_size=1, max_size=2),
+    lambda inner: st.builds(
+        lambda op, parts: {op: parts},
+        st.sampled_from(["$and", "$or", "$nor"]),
+        st.lists(inner, min_size=1, max_size=3),
+    ),
+    max_leaves=4,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(docs=st.lists(MANIFESTS, max_size=6, unique_by=itemgetter("scan_id")), query=FILTERS)
+async def test_the_archive_and_the_matcher_agree_on_random_filters_over_random_scans(
+    archive: Archive, live: ScanCache, docs: list[dict[str, Any]], query: dict[str, Any]
+) -> None:
+    await archive.pool.execute("DELETE FROM scans")
+    for document in docs:
+        scan = {"metadata": {"name": document["scan_id"], "namespace": NAMESPACE, "resourceVersion": "1"}}
+        await archive.put(ArchivedScan(scan, document, b"event", None, 1.0))
+    expected = sorted(d["scan_id"] for d in docs if find_filter(query).matches(d))
+    assert await archived_ids(archive, live, query) == expected
+    where, params = translate(parse(query), first_param=2)
+    if where.exact:  # the SQL alone answers as the matcher does
+        rows = await archive.pool.fetch(
+            f'SELECT scan_id FROM scans WHERE namespace = $1 AND ({where.text}) ORDER BY scan_id COLLATE "C"',
+            NAMESPACE,
+            *params,
+        )
+        assert [r[0] for r in rows] == expected

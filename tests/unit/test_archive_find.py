@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from api_shim.archive_find import queries, translate
-from api_shim.filters import parse_filter
-from api_shim.handlers import find
+from api_shim.find import search as find
+from api_shim.find.query import parse
+from api_shim.find.sql import queries, translate
+from tests.helpers import find_filter
 
 
 @pytest.mark.parametrize(
@@ -69,8 +70,8 @@ from api_shim.handlers import find
     ],
 )
 def test_translation(query: dict[str, Any], text: str, params: list[Any], exact: bool) -> None:
-    parse_filter(query)  # a checked filter
-    where, got = translate(query, first_param=2)
+    find_filter(query)  # a checked filter
+    where, got = translate(parse(query), first_param=2)
     assert (where.text, got, where.exact) == (text, params, exact)
 
 

@@ -6,16 +6,10 @@ from typing import Any
 
 import pytest
 
-from api_shim.filters import (
-    UNCOMPILED,
-    FilterError,
-    FindLimits,
-    compile_filter,
-    compile_regex_for,
-    parse_filter,
-    plan_filter,
-    regex_cost,
-)
+from api_shim.find.match import UNCOMPILED, cost, regex_cost
+from api_shim.find.query import FilterError, FindLimits, Pattern, parse
+from api_shim.find.search import compile_regex_for
+from tests.helpers import find_filter, matcher
 
 DOC = {
     "scan_id": "abc",
@@ -90,7 +84,7 @@ MATCH_CASES: list[tuple[dict[str, Any], bool]] = [
 
 @pytest.mark.parametrize(("query", "matches"), MATCH_CASES)
 def test_matches(query: dict[str, Any], matches: bool) -> None:
-    assert compile_filter(query)(DOC) is matches
+    assert matcher(query)(DOC) is matches
 
 
 @pytest.mark.parametrize(
@@ -116,7 +110,7 @@ def test_matches(query: dict[str, Any], matches: bool) -> None:
 )
 def test_refused(query: dict[str, Any], text: str) -> None:
     with pytest.raises(FilterError, match=text):
-        compile_filter(query)
+        find_filter(query)
 
 
 def nested(depth: int) -> dict[str, Any]:
@@ -137,13 +131,13 @@ def nested(depth: int) -> dict[str, Any]:
 )
 def test_beyond_the_limits(query: dict[str, Any], text: str) -> None:
     with pytest.raises(FilterError, match=text):
-        parse_filter(query)
+        find_filter(query)
 
 
 def test_limits_are_the_callers() -> None:
-    assert parse_filter(nested(7)).cost == 2
+    assert find_filter(nested(7)).cost == 2
     with pytest.raises(FilterError, match="nested deeper than 4 levels"):
-        parse_filter(nested(3), FindLimits(max_depth=4))
+        find_filter(nested(3), FindLimits(max_depth=4))
 
 
 @pytest.mark.parametrize(
@@ -160,7 +154,7 @@ def test_limits_are_the_callers() -> None:
     ],
 )
 def test_cost(query: dict[str, Any], cost: int) -> None:
-    assert parse_filter(query).cost == cost
+    assert find_filter(query).cost == cost
 
 
 @pytest.mark.parametrize(
@@ -180,14 +174,14 @@ def test_cost(query: dict[str, Any], cost: int) -> None:
 def test_a_plan_lists_the_patterns_compiled_and_costs_at_most_the_compiled_filter(
     query: dict[str, Any], patterns: list[tuple[str, str]]
 ) -> None:
-    """The find compiles a plan's patterns a slice at a time, refusing it once the plan's cost plus theirs
-    is beyond the budget: that must never exceed the filter's own cost."""
-    plan = plan_filter(query, FindLimits())
-    assert plan.patterns == patterns
+    """The find compiles a filter's patterns a slice at a time, refusing it once its cost with the others
+    uncompiled is beyond the budget: that must never exceed the filter's own cost."""
+    parsed = parse(query)
+    assert parsed.patterns() == [Pattern(*p) for p in patterns]
     programs = sum(
-        regex_cost(compile_regex_for(key, FindLimits())) - regex_cost(UNCOMPILED) for key in patterns
+        regex_cost(compile_regex_for(Pattern(*p), FindLimits())) - regex_cost(UNCOMPILED) for p in patterns
     )
-    assert plan.cost + programs <= parse_filter(query).cost
+    assert cost(parsed, {}) + programs <= find_filter(query).cost
 
 
 @pytest.mark.parametrize(
@@ -198,10 +192,8 @@ def test_a_plan_lists_the_patterns_compiled_and_costs_at_most_the_compiled_filte
         ({"$and": 5}, "$and needs a non-empty array of filters"),
     ],
 )
-def test_a_plan_refuses_what_the_filter_refuses_but_its_patterns(query: dict[str, Any], text: str) -> None:
+def test_parsing_refuses_what_the_filter_refuses_but_its_patterns(query: dict[str, Any], text: str) -> None:
     with pytest.raises(FilterError) as refused:
-        plan_filter(query, FindLimits())
+        parse(query)
     assert text in str(refused.value)
-    assert plan_filter({"a": {"$regex": "(a)\\1"}}, FindLimits()).patterns == [
-        ("(a)\\1", "")
-    ]  # checked later
+    assert parse({"a": {"$regex": "(a)\\1"}}).patterns() == [Pattern("(a)\\1", "")]  # checked later

@@ -1,4 +1,4 @@
-"""The work budget of `/scans/find` (`api_shim.handlers.find`): a filter's cost per scan times the
+"""The work budget of `/scans/find` (`api_shim.find.search`): a filter's cost per scan times the
 scans it examines stays within `FindLimits.max_work`, checked before any pattern is compiled, as each
 is compiled, and on the compiled filter; the filter's shape is checked first."""
 
@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
-from api_shim import filters
 from api_shim.errors import ApiError
-from api_shim.filters import FindLimits, RegexKey, parse_filter, plan_filter
-from api_shim.handlers import find
-from api_shim.regex import Regex
+from api_shim.find import search as find
+from api_shim.find.match import cost as cost_of
+from api_shim.find.query import FindLimits, Pattern, parse
+from api_shim.find.regex import Regex
+from api_shim.find.search import Asked
+from tests.helpers import find_filter
 
 PATTERNS = {"run_id": {"$regex": "a{40}"}, "event_id": {"$regex": "b{40}"}, "x": {"$regex": "c{40}"}}
 
@@ -30,12 +32,12 @@ def budget(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 @pytest.fixture
-def compiled(monkeypatch: pytest.MonkeyPatch) -> list[RegexKey]:
+def compiled(monkeypatch: pytest.MonkeyPatch) -> list[Pattern]:
     """The patterns the find compiles, in order."""
-    seen: list[RegexKey] = []
+    seen: list[Pattern] = []
     real = find.compile_regex_for
 
-    def counting(key: RegexKey, limits: FindLimits) -> Regex:
+    def counting(key: Pattern, limits: FindLimits) -> Regex:
         seen.append(key)
         return real(key, limits)
 
@@ -43,18 +45,33 @@ def compiled(monkeypatch: pytest.MonkeyPatch) -> list[RegexKey]:
     return seen
 
 
+class _Live:
+    """Where a find keeps what it parsed (a shim's cache, to the find)."""
+
+
+def asked(query: dict[str, Any]) -> Asked:
+    """A find of `query` as first asked."""
+    live: Any = _Live()
+    return find.ask(live, b"", query, ())
+
+
+def least_cost(query: dict[str, Any]) -> int:
+    """Its cost with its patterns uncompiled: the least it can cost."""
+    return cost_of(parse(query), {})
+
+
 async def refusal(query: dict[str, Any], examined: int) -> str:
     with pytest.raises(ApiError) as refused:
-        await find.compile_in_slices(query, examined)
+        await find.compile_in_slices(asked(query), examined)
     assert refused.value.status == 400
     return refused.value.reason
 
 
 async def test_a_filter_costing_exactly_the_budget_over_the_examined_scans_is_compiled(budget: Any) -> None:
     query = {"run_id": 1, "priority": {"$gt": 2}}
-    cost = parse_filter(query).cost
+    cost = find_filter(query).cost
     budget(cost * 10)
-    found = await find.compile_in_slices(query, 10)
+    found = await find.compile_in_slices(asked(query), 10)
     assert found.cost == cost and found.matches({"run_id": 1, "priority": 3})
     assert not found.matches({"run_id": 1, "priority": 2})
     assert await refusal(query, 11) == (
@@ -63,9 +80,9 @@ async def test_a_filter_costing_exactly_the_budget_over_the_examined_scans_is_co
 
 
 async def test_a_filter_whose_plan_alone_is_beyond_the_budget_is_refused_before_any_pattern_compiles(
-    budget: Any, compiled: list[RegexKey]
+    budget: Any, compiled: list[Pattern]
 ) -> None:
-    planned = plan_filter(PATTERNS, FindLimits()).cost
+    planned = least_cost(PATTERNS)
     budget(planned * 5)
     assert await refusal(PATTERNS, 6) == (
         f"filter too costly: at least {planned} per scan * 6 scans exceeds the work budget of {planned * 5}"
@@ -74,18 +91,18 @@ async def test_a_filter_whose_plan_alone_is_beyond_the_budget_is_refused_before_
 
 
 async def test_patterns_are_compiled_one_at_a_time_until_they_take_the_find_beyond_the_budget(
-    budget: Any, compiled: list[RegexKey]
+    budget: Any, compiled: list[Pattern]
 ) -> None:
-    planned = plan_filter(PATTERNS, FindLimits()).cost
-    full = parse_filter(PATTERNS).cost
+    planned = least_cost(PATTERNS)
+    full = find_filter(PATTERNS).cost
     assert planned < full
     budget(full * 2)
-    assert (await find.compile_in_slices(PATTERNS, 2)).cost == full  # exactly the budget: compiled
+    assert (await find.compile_in_slices(asked(PATTERNS), 2)).cost == full  # exactly the budget: compiled
     assert len(compiled) == 3
     compiled.clear()
     budget((planned + 1) * 2)  # the plan fits; its first compiled pattern does not
     reason = await refusal(PATTERNS, 2)
-    assert compiled == [("a{40}", "")]
+    assert compiled == [Pattern("a{40}", "")]
     first, work = planned + (full - planned) // 3, (planned + 1) * 2
     assert (
         reason == f"filter too costly: at least {first} per scan * 2 scans exceeds the work budget of {work}"
@@ -93,21 +110,19 @@ async def test_patterns_are_compiled_one_at_a_time_until_they_take_the_find_beyo
 
 
 async def test_a_pattern_used_twice_is_compiled_once_and_costed_twice(
-    budget: Any, compiled: list[RegexKey], monkeypatch: pytest.MonkeyPatch
+    budget: Any, compiled: list[Pattern]
 ) -> None:
     query = {"run_id": {"$regex": "a{40}"}, "event_id": {"$regex": "a{40}"}}
-    cost = parse_filter(query).cost
+    cost = find_filter(query).cost
     budget(cost * 2)
-    again: list[RegexKey] = []
-    monkeypatch.setattr(filters, "compile_regex_for", lambda key, limits: again.append(key))
-    assert (await find.compile_in_slices(query, 2)).cost == cost
-    assert compiled == [("a{40}", "")] and again == []  # the filter took the pattern compiled ahead
+    assert (await find.compile_in_slices(asked(query), 2)).cost == cost
+    assert compiled == [Pattern("a{40}", "")]
     compiled.clear()
     budget(cost * 2 - 1)  # the plan and the pattern compiled once fit; the filter with both uses does not
     assert await refusal(query, 2) == (
         f"filter too costly: {cost} per scan * 2 scans exceeds the work budget of {cost * 2 - 1}"
     )
-    assert compiled == [("a{40}", "")]
+    assert compiled == [Pattern("a{40}", "")]
 
 
 async def test_the_finds_own_limits_hold_for_its_patterns(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -117,13 +132,13 @@ async def test_the_finds_own_limits_hold_for_its_patterns(monkeypatch: pytest.Mo
 
 
 async def test_an_invalid_pattern_is_reported_as_invalid_even_before_costly_ones(
-    budget: Any, compiled: list[RegexKey]
+    budget: Any, compiled: list[Pattern]
 ) -> None:
     query = {"a": {"$regex": "("}, **PATTERNS}
-    budget(plan_filter(query, FindLimits()).cost)
+    budget(least_cost(query))
     reason = await refusal(query, 1)
     assert reason.startswith("invalid filter: invalid $regex: "), reason
-    assert compiled == [("(", "")]  # the costly ones after it were never compiled
+    assert compiled == [Pattern("(", "")]  # the costly ones after it were never compiled
 
 
 async def test_a_malformed_filter_is_refused_as_invalid() -> None:
@@ -146,20 +161,21 @@ async def test_compiling_many_patterns_yields_to_the_event_loop_between_them(
     other = asyncio.create_task(other_request())
     await asyncio.sleep(0)
     before = turns
-    await find.compile_in_slices(PATTERNS, 1)
+    await find.compile_in_slices(asked(PATTERNS), 1)
     running = False
     await other
     assert turns - before >= len(PATTERNS)
 
 
 def test_the_shape_is_checked_before_anything_else() -> None:
+    live: Any = _Live()
     query: dict[str, Any] = {"run_id": 1}
-    assert find.shape_checked(query) == query
+    assert find.ask(live, b"{}", query, ()).query == parse(query)
     deep: dict[str, Any] = {"a": 1}
     for _ in range(find.LIMITS.max_depth):
         deep = {"$and": [deep]}
     with pytest.raises(ApiError) as refused:
-        find.shape_checked(deep)
+        find.ask(live, b"{}", deep, ())
     assert refused.value.status == 400
     assert (
         refused.value.reason

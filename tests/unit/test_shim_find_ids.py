@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from api_shim import find_index, narrowing
 from api_shim.cache import ScanCache
-from api_shim.filters import parse_filter
-from api_shim.find_index import FindIndex
-from api_shim.handlers import find
+from api_shim.find import index as find_index
+from api_shim.find import search as find
+from api_shim.find.index import FindIndex
+from api_shim.find.query import parse
+from tests.helpers import find_filter
 from tests.unit.test_shim_find_select import cache, scan, ticker
 
 __all__ = ["cache"]  # the fixture
@@ -113,12 +114,12 @@ def random_filters(n: int) -> list[dict[str, Any]]:
 
 async def slow(cache: ScanCache, query: dict[str, Any], fields: set[str]) -> bytes:
     """The general path: each candidate's manifest matched, then projected and JSON-encoded."""
-    live = await find.select(cache, parse_filter(query).matches, find.candidates(cache, query))
+    live = await find.select(cache, find_filter(query).matches, find.candidates(cache, parse(query)))
     return b"".join(await find.encode_manifests(live, fields))
 
 
 async def fast(cache: ScanCache, query: dict[str, Any], fields: set[str]) -> bytes:
-    exact = narrowing.exact(query, find_index.indexed)
+    exact = find_index.exact(parse(query))
     assert exact is not None, query
     ids = await find.select_ids(cache.find_index, exact)
     return b"".join(await find.encode_ids(ids, "scan_id" in fields))
@@ -169,8 +170,8 @@ def test_filters_the_index_does_not_answer_alone() -> None:
         {"$and": [{"classifiers.i": 1}, {"priority": 0}]},
         {"classifiers.i": 1, "timestamp": {"$gt": 0}},
     ]:
-        parse_filter(query)
-        assert narrowing.exact(query, find_index.indexed) is None, query
+        find_filter(query)
+        assert find_index.exact(parse(query)) is None, query
     assert not find.ids_only({"scan_id", "priority"}) and not find.ids_only({"classifiers"})
 
 
@@ -214,7 +215,7 @@ async def test_a_find_of_thousands_by_the_index_yields_to_the_loop() -> None:
         await asyncio.sleep(0)
         began = time.thread_time()
         for query in queries:
-            exact = narrowing.exact(query, find_index.indexed)
+            exact = find_index.exact(parse(query))
             assert exact is not None
             found.append(await find.select_ids(index, exact))
             answers.append(len(b"".join(await find.encode_ids(found[-1], True))))

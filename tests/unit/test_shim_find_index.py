@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from api_shim.filters import parse_filter
-from api_shim.find_index import EVENT_ID, RUN_ID, FindIndex, entries, indexed
-from api_shim.narrowing import Lookup, lookups
+from api_shim.find.index import EVENT_ID, RUN_ID, FindIndex, Lookup, entries, indexed, lookups
+from api_shim.find.query import FilterError, parse
 from skyscan import manifest
 from tests.unit.test_shim_view import SCAN
 
@@ -111,8 +110,7 @@ def test_indexed_paths() -> None:
     ],
 )
 def test_the_conditions_that_bound_a_find(query: dict[str, Any], found: list[Lookup]) -> None:
-    parse_filter(query)  # a checked filter
-    assert lookups(query, indexed) == found
+    assert lookups(parse(query)) == found
 
 
 @pytest.mark.parametrize(
@@ -126,7 +124,7 @@ def test_the_conditions_that_bound_a_find(query: dict[str, Any], found: list[Loo
         {RUN_ID: {"$in": 7}},
     ],
 )
-def test_a_malformed_filter_bounds_nothing(query: dict[str, Any]) -> None:
-    """The find reads its bounds before compiling the filter (to budget the compiling), so before the
-    compiler refuses a malformed one: such a part bounds nothing and raises nothing."""
-    assert lookups(query, indexed) == []
+def test_a_malformed_filter_is_refused_before_it_bounds_anything(query: dict[str, Any]) -> None:
+    """The find reads its bounds from the parsed filter, so a malformed one never reaches them."""
+    with pytest.raises(FilterError):
+        parse(query)

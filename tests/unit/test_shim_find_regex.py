@@ -8,8 +8,8 @@ import time
 import pytest
 import re2
 
-from api_shim import regex as regex_module
-from api_shim.regex import RegexError, compile_regex, translate
+from api_shim.find import regex as regex_module
+from api_shim.find.regex import RegexError, compile_regex, translate
 
 LIMITS = {"max_length": 1_000, "max_program": 1_000}
 FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}

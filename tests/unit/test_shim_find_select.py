@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from api_shim.cache import ScanCache
-from api_shim.filters import parse_filter
-from api_shim.handlers import find
+from api_shim.find import search as find
+from api_shim.find.query import parse
 from skyscan import kube, manifest
+from tests.helpers import find_filter
 from tests.unit.test_shim_view import SCAN
 
 
@@ -70,7 +71,7 @@ async def test_select_answers_in_id_order(cache: ScanCache, monkeypatch: pytest.
     names = [f"scan-{i:04d}" for i in range(100)]
     for version, name in enumerate(random.sample(names, len(names)), start=1):
         cache.observe(scan(name, version, priority=int(name[-2:]) % 3))
-    found = list(await find.select(cache, parse_filter({"priority": 1}).matches))
+    found = list(await find.select(cache, find_filter({"priority": 1}).matches))
     assert [m["scan_id"] for m in found] == [n for n in names if int(n[-2:]) % 3 == 1]
 
 
@@ -90,7 +91,7 @@ async def test_select_yields_to_the_loop(cache: ScanCache) -> None:
     count = 20_000
     for version, i in enumerate(random.sample(range(count), count), start=1):
         cache.observe(scan(f"scan-{i:05d}", version, priority=i % 3))
-    matches = parse_filter({"priority": {"$in": [1, 2]}, "scan_id": {"$regex": "^scan-\\d+$"}}).matches
+    matches = find_filter({"priority": {"$in": [1, 2]}, "scan_id": {"$regex": "^scan-\\d+$"}}).matches
     await find.select(cache, matches)  # builds the documents
     gaps: list[float] = []
     gc.collect()
@@ -124,10 +125,10 @@ async def test_a_narrowed_select_finds_what_the_full_one_finds(cache: ScanCache)
         {"classifiers.i": 99},
     ]
     for query in queries:
-        names = find.candidates(cache, query)
+        names = find.candidates(cache, parse(query))
         assert names is not None and len(names) < len(cache)
-        matches = parse_filter(query).matches
+        matches = find_filter(query).matches
         narrowed = [m["scan_id"] for m in await find.select(cache, matches, names)]
         assert narrowed == [m["scan_id"] for m in await find.select(cache, matches)], query
-    assert find.candidates(cache, {"priority": 1}) is None
-    assert len(list(await find.select(cache, parse_filter({"event_metadata.run_id": 0}).matches))) == 14
+    assert find.candidates(cache, parse({"priority": 1})) is None
+    assert len(list(await find.select(cache, find_filter({"event_metadata.run_id": 0}).matches))) == 14

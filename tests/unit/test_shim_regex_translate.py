@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import re2
 
-from api_shim import regex
-from api_shim.regex import _END, RegexError, compile_regex, translate
+from api_shim.find import regex
+from api_shim.find.regex import _END, RegexError, compile_regex, translate
 
 LIMITS = {"max_length": 1_000, "max_program": 1_000}
 

@@ -8,14 +8,13 @@ import pytest
 from pydantic import ValidationError
 
 from api_shim import models, openapi
+from api_shim.find.query import FilterError, parse
 from api_shim.routes import ROUTES, SCAN_ID
 from api_shim.wire_names import (
     INTERFACE,
     REFERENCE,
     Names,
-    SameField,
     field_names,
-    filter_in_interface_names,
     spoken,
     spoken_scan,
 )
@@ -78,12 +77,14 @@ def test_a_filter_names_fields_the_interfaces_way_wherever_it_names_them() -> No
         "$and": [{"scan_id": {"$not": {"$eq": "ewms_task"}}}, {"ewms_task": {"$exists": True}}],
         "classifiers": {"$elemMatch": {"i3_event_id": 1}},
     }
-    assert filter_in_interface_names(query) == {
-        "wms_workflow_id": "wf",
-        "$or": [{"sensor_event_id": {"$in": ["i3_event_id"]}}, {"$nor": [{"wms_address.host": "x"}]}],
-        "$and": [{"scan_id": {"$not": {"$eq": "ewms_task"}}}, {"wms_task": {"$exists": True}}],
-        "classifiers": {"$elemMatch": {"i3_event_id": 1}},  # a value's own keys: not a manifest's
-    }
+    assert parse(query) == parse(
+        {
+            "wms_workflow_id": "wf",
+            "$or": [{"sensor_event_id": {"$in": ["i3_event_id"]}}, {"$nor": [{"wms_address.host": "x"}]}],
+            "$and": [{"scan_id": {"$not": {"$eq": "ewms_task"}}}, {"wms_task": {"$exists": True}}],
+            "classifiers": {"$elemMatch": {"i3_event_id": 1}},  # a value's own keys: not a manifest's
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -96,8 +97,8 @@ def test_a_filter_names_fields_the_interfaces_way_wherever_it_names_them() -> No
 def test_a_filter_naming_one_field_both_ways_in_one_document_is_refused(
     query: dict[str, Any], given: str
 ) -> None:
-    with pytest.raises(SameField) as refused:
-        filter_in_interface_names(query)
+    with pytest.raises(FilterError) as refused:
+        parse(query)
     assert str(refused.value) == f"{given} name the same field: give one"
 
 

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from api_shim.filters import FindLimits
-from api_shim.handlers import find
+from api_shim.find import search as find
+from api_shim.find.query import FindLimits
 from skyscan import manifest, payloads
 from skyscan.archive import ArchivedScan
 from skyscan.status import compact

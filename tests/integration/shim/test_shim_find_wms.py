@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from api_shim.filters import FindLimits
-from api_shim.handlers import find as find_handler
+from api_shim.find import search as find_handler
+from api_shim.find.query import FindLimits
 from skyscan import model
 from skyscan.kube import scan_path
 from tests.helpers import eventually

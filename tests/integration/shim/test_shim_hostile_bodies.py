@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from api_shim.filters import FindLimits
-from api_shim.handlers import find as find_handler
+from api_shim.find import search as find_handler
+from api_shim.find.query import FindLimits
 from tests.integration.shim.conftest import Reply, ShimUnderTest, scan_body
 
 BURST = 30

@@ -1,6 +1,6 @@
 """Scans by the values at the paths most finds name: `event_metadata.run_id`, `event_metadata.event_id`
 and `classifiers.<key>`. The cache keeps it as Scans change, so a find naming one of them reads only the
-scans that can match (`api_shim.narrowing` picks the conditions; the filter still decides each one).
+scans that can match (`lookups` picks the conditions; the filter still decides each one).
 
 A Scan is indexed by the values its manifest (`skyscan.manifest.of`) has at those paths, read from the
 object without building the manifest, keyed as the matcher compares them (1 and 1.0 are one key, True
@@ -9,7 +9,7 @@ scalars are indexed: a null condition also matches a missing field, which an ind
 list.
 
 It also holds the names of the scans it indexed in id order, and which are soft-deleted, so a find the
-index answers alone (`api_shim.narrowing.exact`) lists its matches in the answer's order without
+index answers alone (`exact`) lists its matches in the answer's order without
 reading a manifest or sorting them all.
 """
 
@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from api_shim.find.match import scalar_key
+from api_shim.find.query import All, Cond, Eq, Field, In, Query
 from skyscan import manifest
 from skyscan.status import ScanRecord
 
 RUN_ID = "event_metadata.run_id"
 EVENT_ID = "event_metadata.event_id"
 CLASSIFIER = "classifiers."
+DELETED = "is_deleted"
 
 
 def indexed(path: str) -> bool:
@@ -175,3 +179,77 @@ class FindIndex:
     def in_order(self) -> list[str]:
         """The name of every scan indexed, in id order (a copy)."""
         return list(self._order)
+
+
+# Which scans a filter can match at most. A document matches only if it satisfies each clause, so a
+# field that requires one of a few non-null scalars at an indexed path (`{path: v}`, `$eq`, `$in`, each
+# value of `$all`) bounds the candidates to the scans the index lists for them.
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A matching document has, at `path`, one of `values` or an array with one of them."""
+
+    path: str
+    values: tuple[Any, ...]
+
+
+def _plain(value: Any) -> bool:
+    return value is not None and scalar_key(value) is not None
+
+
+def _equalities(conds: tuple[Cond, ...]) -> tuple[list[tuple[Any, ...]], bool]:
+    """The values `conds` require, each as alternatives, and whether that is all they ask (an empty
+    `$all` matches nothing: it is not)."""
+    found: list[tuple[Any, ...]] = []
+    complete = True
+    for cond in conds:
+        match cond:
+            case Eq(value) if _plain(value):
+                found.append((value,))
+            case In(values, ()) if all(_plain(v) for v in values):
+                found.append(values)
+            case All(items) if all(isinstance(i, Eq) and _plain(i.value) for i in items):
+                found += [(i.value,) for i in items if isinstance(i, Eq)]
+                complete = False
+            case _:
+                complete = False
+    return found, complete
+
+
+def lookups(query: Query) -> list[Lookup]:
+    """The clauses of `query` that bound its matches over indexed paths."""
+    found: list[Lookup] = []
+    for clause in query.clauses:
+        if isinstance(clause, Field) and indexed(path := ".".join(clause.path)):
+            found += [Lookup(path, values) for values in _equalities(clause.conds)[0]]
+    return found
+
+
+@dataclass(frozen=True)
+class Exact:
+    """A filter the index answers: the scans that satisfy every lookup and whose `is_deleted` is one of
+    `deleted` (both: any; neither: none)."""
+
+    lookups: list[Lookup]
+    deleted: frozenset[bool]
+
+
+def exact(query: Query) -> Exact | None:
+    """The lookups that are all of `query`, when they are (equalities on indexed paths and on
+    `is_deleted`, the manifest's boolean): its matches are the scans they select; else None."""
+    found: list[Lookup] = []
+    deleted = frozenset((False, True))
+    for clause in query.clauses:
+        path = ".".join(clause.path) if isinstance(clause, Field) else ""
+        if not isinstance(clause, Field) or not (path == DELETED or indexed(path)):
+            return None
+        equalities, complete = _equalities(clause.conds)
+        if not complete:
+            return None
+        if path != DELETED:
+            found += [Lookup(path, values) for values in equalities]
+            continue
+        for values in equalities:  # a boolean field: True and False only (1 is not True)
+            deleted &= frozenset(v for v in values if isinstance(v, bool))
+    return Exact(found, deleted)

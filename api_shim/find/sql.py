@@ -1,4 +1,4 @@
-"""The archive's part of `POST /scans/find`: a filter as a SQL condition over the archive's `scans`
+"""The archive's part of `POST /scans/find`: a parsed filter as a SQL condition over the archive's `scans`
 table (`skyscan.archive`, schema v1), which selects the candidates the compiled filter then tests (pure).
 
 The condition is SOUND: it never excludes a row whose manifest the in-memory matcher accepts. What maps
@@ -27,8 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from api_shim.filters import is_operator_doc, scalar_key
-from api_shim.find_index import CLASSIFIER, EVENT_ID, RUN_ID
+from api_shim.find.index import CLASSIFIER, EVENT_ID, RUN_ID
+from api_shim.find.match import scalar_key
+from api_shim.find.query import All, AnyOf, Cond, Eq, Exists, Field, In, Not, Order, Query
 
 BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
 SAFE_NUMBER = 2**53  # below it a number's JSON text orders and equals as the number does (see `_safe`)
@@ -134,45 +135,31 @@ class Translation:
         self.params.append(value)
         return f"\x00{len(self.params) - 1}\x00::{cast}"
 
-    # ---------------------------------------------------------------------------------- filters
-    def filter(self, query: Mapping[str, Any]) -> Sql:
-        parts: list[Sql] = []
-        for key, cond in query.items():
-            if key == "$and":
-                parts.append(_and([self.filter(q) for q in cond]))
-            elif key == "$or":
-                parts.append(_or([self.filter(q) for q in cond]))
-            elif key == "$nor":
-                parts.append(_not(_or([self.filter(q) for q in cond])))
-            else:
-                parts.append(self.condition(key, cond))
-        return _and(parts)
+    def filter(self, query: Query) -> Sql:
+        return _and([self.clause(c) for c in query.clauses])
 
-    def condition(self, path: str, cond: Any) -> Sql:
-        tests = self._tests(path)
-        if not is_operator_doc(cond):
-            return tests.equals(cond)
-        return _and([self.operator(tests, op, arg) for op, arg in cond.items()])
+    def clause(self, clause: Field | AnyOf) -> Sql:
+        if isinstance(clause, AnyOf):
+            any_of = _or([self.filter(p) for p in clause.parts])
+            return _not(any_of) if clause.negated else any_of
+        tests = self._tests(".".join(clause.path))
+        return _and([self.cond(tests, c) for c in clause.conds])
 
-    def operator(self, tests: _Tests, op: str, arg: Any) -> Sql:
-        if op == "$eq":
-            return tests.equals(arg)
-        if op == "$ne":
-            return _not(tests.equals(arg))
-        if op in _SQL_ORDER:
-            return tests.order(op, arg)
-        if op in ("$in", "$nin"):
-            within = _or([UNTRANSLATED if is_operator_doc(a) else tests.equals(a) for a in arg])
-            return within if op == "$in" else _not(within)
-        if op == "$exists":
-            return tests.exists(bool(arg))
-        if op == "$all" and not any(is_operator_doc(a) for a in arg):
-            return _and([tests.equals(a) for a in arg]) if arg else FALSE
-        if op == "$not" and is_operator_doc(arg):
-            return _not(_and([self.operator(tests, o, a) for o, a in arg.items()]))
-        if op == "$options":
-            return TRUE
-        return UNTRANSLATED  # $regex, $size, $elemMatch, $all of $elemMatch, $not of a pattern
+    def cond(self, tests: _Tests, cond: Cond) -> Sql:
+        match cond:
+            case Eq(value):
+                return tests.equals(value)
+            case Not(conds):
+                return _not(_and([self.cond(tests, c) for c in conds]))
+            case Order(op, value):
+                return tests.order(op, value)
+            case In(values, patterns):
+                return _or([*(tests.equals(v) for v in values), *(UNTRANSLATED for _ in patterns)])
+            case Exists(present):
+                return tests.exists(present)
+            case All(items) if all(isinstance(i, Eq) for i in items):
+                return _and([tests.equals(i.value) for i in items if isinstance(i, Eq)]) if items else FALSE
+        return UNTRANSLATED  # $regex, $size, $elemMatch, $all of $elemMatch
 
     def _tests(self, path: str) -> _Tests:
         if path in COLUMNS:
@@ -336,7 +323,7 @@ class _ManifestTests(_Tests):
         return self._exists("") if present and not self.indexes else UNTRANSLATED
 
 
-def translate(query: Mapping[str, Any], first_param: int = 1) -> tuple[Sql, list[Any]]:
+def translate(query: Query, first_param: int = 1) -> tuple[Sql, list[Any]]:
     """The condition for a (checked) filter, and its parameters numbered from `first_param`."""
     translation = Translation()
     where = translation.filter(query)

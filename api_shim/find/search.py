@@ -1,0 +1,357 @@
+"""Running a find over the live scans and the archive, without holding the event loop for long.
+
+A find is parsed once per body (`Asks`: the same bytes again reuse the parse, and the compiled filter
+when it has no pattern), then checked against the work budget (`FindLimits.max_work`: documents x
+cost), its patterns compiled a slice at a time (refused as soon as those compiled take it beyond the
+budget), before any document is read. A find naming indexed values reads only the scans the index
+lists (`index.lookups`); one the index answers alone (`index.exact`) and projected to at most
+`scan_id` reads no manifest. Matching, archived rows and the answer's encoding each run in slices of
+`SLICE_SECONDS`, yielding to the loop between them, and at most `CONCURRENT_FINDS` finds of one shim
+take a turn at once. With an archive, the archived candidates its SQL selects (`sql`) are tested by
+the same compiled filter and merged in after the live matches (read first), in scan id order, a scan
+in both once, as it is live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import json
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
+from operator import itemgetter
+from typing import Any, Protocol, TypeVar
+from weakref import WeakKeyDictionary
+
+import asyncpg
+
+from api_shim import view
+from api_shim.errors import ApiError, bad_request
+from api_shim.find import index, sql
+from api_shim.find.index import FindIndex
+from api_shim.find.match import UNCOMPILED, Filter, Predicate, compile_filter, cost, regex_cost
+from api_shim.find.query import FilterError, FindLimits, Pattern, Query, parse
+from api_shim.find.regex import Regex, RegexError, compile_regex
+from api_shim.wire_names import Names, spoken
+from skyscan.archive import Archive
+from skyscan.manifest import MANIFEST_FIELDS
+
+LIMITS = FindLimits()
+SLICE_SECONDS = 0.0005  # matching or writing between two yields to the event loop
+CONCURRENT_FINDS = 2  # per shim; each adds at most one slice to each turn of the loop
+WRITE_CHUNK = 32  # manifests encoded at once (32 full manifests are ~0.3 ms of JSON)
+PART_BYTES = 64 << 10  # the answer is written in parts of about this size
+SORT_RUN = 1024  # manifests sorted at once (sorting 50,000 out-of-order ids in one go takes ~50 ms)
+ARCHIVE_BATCH = 64  # archived manifests fetched (and decoded) at once: about a slice of work
+ORDER_RUN = 4096  # names of the index's order filtered at once (~0.1 ms)
+ID_PART = 2048  # scan ids joined into one part of the answer (~60 KiB, ~0.1 ms)
+KEPT_ASKS = 256  # finds kept parsed by their body's bytes (patterns aside: each may hold MiBs)
+KEPT_BODY_BYTES = 4096  # a body kept is at most this large
+NARROW = "Narrow the filter: name a run or event id, a classifier value, or a time range."
+_SCAN_ID = itemgetter("scan_id")
+T = TypeVar("T")
+
+
+class Live(Protocol):
+    """The live scans as a find reads them (the shim's cache)."""
+
+    find_index: FindIndex
+
+    def find_documents(self, names: Collection[str] | None = None) -> Iterator[dict[str, Any]]: ...
+    def __len__(self) -> int: ...
+    def __contains__(self, name: object) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A find as asked: its parsed filter, its projection, and its filter compiled when that needs no
+    pattern (compiling it again would give the same)."""
+
+    query: Query
+    fields: frozenset[str]
+    compiled: Filter | None
+
+
+@dataclass
+class _Finds:
+    """One shim's finds: their turns, and those asked before by their body's bytes."""
+
+    turn: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(CONCURRENT_FINDS))
+    asked: OrderedDict[bytes, Asked] = field(default_factory=OrderedDict)
+
+
+_finds: WeakKeyDictionary[Live, _Finds] = WeakKeyDictionary()
+
+
+def _of(live: Live) -> _Finds:
+    if live not in _finds:
+        _finds[live] = _Finds()
+    return _finds[live]
+
+
+def asked_before(live: Live, body: bytes) -> Asked | None:
+    finds = _of(live)
+    found = finds.asked.get(body)
+    if found is not None:
+        finds.asked.move_to_end(body)
+    return found
+
+
+def ask(live: Live, body: bytes, doc: dict[str, Any], fields: Iterable[str]) -> Asked:
+    """The find of filter `doc` projected to `fields`, kept for the next find of the same `body` when
+    it is small and has no pattern (400 for an invalid filter)."""
+    try:
+        query = parse(doc, LIMITS)
+    except FilterError as e:
+        raise bad_request(f"invalid filter: {e}") from None
+    has_patterns = bool(query.patterns())
+    asked = Asked(query, frozenset(fields), None if has_patterns else compile_filter(query, {}))
+    if not has_patterns and len(body) <= KEPT_BODY_BYTES:
+        kept = _of(live).asked
+        kept[body] = asked
+        if len(kept) > KEPT_ASKS:
+            kept.popitem(last=False)
+    return asked
+
+
+class _Slice:
+    """Yields to the event loop once `SLICE_SECONDS` have passed since the last yield."""
+
+    def __init__(self) -> None:
+        self._until = time.perf_counter() + SLICE_SECONDS
+
+    async def end_if_due(self) -> None:
+        if time.perf_counter() >= self._until:
+            await asyncio.sleep(0)
+            self._until = time.perf_counter() + SLICE_SECONDS
+
+
+def too_costly(cost: int, examined: int, *, at_least: bool = False) -> ApiError:
+    return bad_request(
+        f"filter too costly: {'at least ' if at_least else ''}{cost} per scan * {examined} scans exceeds the "
+        f"work budget of {LIMITS.max_work}",
+        "Simplify the filter (fewer conditions, $in over values, fewer or simpler $regex patterns).",
+    )
+
+
+def compile_regex_for(pattern: Pattern, limits: FindLimits) -> Regex:
+    return compile_regex(
+        pattern.pattern,
+        pattern.options,
+        max_length=limits.max_regex_length,
+        max_program=limits.max_regex_program,
+    )
+
+
+async def compile_in_slices(asked: Asked, examined: int) -> Filter:
+    """The compiled filter, within the work budget over `examined` scans (else 400, as for an invalid
+    one). A filter of a thousand nodes names hundreds of patterns, tens of ms to compile: costed with
+    each uncompiled first (its cost at least), its patterns are compiled a slice at a time, the find
+    refused as soon as the cost they add goes beyond the budget."""
+    found = asked.compiled
+    if found is None:
+        patterns = asked.query.patterns()
+        compiled, turn = dict[Pattern, Regex](), _Slice()
+        at_least = cost(asked.query, compiled)
+        if at_least * examined > LIMITS.max_work:
+            raise too_costly(at_least, examined, at_least=bool(patterns))
+        for pattern in patterns:
+            try:
+                compiled[pattern] = regex = compile_regex_for(pattern, LIMITS)
+            except RegexError as e:
+                raise bad_request(f"invalid filter: invalid $regex: {e}") from None
+            at_least += regex_cost(regex) - regex_cost(UNCOMPILED)
+            if at_least * examined > LIMITS.max_work:
+                raise too_costly(at_least, examined, at_least=True)
+            await turn.end_if_due()
+        found = compile_filter(asked.query, compiled)
+    if found.cost * examined > LIMITS.max_work:
+        raise too_costly(found.cost, examined)
+    return found
+
+
+def candidates(live: Live, query: Query) -> set[str] | None:
+    """The live scans that can match `query` by its clauses on indexed paths; None: any can."""
+    found: set[str] | None = None
+    for lookup in index.lookups(query):
+        names = live.find_index.names(lookup.path, lookup.values)
+        found = names if found is None else found & names
+    return found
+
+
+async def select(live: Live, matches: Predicate, names: set[str] | None = None) -> Iterator[dict[str, Any]]:
+    """The manifests of the live Scans (of `names`, or all) that `matches` accepts, in scan id order."""
+    found: list[dict[str, Any]] = []
+    clock = time.perf_counter
+    until = clock() + SLICE_SECONDS
+    for document in live.find_documents(names):
+        if matches(document):
+            found.append(document)
+        if clock() >= until:  # the hot loop: `_Slice.end_if_due` inlined
+            await asyncio.sleep(0)
+            until = clock() + SLICE_SECONDS
+    runs, turn = [], _Slice()
+    for start in range(0, len(found), SORT_RUN):
+        runs.append(sorted(found[start : start + SORT_RUN], key=_SCAN_ID))
+        await turn.end_if_due()
+    if all(_SCAN_ID(a[-1]) <= _SCAN_ID(b[0]) for a, b in itertools.pairwise(runs)):
+        return itertools.chain.from_iterable(runs)  # the usual case: the cache holds Scans in id order
+    return heapq.merge(*runs, key=_SCAN_ID)  # lazily, as the answer is written
+
+
+async def select_archived(
+    archive: Archive, namespace: str, query: Query, compiled: Filter, live: Live, examined: int
+) -> list[dict[str, Any]]:
+    """The archived manifests `compiled` accepts among the candidates the archive selects for `query`,
+    in scan id order, leaving out scans that are live now (the live copy wins). Refused (400) when the
+    candidates are more than `LIMITS.max_archived`, or with the `examined` live ones beyond the work
+    budget, or when the archive's statement timeout ends a query."""
+    where, params = sql.translate(query, first_param=2)
+    count, candidates_sql = sql.queries(where.text, len(params) + 2)
+    found: list[dict[str, Any]] = []
+    try:
+        async with archive.connection() as conn:
+            archived = await conn.fetchval(count, namespace, *params, LIMITS.max_archived + 1)
+            if archived > LIMITS.max_archived:
+                raise bad_request(
+                    f"filter too broad: it selects more than {LIMITS.max_archived} archived scans", NARROW
+                )
+            if compiled.cost * (examined + archived) > LIMITS.max_work:
+                raise bad_request(
+                    f"filter too costly: {compiled.cost} per scan * {examined + archived} scans (live and "
+                    f"archived) exceeds the work budget of {LIMITS.max_work}",
+                    NARROW,
+                )
+            turn = _Slice()
+            async for rows in _batches(conn, candidates_sql, [namespace, *params], archived <= ARCHIVE_BATCH):
+                for (document,) in rows:
+                    if compiled.matches(document) and document["scan_id"] not in live:
+                        found.append(document)
+                await turn.end_if_due()
+    except asyncpg.QueryCanceledError:
+        raise bad_request(
+            "filter too slow over the archive: its statement timeout ended the query", NARROW
+        ) from None
+    return found
+
+
+async def _batches(
+    conn: asyncpg.Connection, query: str, args: list[Any], few: bool
+) -> AsyncIterator[list[asyncpg.Record]]:
+    """The rows of `query`: `few` (about a batch, by a count just made) at once, more through a cursor
+    `ARCHIVE_BATCH` at a time (a cursor costs a transaction and more round trips)."""
+    if few:
+        yield await conn.fetch(query, *args)
+        return
+    async with conn.transaction(readonly=True):
+        cursor = await conn.cursor(query, *args)
+        while rows := await cursor.fetch(ARCHIVE_BATCH):
+            yield rows
+
+
+async def select_ids(found_in: FindIndex, exact: index.Exact) -> list[str]:
+    """The names of the scans `exact` selects, in id order, from the index alone: a few sorted at once,
+    more read off the index's order (a snapshot) `ORDER_RUN` at a time, a slice at a time."""
+    keep, drop = found_in.selected([(lookup.path, lookup.values) for lookup in exact.lookups], exact.deleted)
+    if keep is not None and len(keep) <= SORT_RUN:
+        return sorted(keep)
+    order, found, turn = found_in.in_order(), list[str](), _Slice()
+    for start in range(0, len(order), ORDER_RUN):
+        run: Iterable[str] = order[start : start + ORDER_RUN]
+        if keep is not None:
+            run = filter(keep.__contains__, run)
+        if drop is not None:
+            run = itertools.filterfalse(drop.__contains__, run)
+        found += run
+        await turn.end_if_due()
+    return found
+
+
+def merge(live: Iterable[T], archived: Iterable[T], key: Callable[[T], str]) -> Iterator[T]:
+    """Both in scan id order (`key`); a scan in both (archived while the find ran) once, as it is live."""
+    last = None
+    for item in heapq.merge(live, archived, key=key):  # equal ids: the live one first
+        if key(item) != last:
+            last = key(item)
+            yield item
+
+
+async def encode_manifests(
+    found: Iterator[dict[str, Any]], fields: Iterable[str], names: Names = Names.INTERFACE
+) -> list[bytes]:
+    """`{"manifests": [...]}`, projected to `fields` and in `names`, as JSON in parts of about
+    `PART_BYTES` (encoded `WRITE_CHUNK` manifests at a time, a slice at a time)."""
+    parts: list[bytes] = []
+    pending, size, separator, turn = [b'{"manifests": ['], 0, "", _Slice()
+    while chunk := [spoken(view.project(m, fields), names) for m in itertools.islice(found, WRITE_CHUNK)]:
+        encoded = (separator + json.dumps(chunk)[1:-1]).encode()
+        pending.append(encoded)
+        size += len(encoded)
+        separator = ", "
+        if size >= PART_BYTES:
+            parts.append(b"".join(pending))
+            pending, size = [], 0
+        await turn.end_if_due()
+    parts.append(b"".join([*pending, b"]}"]))
+    return parts
+
+
+async def encode_ids(ids: list[str], projected: bool) -> list[bytes]:
+    """`encode_manifests`' answer for manifests projected to their `scan_id` (`projected`) or to no
+    field: the same bytes, joined from each id as json encodes a string, `ID_PART` ids to a part."""
+    parts, turn = [b'{"manifests": ['], _Slice()
+    for start in range(0, len(ids), ID_PART):
+        run = ids[start : start + ID_PART]
+        if projected and _plain("".join(run)):  # each encodes as itself in quotes (Kubernetes names do)
+            text = '{"scan_id": "' + '"}, {"scan_id": "'.join(run) + '"}'
+        elif projected:
+            text = '{"scan_id": ' + '}, {"scan_id": '.join(map(encode_basestring_ascii, run)) + "}"
+        else:
+            text = ", ".join(["{}"] * len(run))
+        parts.append(((", " if start else "") + text).encode())
+        await turn.end_if_due()
+    parts.append(b"]}")
+    return parts
+
+
+_UNESCAPED = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')  # what json writes as itself
+
+
+def _plain(text: str) -> bool:
+    """Whether json encodes `text` as itself in quotes (ASCII, none of it escaped)."""
+    return text.isascii() and not text.encode().translate(None, _UNESCAPED)
+
+
+def ids_only(fields: Collection[str]) -> bool:
+    """Whether a projection to `fields` keeps of a manifest at most its scan_id (unknown names nothing)."""
+    return set(fields).intersection(MANIFEST_FIELDS) <= {"scan_id"}
+
+
+async def answer(
+    live: Live, archive: Archive | None, namespace: str, asked: Asked, names: Names
+) -> list[bytes]:
+    """The answer to `asked`, in `names`, as the parts of its JSON body."""
+    turn, exact = _of(live).turn, None
+    async with turn:  # the CPU work; a client reading slowly does not hold a turn
+        within = candidates(live, asked.query)
+        examined = len(live) if within is None else len(within)
+        compiled = await compile_in_slices(asked, examined)
+        if ids_only(asked.fields):
+            exact = index.exact(asked.query)
+        if exact is not None:
+            ids = await select_ids(live.find_index, exact)
+        else:
+            found = await select(live, compiled.matches, within)
+    archived: list[dict[str, Any]] = []
+    if archive is not None:  # after the live snapshot: a scan leaves it only once archived
+        archived = await select_archived(archive, namespace, asked.query, compiled, live, examined)
+    async with turn:
+        if exact is not None:
+            if archived:
+                ids = list(merge(ids, [_SCAN_ID(m) for m in archived], str))
+            return await encode_ids(ids, "scan_id" in asked.fields)
+        return await encode_manifests(merge(found, archived, _SCAN_ID), asked.fields, names)
