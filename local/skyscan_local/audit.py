@@ -21,20 +21,19 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import asyncpg
 import httpx
 
 from skyscan_local import host_clients, node
-from skyscan_local.real_stack import ARCHIVE_SECRET, NAMESPACE, RELEASE, REPO, WMS, Api, real_dir
+from skyscan_local.admin_api import Api
+from skyscan_local.audit_probes import Probe, poll, refused_status, sql_refused
+from skyscan_local.real_stack import ARCHIVE_SECRET, NAMESPACE, RELEASE, REPO, WMS, real_dir
 
 OTHER_NAMESPACE = "skyscan-audit"
 SCANNER_LABELS = {"app.kubernetes.io/name": "skyscan", "app.kubernetes.io/component": "scanner"}
@@ -68,16 +67,6 @@ s.listen()
 while True:
     s.accept()[0].close()
 """
-
-
-@dataclass(frozen=True)
-class Probe:
-    what: str
-    refused: bool
-    how: str
-
-    def line(self) -> str:
-        return f"{'refused' if self.refused else 'ALLOWED'}: {self.what} ({self.how})"
 
 
 def probe_pod(name: str, namespace: str, labels: dict[str, str], command: list[str]) -> dict[str, Any]:
@@ -154,18 +143,6 @@ ROOT_ON_THE_NODE = {
         {"name": "t", "secret": {"secretName": f"{RELEASE}-shim-tokens"}},
     ],
 }
-
-
-def refused_status(got: httpx.Response) -> Probe:
-    """An API answer that refused the request (a patch's success would have carried the Secret back)."""
-    return Probe("", got.status_code in (401, 403, 422), f"{got.status_code} {_reason(got)}")
-
-
-def _reason(got: httpx.Response) -> str:
-    try:
-        return str(got.json().get("message", ""))[:160]
-    except ValueError:
-        return got.text[:160]
 
 
 class Audit:
@@ -328,7 +305,7 @@ class Audit:
             ("ALTER ROLE ... SUPERUSER", "ALTER ROLE CURRENT_USER SUPERUSER"),
             ("GRANT pg_execute_server_program", "GRANT pg_execute_server_program TO CURRENT_USER"),
         ):
-            self.record(f"the archive's DSN: {what}", asyncio.run(_sql_refused(from_host, sql)))
+            self.record(f"the archive's DSN: {what}", asyncio.run(sql_refused(from_host, sql)))
 
     # --- from Pods ----------------------------------------------------------------------------------
 
@@ -485,31 +462,8 @@ class AuditError(RuntimeError):
     pass
 
 
-async def _sql_refused(dsn: str, sql: str) -> Probe:
-    try:
-        conn = await asyncpg.connect(dsn, timeout=10)
-    except (OSError, asyncpg.PostgresError) as e:
-        return Probe("", True, f"no login: {type(e).__name__}")
-    try:
-        await conn.execute(sql)
-        return Probe("", False, "ran")
-    except asyncpg.PostgresError as e:
-        return Probe("", True, f"{type(e).__name__}: {str(e)[:120]}")
-    finally:
-        await conn.close()
-
-
 def node_rules() -> str:
     return subprocess.run(["iptables", "-S", "KUBE-ROUTER-INPUT"], capture_output=True, text=True).stdout
-
-
-def poll(probe: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if got := probe():
-            return got
-        time.sleep(0.25)
-    return None
 
 
 def main() -> int:

@@ -42,6 +42,8 @@ import yaml
 
 from skyscan_local import control_plane, node, postgres, processes
 from skyscan_local import stack as localstack
+from skyscan_local.admin_api import Api as Api  # the tests reach the cluster through it here
+from skyscan_local.admin_api import resource_path
 from skyscan_local.stack_provision import ensure_presign_key, ensure_tokens
 from skyscan_local.stack_settings import ENV_FILE, TOKEN_FILE
 
@@ -224,47 +226,6 @@ def wms_simulator(image: str = "localhost/skyscan-scanner:dev") -> list[dict[str
     return [deployment, service, policy]
 
 
-# --- the cluster's API, as the admin -------------------------------------------------------------
-
-
-class Api:
-    def __init__(self, cluster_dir: Path) -> None:
-        config = yaml.safe_load((cluster_dir / "kubeconfig").read_text())
-        self.http = httpx.Client(
-            base_url=config["clusters"][0]["cluster"]["server"],
-            verify=ssl.create_default_context(cafile=str(cluster_dir / "ca.crt")),
-            headers={"Authorization": f"Bearer {config['users'][0]['user']['token']}"},
-            timeout=10,
-        )
-
-    def apply(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply of one object at its resource path."""
-        got = self.http.patch(
-            path,
-            content=json.dumps(obj),
-            params={"fieldManager": "skyscan-local", "force": "true"},
-            headers={"Content-Type": "application/apply-patch+yaml"},
-        )
-        got.raise_for_status()
-        return dict(got.json())
-
-    def get(self, path: str) -> dict[str, Any] | None:
-        got = self.http.get(path)
-        if got.status_code == 404:
-            return None
-        got.raise_for_status()
-        return dict(got.json())
-
-
-def _path(obj: dict[str, Any]) -> str:
-    kind, name = obj["kind"], obj["metadata"]["name"]
-    group = "/api/v1" if obj["apiVersion"] == "v1" else f"/apis/{obj['apiVersion']}"
-    plural = {"Deployment": "deployments", "Service": "services", "Secret": "secrets",
-              "NetworkPolicy": "networkpolicies", "Namespace": "namespaces"}[kind]  # fmt: skip
-    ns = obj["metadata"].get("namespace")
-    return f"{group}/namespaces/{ns}/{plural}/{name}" if ns else f"{group}/{plural}/{name}"
-
-
 def unready(api: Api) -> str:
     """Why the namespace's Pods are not running, as `kubectl describe` would show it: each unready
     Pod's phase and reasons, and the node's pressure conditions (a full disk evicts everything)."""
@@ -393,31 +354,31 @@ def up(
     ).raise_for_status()  # Skyscan's Pods and its scanners' run on the real node
     # Made for the Secrets before the release, marked as the release's for Helm to adopt: the chart
     # labels it with its Pod Security level.
-    api.apply(_path(ns := adoptable_namespace()), ns)
+    api.apply(resource_path(ns := adoptable_namespace()), ns)
     state = localstack.load_state(d)
     settings = localstack.LocalStackSettings(SKYSCAN_LOCAL_DIR=d)  # type: ignore[call-arg]
     state["tokens"] = ensure_tokens(settings, state)
     localstack.save_state(d, state)  # the next `up` keeps them: running shims and sourced envs hold them
     key = ensure_presign_key(settings)
     api.apply(
-        _path(s := secret("skyscan-shim-tokens", {"tokens.json": (d / TOKEN_FILE).read_bytes()})),
+        resource_path(s := secret("skyscan-shim-tokens", {"tokens.json": (d / TOKEN_FILE).read_bytes()})),
         s,
     )
-    api.apply(_path(s := secret("skyscan-presign-key", {"key": key.read_bytes().strip()})), s)
+    api.apply(resource_path(s := secret("skyscan-presign-key", {"key": key.read_bytes().strip()})), s)
     wms_client = {"SKYSCAN_WMS_CLIENT_ID": WMS_CLIENT_ID.encode(), "SKYSCAN_WMS_CLIENT_SECRET": wms_secret(d)}
-    api.apply(_path(s := secret(WMS_CREDENTIALS, wms_client)), s)
+    api.apply(resource_path(s := secret(WMS_CREDENTIALS, wms_client)), s)
     dsn = archive_dsn(archive.app_dsn())
-    api.apply(_path(s := secret(ARCHIVE_SECRET, {"SKYSCAN_ARCHIVE_DSN": dsn.encode()})), s)
+    api.apply(resource_path(s := secret(ARCHIVE_SECRET, {"SKYSCAN_ARCHIVE_DSN": dsn.encode()})), s)
     values = real_dir(d) / "values.yaml"
     values.write_text(yaml.safe_dump(chart_values()))
     try:
         _helm(bin_dir, cluster.kubeconfig, "upgrade", "--install", RELEASE, str(CHART),
               "--namespace", NAMESPACE, "--values", str(values), "--wait", "--timeout", "5m")  # fmt: skip
         for obj in wms_simulator():  # after the release: it mounts the shim's CA the chart makes
-            api.apply(_path(obj), obj)
+            api.apply(resource_path(obj), obj)
         processes.wait_until(
             lambda: bool(
-                (api.get(_path(wms_simulator()[0])) or {}).get("status", {}).get("availableReplicas")
+                (api.get(resource_path(wms_simulator()[0])) or {}).get("status", {}).get("availableReplicas")
             ),
             "the WMS simulator",
             120,
