@@ -12,12 +12,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 
-import aiohttp
 import asyncpg
 from aiohttp import web
 
-from skyscan import kube, logs
+from skyscan import logs
 from skyscan.archive import ArchiveUnavailable
+from skyscan.kube_errors import KubeError, is_outage
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +90,8 @@ def error_response(request: web.Request, e: Exception) -> web.Response:
         headers = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else None
         phrase = HTTPStatus(e.status).phrase
         return json_error(e.status, phrase.lower(), e.text or phrase, headers)
-    if isinstance(e, kube.ApiError):
-        if e.status in (408, 429, 500, 502, 503, 504):
+    if isinstance(e, KubeError):
+        if is_outage(e):
             return json_error(503, "kubernetes API unavailable", f"The API server answered {e.status}.")
         if e.quota_exceeded:
             return json_error(
@@ -103,7 +103,7 @@ def error_response(request: web.Request, e: Exception) -> web.Response:
             "unexpected API server answer on %s %s", request.method, request.path, extra=_about(request)
         )
         return json_error(500, "internal error", f"The API server answered {e.status}: {e.reason}.")
-    if isinstance(e, TimeoutError | aiohttp.ClientError | OSError):  # the shim's only other peer
+    if is_outage(e):  # no answer: the API server is the shim's only other peer
         log.warning("the API server did not answer on %s %s: %r", request.method, request.path, e)
         return json_error(503, "kubernetes API unavailable", "The API server did not answer; try again.")
     log.exception("unhandled error on %s %s", request.method, request.path, extra=_about(request))

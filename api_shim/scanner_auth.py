@@ -24,6 +24,7 @@ from api_shim import auth, oidc
 from api_shim.errors import ApiError
 from api_shim.wire_names import Names
 from skyscan import kube, names
+from skyscan.kube_errors import KubeError
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
 
@@ -48,7 +49,7 @@ async def get_json(api: kube.Kube, path: str) -> Any:
     """GET a non-resource path of the API server (discovery, JWKS) with the client's credentials."""
     try:
         body = await api.read("GET", path, accept="application/json, application/jwk-set+json")
-    except kube.ApiError as e:
+    except KubeError as e:
         raise ValueError(f"{path}: HTTP {e.status}") from e
     if len(body) > oidc.MAX_DOCUMENT_BYTES:
         raise ValueError(f"{path}: larger than {oidc.MAX_DOCUMENT_BYTES} bytes")

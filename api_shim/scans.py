@@ -24,6 +24,7 @@ from api_shim.freshness import Freshness
 from api_shim.store import Change, Obj, ScanStore, now
 from skyscan import kube, model, payloads
 from skyscan.archive import Archive
+from skyscan.kube_errors import Conflict, NotFound
 from skyscan.names import is_object_name
 from skyscan.status import ScanRecord
 
@@ -199,17 +200,14 @@ class Scans:
         try:
             await payloads.add_event_owner(self.api, self.namespace, sensor_event_id, scan)
             return
-        except kube.ApiError as e:
-            if e.status != 404:
-                raise
+        except NotFound:
+            pass
         data = None if self.archive is None else await self.archive.event(sensor_event_id)
         if data is None:
             raise bad_request("sensor event not found", "The sensor event was deleted meanwhile.")
         try:
             await payloads.create_event(self.api, self.namespace, sensor_event_id, data, owners=[scan])
-        except kube.ApiError as e:
-            if e.status != 409:
-                raise
+        except Conflict:
             # Stored meanwhile by a concurrent rescan: join its owners.
             await payloads.add_event_owner(self.api, self.namespace, sensor_event_id, scan)
 

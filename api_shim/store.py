@@ -25,6 +25,7 @@ from api_shim.errors import ApiError, not_found
 from api_shim.versions import wrote
 from skyscan import kube, model, names
 from skyscan.kube import Kube, scan_path
+from skyscan.kube_errors import Conflict, NotFound
 from skyscan.status import resource_version
 
 Obj = dict[str, Any]
@@ -87,10 +88,8 @@ class ScanStore:
         """The answer of a read or write of one Scan, noted in the cache; no such Scan is the REST 404."""
         try:
             obj = await call
-        except kube.ApiError as e:
-            if e.status == 404:
-                raise not_found() from None
-            raise
+        except NotFound:
+            raise not_found() from None
         self.cache.observe(obj)
         return obj
 
@@ -141,7 +140,7 @@ class ScanStore:
         retrying = tenacity.AsyncRetrying(
             stop=tenacity.stop_after_delay(budget if budget is not None else max(self._timeout, 10.0)),
             wait=tenacity.wait_random_exponential(multiplier=0.01, max=0.5),
-            retry=tenacity.retry_if_exception(lambda e: isinstance(e, kube.ApiError) and e.status == 409),
+            retry=tenacity.retry_if_exception_type(Conflict),
             reraise=True,
         )
         try:
@@ -153,9 +152,8 @@ class ScanStore:
                     if not (change.spec or change.status):
                         return current
                     return await self._guarded(name, change, current["metadata"]["resourceVersion"])
-        except kube.ApiError as e:
-            if e.status != 409:
-                raise
+        except Conflict:
+            pass
         raise ApiError(
             503,
             "too many concurrent updates",

@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gzip
 import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from skyscan import kube, names
-from skyscan.kube import ApiError, Kube
+from skyscan.kube import Kube
+from skyscan.kube_errors import NotFound
 
 DATA_KEY = "payload.json.gz"
 MAX_COMPRESSED_BYTES = 1_000_000
@@ -103,10 +105,8 @@ async def stored(api: Kube, namespace: str, name: str) -> bytes | None:
     """A payload's bytes exactly as stored (gzip), or None when there is no such object."""
     try:
         body = await api.read("GET", _configmap_path(namespace, name))
-    except ApiError as e:
-        if e.status == 404:
-            return None
-        raise
+    except NotFound:
+        return None
 
     def unpack() -> bytes:
         return base64.b64decode((json.loads(body).get("binaryData") or {})[DATA_KEY])
@@ -135,11 +135,8 @@ async def create_event(
 
 async def delete_event(api: Kube, namespace: str, sensor_event_id: str) -> None:
     """Delete an event a launch cut short stored (gone already: nothing to do)."""
-    try:
+    with contextlib.suppress(NotFound):  # gone already
         await api.read("DELETE", _configmap_path(namespace, names.event_object_name(sensor_event_id)))
-    except ApiError as e:
-        if e.status != 404:
-            raise
 
 
 async def event_exists(api: Kube, namespace: str, sensor_event_id: str) -> bool:
@@ -178,10 +175,8 @@ async def _get_metadata(
 ) -> dict[str, Any] | None:
     try:
         found: dict[str, Any] = await api.request("GET", path, params=params, accept=accept)
-    except ApiError as e:
-        if e.status == 404:
-            return None
-        raise
+    except NotFound:
+        return None
     return found
 
 

@@ -25,6 +25,7 @@ from xdist.scheduler.worksteal import MIN_PENDING, WorkStealingScheduling
 
 from skyscan import archive_role, install, kube
 from skyscan.archive import Archive
+from skyscan.kube_errors import KubeError
 from skyscan_local import control_plane as localcluster
 from skyscan_local import postgres
 
@@ -75,7 +76,7 @@ async def namespace(cluster: Cluster, api: kube.Kube) -> AsyncIterator[str]:
     try:
         account = {"metadata": {"name": "default"}}
         await api.request("POST", kube.core_path("serviceaccounts", name), body=account)
-    except kube.ApiError as e:
+    except KubeError as e:
         if e.status != 409:
             raise
     await install.ensure_scanner_account(api, name)
@@ -87,7 +88,7 @@ async def namespace(cluster: Cluster, api: kube.Kube) -> AsyncIterator[str]:
         return
     try:
         await api.request("DELETE", kube.core_path("namespaces", name=name))
-    except kube.ApiError as e:
+    except KubeError as e:
         if e.status != 404:
             raise
 

@@ -16,7 +16,8 @@ import yaml
 from api_shim.find.match import Filter, compile_filter
 from api_shim.find.query import FilterError, FindLimits, parse
 from api_shim.find.regex import RegexError, compile_regex
-from skyscan.kube import ApiError, Endpoint
+from skyscan.kube_errors import KubeError
+from skyscan.kubeconfig import Endpoint
 
 T = TypeVar("T")
 
@@ -29,7 +30,7 @@ async def eventually(probe: Callable[[], Awaitable[T]], timeout: float = 30.0, i
         try:
             if result := await probe():
                 return result
-        except (ApiError, AssertionError) as e:
+        except (KubeError, AssertionError) as e:
             last = e
         await asyncio.sleep(interval)
     raise TimeoutError(f"condition not met within {timeout}s (last error: {last!r})")

@@ -16,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from skyscan import kube, logs, model, names
+from skyscan import kube, kubeconfig, logs, model, names
 from skyscan_operator import kopf_state, leader, metrics
 from skyscan_operator.controller import Controller
 from skyscan_operator.settings import OperatorSettings
@@ -48,11 +48,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
 @kopf.on.login()
 async def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
-    """kopf logs in as our own client does (`kube.endpoint`): SKYSCAN_KUBECONFIG, else in-cluster, else
+    """kopf logs in as our own client does (`kubeconfig.endpoint`): SKYSCAN_KUBECONFIG, else in-cluster, else
     $KUBECONFIG, with its token and certificate files and its exec plugin (kopf's own kubeconfig login
     runs no plugin); kopf logs in again once the credential expires, or on a 401."""
-    found = kube.endpoint(controller_of(memo).settings.kubeconfig)
-    now = await kube.Credentials(found).current()
+    found = kubeconfig.endpoint(controller_of(memo).settings.kubeconfig)
+    now = await kubeconfig.Credentials(found).current()
     return kopf.ConnectionInfo(
         server=found.server, ca_data=found.ca, insecure=not found.verify, token=now.token,
         certificate_data=now.cert, private_key_data=now.key, expiration=now.expires,

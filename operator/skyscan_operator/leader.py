@@ -19,16 +19,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
-import aiohttp
-
 from skyscan import kube
+from skyscan.kube_errors import TRANSPORT_ERRORS, Conflict, KubeError, NotFound
 from skyscan_operator import lease
 from skyscan_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 EXIT_LEASE_LOST = 3
-# What a failed read or write of the Lease raises besides an API error: the API server out of reach.
-UNREACHABLE = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
 def identity_of(settings: OperatorSettings) -> str:
@@ -36,7 +33,7 @@ def identity_of(settings: OperatorSettings) -> str:
 
 
 def problem(e: BaseException) -> str:
-    return f"{e} {e.message}" if isinstance(e, kube.ApiError) else f"API server unreachable ({e!r})"
+    return f"{e} {e.message}" if isinstance(e, KubeError) else f"API server unreachable ({e!r})"
 
 
 def lose(reason: str) -> NoReturn:
@@ -101,10 +98,8 @@ class Leadership:
             found: dict[str, Any] = await self.api.request(
                 "GET", self.path, timeout=self.timing.renew_interval
             )
-        except kube.ApiError as e:
-            if e.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         return found
 
     async def _hold(self, current: dict[str, Any] | None) -> dict[str, Any]:
@@ -134,9 +129,10 @@ class Leadership:
                     was = (seen and seen.holder) or "nobody"
                     log.info("holding Lease %s as %s (held by %s)", self.where, self.identity, was)
                     return began
-            except (kube.ApiError, *UNREACHABLE) as e:
-                if not (isinstance(e, kube.ApiError) and e.status == 409):  # 409: another wrote it first
-                    log.warning("standing by for Lease %s: %s", self.where, problem(e))
+            except Conflict:
+                pass  # another wrote it first
+            except (KubeError, *TRANSPORT_ERRORS) as e:
+                log.warning("standing by for Lease %s: %s", self.where, problem(e))
             await asyncio.sleep(self.timing.renew_interval)
 
     async def keep(self, renewed: float) -> None:
@@ -150,7 +146,7 @@ class Leadership:
                 try:
                     await self._renew()
                     deadline.extend(began + self.timing.renew_deadline)
-                except (kube.ApiError, *UNREACHABLE) as e:
+                except (KubeError, *TRANSPORT_ERRORS) as e:
                     log.warning("renewing Lease %s: %s", self.where, problem(e))
         except asyncio.CancelledError:  # a clean shutdown; any other end leaves the deadline running
             deadline.cancel()
@@ -159,9 +155,7 @@ class Leadership:
     async def _renew(self) -> None:
         try:
             self.lease = await self._hold(self.lease)
-        except kube.ApiError as e:
-            if e.status not in (404, 409):
-                raise
+        except (NotFound, Conflict):
             current = await self._read()  # changed, or gone, since this replica wrote it
             holder = lease.holder_of(current) if current else "nobody: it was deleted"
             if holder != self.identity:
@@ -179,5 +173,5 @@ class Leadership:
                 timeout=self.timing.renew_interval,
             )  # fmt: skip
             log.info("released Lease %s", self.where)
-        except (kube.ApiError, *UNREACHABLE) as e:  # a standby takes it over once it expires
+        except (KubeError, *TRANSPORT_ERRORS) as e:  # a standby takes it over once it expires
             log.warning("releasing Lease %s: %s", self.where, problem(e))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import httpx
 
 from skyscan import kube
-from skyscan.kube import ApiError, core_path
+from skyscan.kube import core_path
+from skyscan.kube_errors import KubeError
 from tests.e2e.conftest import LONG_NSIDES, Rest, Stack, wms_workflow
 from tests.helpers import eventually
 
@@ -15,7 +16,7 @@ async def job_gone(stack: Stack, scan_id: str) -> bool:
     async with await kube.connect(stack.kubeconfig) as api:
         try:
             await api.request("GET", kube.path("batch/v1", "jobs", stack.namespace, f"skyscan-{scan_id}"))
-        except ApiError as e:
+        except KubeError as e:
             if e.status == 404:
                 return True
             raise

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from skyscan import crd, kube
-from skyscan.kube import ApiError, Kube, core_path, scan_path
+from skyscan.kube import Kube, core_path, scan_path
+from skyscan.kube_errors import KubeError
 from skyscan_local import control_plane as localcluster
 from tests.helpers import eventually
 from tests.unit.test_crd import minimal_spec
@@ -114,7 +115,7 @@ async def test_invalid_scans_are_rejected_naming_the_field(
     body = scan("bad", **changes)
     if drop:
         del body["spec"][drop]
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(KubeError) as err:
         await api.request("POST", scan_path(namespace), body=body)
     assert err.value.status == 422
     assert expected in json.loads(err.value.body)["message"]
@@ -191,7 +192,7 @@ async def test_deleting_an_owner_collects_what_it_owns(api: Kube, namespace: str
     async def gone() -> bool:
         try:
             await api.request("GET", core_path("configmaps", namespace, "owned"))
-        except ApiError as e:
+        except KubeError as e:
             return e.status == 404
         return False
 

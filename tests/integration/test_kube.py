@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from skyscan import kube, model, names
+from skyscan.kube_errors import KubeError
 from tests.conftest import Cluster
 from tests.unit.test_crd import minimal_spec
 
@@ -50,7 +51,7 @@ async def test_scan_round_trip(scratch: tuple[kube.Kube, str]) -> None:
     meta = await client.request("GET", kube.scan_path(ns, "s-1"), accept=METADATA)
     assert meta["kind"] == "PartialObjectMetadata" and "spec" not in meta
     await client.request("DELETE", kube.scan_path(ns, "s-1"))
-    with pytest.raises(kube.ApiError) as caught:
+    with pytest.raises(KubeError) as caught:
         await client.request("GET", kube.scan_path(ns, "s-1"))
     assert caught.value.status == 404 and caught.value.message == 'scans.skyscan.io "s-1" not found'
 
@@ -58,12 +59,12 @@ async def test_scan_round_trip(scratch: tuple[kube.Kube, str]) -> None:
 async def test_conflict_and_invalid_are_api_errors(scratch: tuple[kube.Kube, str]) -> None:
     client, ns = scratch
     await client.request("POST", kube.scan_path(ns), body=scan("s-1"))
-    with pytest.raises(kube.ApiError) as caught:
+    with pytest.raises(KubeError) as caught:
         await client.request("POST", kube.scan_path(ns), body=scan("s-1"))
     assert caught.value.status == 409
     bad = scan("s-2")
     bad["spec"]["priority"] = "high"
-    with pytest.raises(kube.ApiError) as caught:
+    with pytest.raises(KubeError) as caught:
         await client.request("POST", kube.scan_path(ns), body=bad)
     assert caught.value.status == 422 and "priority" in caught.value.message
 

@@ -13,7 +13,8 @@ import aiohttp
 import kopf
 import pytest
 
-from skyscan import kube
+from skyscan import kube, kubeconfig
+from skyscan.kube_errors import KubeError
 from skyscan_operator import handlers
 from skyscan_operator.controller import Controller
 from skyscan_operator.settings import OperatorSettings
@@ -37,7 +38,7 @@ async def plugged(cluster: Cluster, api: kube.Kube, namespace: str, tmp_path: Pa
     tokens = kube.core_path("serviceaccounts", namespace, "default", "token")
     answer = await api.request("POST", tokens, body=request)
     helpers.exec_plugin(tmp_path)
-    helpers.kubeconfig(kube.endpoint(cluster.kubeconfig), tmp_path, helpers.PLUGIN_USER)
+    helpers.kubeconfig(kubeconfig.endpoint(cluster.kubeconfig), tmp_path, helpers.PLUGIN_USER)
     yield str(answer["status"]["token"])
 
 
@@ -46,7 +47,9 @@ async def test_token_file_relative_to_the_kubeconfig(
 ) -> None:
     (tmp_path / "secrets").mkdir()
     (tmp_path / "secrets" / "token").write_text(plugged + "\n")
-    config = helpers.kubeconfig(kube.endpoint(cluster.kubeconfig), tmp_path, {"tokenFile": "secrets/token"})
+    config = helpers.kubeconfig(
+        kubeconfig.endpoint(cluster.kubeconfig), tmp_path, {"tokenFile": "secrets/token"}
+    )
     async with await kube.connect(config) as client:
         assert await whoami(client) == f"system:serviceaccount:{namespace}:default"
 
@@ -70,7 +73,7 @@ async def test_plugin_runs_once_while_valid_and_again_once_expired(
 async def test_a_401_runs_the_plugin_again_once(plugged: str, namespace: str, tmp_path: Path) -> None:
     async with await kube.connect(str(tmp_path / "kubeconfig")) as client:
         helpers.plugin_answers(tmp_path, {"status": {"token": "revoked"}, "lifetime": 3600})
-        with pytest.raises(kube.ApiError) as caught:
+        with pytest.raises(KubeError) as caught:
             await whoami(client)
         assert caught.value.status == 401
         assert len(helpers.plugin_runs(tmp_path)) == 2  # ran, refused, ran again, refused: given up
@@ -83,7 +86,7 @@ async def test_a_failing_plugin_is_a_clear_error(plugged: str, tmp_path: Path) -
     helpers.plugin_answers(tmp_path, {"fail": "error: You must be logged in to the server (token expired)"})
     async with await kube.connect(str(tmp_path / "kubeconfig")) as client:
         said = r"user 'robot': .*plugin.py failed \(exit 3\): error: You must be logged in"
-        with pytest.raises(kube.PluginError, match=said) as e:
+        with pytest.raises(kubeconfig.PluginError, match=said) as e:
             await whoami(client)
     # As the API server not answering: the shim's 503 (api_shim.errors), the operator's retries.
     assert isinstance(e.value, aiohttp.ClientError) and isinstance(e.value, OSError)

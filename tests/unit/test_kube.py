@@ -24,7 +24,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from skyscan import kube
+from skyscan import kube, kubeconfig
+from skyscan.kube_errors import KubeError
 from tests import helpers
 
 
@@ -52,9 +53,9 @@ def test_lines_joins_a_line_split_across_chunks() -> None:
 
 
 def test_api_error_message_is_the_status_message() -> None:
-    e = kube.ApiError(404, "Not Found", b'{"kind":"Status","message":"scans \\"x\\" not found","code":404}')
+    e = KubeError(404, "Not Found", b'{"kind":"Status","message":"scans \\"x\\" not found","code":404}')
     assert (e.status, e.reason, e.message) == (404, "Not Found", 'scans "x" not found')
-    assert kube.ApiError(502, "Bad Gateway", b"upstream gone").message == "upstream gone"
+    assert KubeError(502, "Bad Gateway", b"upstream gone").message == "upstream gone"
 
 
 def _config(cluster: dict[str, object], user: dict[str, object]) -> dict[str, object]:
@@ -75,8 +76,8 @@ def test_kubeconfig_data_forms() -> None:
         {"certificate-authority-data": b64("CA")},
         {"client-certificate-data": b64("CERT"), "client-key-data": b64("KEY")},
     )
-    found = kube.endpoint_of_kubeconfig(doc, Path("/nowhere"))
-    assert found == kube.Endpoint("https://h:6443", ca="CA", cert="CERT", key="KEY")
+    found = kubeconfig.endpoint_of_kubeconfig(doc, Path("/nowhere"))
+    assert found == kubeconfig.Endpoint("https://h:6443", ca="CA", cert="CERT", key="KEY")
 
 
 def test_kubeconfig_file_forms_are_relative_to_the_kubeconfig(tmp_path: Path) -> None:
@@ -84,10 +85,10 @@ def test_kubeconfig_file_forms_are_relative_to_the_kubeconfig(tmp_path: Path) ->
         (tmp_path / name).write_text(text)
     user = {"tokenFile": "tok", "client-certificate": "me.crt", "client-key": str(tmp_path / "me.key")}
     doc = _config({"certificate-authority": "ca.crt", "insecure-skip-tls-verify": True}, user)
-    found = kube.endpoint_of_kubeconfig(doc, tmp_path)
+    found = kubeconfig.endpoint_of_kubeconfig(doc, tmp_path)
     assert (found.ca, found.token_file, found.verify) == ("CA", str(tmp_path / "tok"), False)
     assert (found.cert, found.key) == ("CERT", "KEY")  # relative, or absolute
-    assert kube.endpoint_of_kubeconfig(_config({}, {"token": "t"}), tmp_path).token == "t"
+    assert kubeconfig.endpoint_of_kubeconfig(_config({}, {"token": "t"}), tmp_path).token == "t"
 
 
 def test_kubeconfig_exec_plugin(tmp_path: Path) -> None:
@@ -95,31 +96,31 @@ def test_kubeconfig_exec_plugin(tmp_path: Path) -> None:
         "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "bin/plugin", "args": ["token", 7],
         "env": [{"name": "REGION", "value": "eu"}], "interactiveMode": "Never",
     }  # fmt: skip
-    found = kube.endpoint_of_kubeconfig(_config({}, {"exec": spec}), tmp_path).plugin
-    assert found == kube.Plugin(
+    found = kubeconfig.endpoint_of_kubeconfig(_config({}, {"exec": spec}), tmp_path).plugin
+    assert found == kubeconfig.Plugin(
         user="u", command=str(tmp_path / "bin/plugin"), args=("token", "7"), env=(("REGION", "eu"),),
         api_version="client.authentication.k8s.io/v1beta1", interactive="Never",
     )  # fmt: skip
     bare = {"apiVersion": "client.authentication.k8s.io/v1", "command": "aws"}
-    found = kube.endpoint_of_kubeconfig(_config({}, {"exec": bare}), tmp_path).plugin
-    assert found == kube.Plugin(user="u", command="aws")  # looked up on $PATH; IfAvailable by default
+    found = kubeconfig.endpoint_of_kubeconfig(_config({}, {"exec": bare}), tmp_path).plugin
+    assert found == kubeconfig.Plugin(user="u", command="aws")  # looked up on $PATH; IfAvailable by default
 
 
 def test_kubeconfig_errors() -> None:
     with pytest.raises(ValueError, match="no context 'gone'"):
-        kube.endpoint_of_kubeconfig(_config({}, {}), Path("."), context="gone")
+        kubeconfig.endpoint_of_kubeconfig(_config({}, {}), Path("."), context="gone")
     oidc = {"auth-provider": {"name": "oidc", "config": {"id-token": "t"}}}
     with pytest.raises(ValueError, match=r"user 'u' .* auth-provider 'oidc'.* exec credential plugin"):
-        kube.endpoint_of_kubeconfig(_config({}, oidc), Path("."))
+        kubeconfig.endpoint_of_kubeconfig(_config({}, oidc), Path("."))
     old = {"exec": {"apiVersion": "client.authentication.k8s.io/v1alpha1", "command": "x"}}
     with pytest.raises(ValueError, match=r"user 'u': exec apiVersion .*v1alpha1"):
-        kube.endpoint_of_kubeconfig(_config({}, old), Path("."))
+        kubeconfig.endpoint_of_kubeconfig(_config({}, old), Path("."))
     odd = {"exec": {"apiVersion": V1, "command": "x", "interactiveMode": "Often"}}
     with pytest.raises(ValueError, match="interactiveMode 'Often'"):
-        kube.endpoint_of_kubeconfig(_config({}, odd), Path("."))
+        kubeconfig.endpoint_of_kubeconfig(_config({}, odd), Path("."))
 
 
-PLUGIN = kube.Plugin(user="u", command="p")
+PLUGIN = kubeconfig.Plugin(user="u", command="p")
 V1 = "client.authentication.k8s.io/v1"
 
 
@@ -129,10 +130,10 @@ def _answer(status: dict[str, object], version: str = V1) -> bytes:
 
 def test_exec_credential_token_certificate_and_expiry() -> None:
     answer = _answer({"token": "t", "expirationTimestamp": "2030-01-02T03:04:05Z"})
-    found = kube.exec_credential(answer, PLUGIN)
-    assert found == kube.Credential(token="t", expires=dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
-    found = kube.exec_credential(_answer({"clientCertificateData": "C", "clientKeyData": "K"}), PLUGIN)
-    assert found == kube.Credential(cert="C", key="K")
+    found = kubeconfig.exec_credential(answer, PLUGIN)
+    assert found == kubeconfig.Credential(token="t", expires=dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC))
+    found = kubeconfig.exec_credential(_answer({"clientCertificateData": "C", "clientKeyData": "K"}), PLUGIN)
+    assert found == kubeconfig.Credential(cert="C", key="K")
 
 
 @pytest.mark.parametrize(
@@ -147,35 +148,39 @@ def test_exec_credential_token_certificate_and_expiry() -> None:
     ],
 )
 def test_exec_credential_refuses_what_is_no_credential(raw: bytes, says: str) -> None:
-    with pytest.raises(kube.PluginError, match=f"kubeconfig user 'u': p .*{says}"):
-        kube.exec_credential(raw, PLUGIN)
+    with pytest.raises(kubeconfig.PluginError, match=f"kubeconfig user 'u': p .*{says}"):
+        kubeconfig.exec_credential(raw, PLUGIN)
 
 
 async def test_plugin_gets_its_args_env_and_exec_info(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO())  # no terminal, whatever runs the tests
-    plugin = kube.Plugin(
+    plugin = kubeconfig.Plugin(
         user="u", command=str(helpers.exec_plugin(tmp_path)), args=("get-token", "--region=eu"),
         env=(("SKYSCAN_PLUGIN_NOTE", "hi"),),
     )  # fmt: skip
     helpers.plugin_answers(tmp_path, {"status": {"token": "t"}})
-    assert await kube.run_plugin(plugin) == kube.Credential(token="t")
+    assert await kubeconfig.run_plugin(plugin) == kubeconfig.Credential(token="t")
     info = {"apiVersion": V1, "kind": "ExecCredential", "spec": {"interactive": False}}
     args = ["get-token", "--region=eu"]
     assert helpers.plugin_runs(tmp_path) == [{"args": args, "note": "hi", "info": info}]
-    with pytest.raises(kube.PluginError, match="needs a terminal"):
-        await kube.run_plugin(replace(plugin, interactive="Always"))
+    with pytest.raises(kubeconfig.PluginError, match="needs a terminal"):
+        await kubeconfig.run_plugin(replace(plugin, interactive="Always"))
     assert len(helpers.plugin_runs(tmp_path)) == 1
 
 
 async def test_failing_plugin_is_a_clear_error(tmp_path: Path) -> None:
-    plugin = kube.Plugin(user="eks-admin", command=str(helpers.exec_plugin(tmp_path)))
+    plugin = kubeconfig.Plugin(user="eks-admin", command=str(helpers.exec_plugin(tmp_path)))
     helpers.plugin_answers(tmp_path, {"fail": "Unable to locate credentials. Run aws configure."})
-    with pytest.raises(kube.PluginError, match=r"user 'eks-admin': .*plugin.py failed \(exit 3\): Unable to"):
-        await kube.run_plugin(plugin)
-    with pytest.raises(kube.PluginError, match=r"user 'eks-admin': .*/gone cannot be run: .*No such file"):
-        await kube.run_plugin(replace(plugin, command=str(tmp_path / "gone")))
+    with pytest.raises(
+        kubeconfig.PluginError, match=r"user 'eks-admin': .*plugin.py failed \(exit 3\): Unable to"
+    ):
+        await kubeconfig.run_plugin(plugin)
+    with pytest.raises(
+        kubeconfig.PluginError, match=r"user 'eks-admin': .*/gone cannot be run: .*No such file"
+    ):
+        await kubeconfig.run_plugin(replace(plugin, command=str(tmp_path / "gone")))
 
 
 async def test_a_slow_plugin_is_stopped_and_never_blocks_the_loop(
@@ -184,7 +189,7 @@ async def test_a_slow_plugin_is_stopped_and_never_blocks_the_loop(
     script = tmp_path / "slow.sh"
     script.write_text("#!/bin/sh\nsleep 30\n")
     script.chmod(0o755)
-    monkeypatch.setattr(kube, "EXEC_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(kubeconfig, "EXEC_TIMEOUT_SECONDS", 1.0)
     ticks = 0
 
     async def tick() -> None:
@@ -195,8 +200,8 @@ async def test_a_slow_plugin_is_stopped_and_never_blocks_the_loop(
 
     ticking = asyncio.create_task(tick())
     started = time.monotonic()
-    with pytest.raises(kube.PluginError, match="did not answer within 1 s"):
-        await kube.run_plugin(kube.Plugin(user="u", command=str(script)))
+    with pytest.raises(kubeconfig.PluginError, match="did not answer within 1 s"):
+        await kubeconfig.run_plugin(kubeconfig.Plugin(user="u", command=str(script)))
     ticking.cancel()
     assert time.monotonic() - started < 10  # killed, not waited for
     assert ticks >= 10  # the loop went on meanwhile
@@ -204,13 +209,13 @@ async def test_a_slow_plugin_is_stopped_and_never_blocks_the_loop(
 
 def test_in_cluster(tmp_path: Path) -> None:
     env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
-    assert kube.endpoint_in_cluster(env, tmp_path) is None  # no token mounted
+    assert kubeconfig.endpoint_in_cluster(env, tmp_path) is None  # no token mounted
     (tmp_path / "token").write_text("t")
     (tmp_path / "ca.crt").write_text("CA")
-    assert kube.endpoint_in_cluster(env, tmp_path) == kube.Endpoint(
+    assert kubeconfig.endpoint_in_cluster(env, tmp_path) == kubeconfig.Endpoint(
         "https://[fd00::1]:443", ca="CA", token_file=str(tmp_path / "token")
     )
-    assert kube.endpoint_in_cluster({}, tmp_path) is None
+    assert kubeconfig.endpoint_in_cluster({}, tmp_path) is None
 
 
 def _pem(cert: x509.Certificate) -> str:
@@ -292,16 +297,16 @@ async def test_client_certificate_and_rotated_token_over_tls(
     token.write_text("one\n")
     async with _whoami_server(tmp_path) as (url, ca):
         cert, key = _client("me", ca)
-        endpoint = kube.Endpoint(url, ca=_pem(ca[0]), cert=cert, key=key, token_file=str(token))
+        endpoint = kubeconfig.Endpoint(url, ca=_pem(ca[0]), cert=cert, key=key, token_file=str(token))
         async with kube.Kube(endpoint) as client:
             assert await client.request("GET", "/whoami") == {"cn": "me", "auth": "Bearer one"}
             token.write_text("two\n")
-            monkeypatch.setattr(kube, "TOKEN_REREAD_SECONDS", 0.0)
+            monkeypatch.setattr(kubeconfig, "TOKEN_REREAD_SECONDS", 0.0)
             assert (await client.request("GET", "/whoami"))["auth"] == "Bearer two"
-            with pytest.raises(kube.ApiError) as caught:
+            with pytest.raises(KubeError) as caught:
                 await client.request("GET", "/nothing")
             assert caught.value.status == 404
-        async with kube.Kube(kube.Endpoint(url)) as stranger:
+        async with kube.Kube(kubeconfig.Endpoint(url)) as stranger:
             with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
                 await stranger.request("GET", "/whoami")  # our CA is not a system one
 
@@ -309,9 +314,9 @@ async def test_client_certificate_and_rotated_token_over_tls(
 async def test_plugin_certificate_over_tls_renewed_once_expired(tmp_path: Path) -> None:
     """A plugin answering a client certificate: the server sees it; once it has expired the plugin
     runs again and the next request presents the new one."""
-    plugin = kube.Plugin(user="u", command=str(helpers.exec_plugin(tmp_path)))
+    plugin = kubeconfig.Plugin(user="u", command=str(helpers.exec_plugin(tmp_path)))
     async with _whoami_server(tmp_path) as (url, ca):
-        async with kube.Kube(kube.Endpoint(url, ca=_pem(ca[0]), plugin=plugin)) as client:
+        async with kube.Kube(kubeconfig.Endpoint(url, ca=_pem(ca[0]), plugin=plugin)) as client:
             cert, key = _client("first", ca)
             answer = {"clientCertificateData": cert, "clientKeyData": key}
             helpers.plugin_answers(tmp_path, {"status": answer, "lifetime": -60})

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from skyscan import kube
+from skyscan import kube, kubeconfig
 from skyscan_operator import leader, lease
 from skyscan_operator.lease import Move, Seen, Timing
 from skyscan_operator.settings import OperatorSettings
@@ -161,7 +161,7 @@ async def test_a_holder_that_cannot_renew_gives_up_at_its_renew_deadline() -> No
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))  # bound, never listening: every connection is refused
     reasons, fired, expire = expiries()
-    async with kube.Kube(kube.Endpoint(f"http://127.0.0.1:{closed.getsockname()[1]}")) as api:
+    async with kube.Kube(kubeconfig.Endpoint(f"http://127.0.0.1:{closed.getsockname()[1]}")) as api:
         holder = leader.Leadership(api, settings, lost=expire)
         holder.lease = lease.held(None, "skyscan-operator", "ns", "me", holder.timing, T0)
         began = time.monotonic()

@@ -18,7 +18,8 @@ from api_shim import auth, oidc
 from api_shim.errors import ApiError
 from api_shim.scanner_auth import DISCOVERY_PATH, ClusterIssuer, ScannerTokens, get_json, scanner_identity
 from api_shim.wire_names import Names
-from skyscan import kube, names
+from skyscan import kube, kubeconfig, names
+from skyscan.kube_errors import KubeError
 
 NAMESPACE, SCAN = "skyscan", "0123456789abcdef0123456789abcdef"
 
@@ -90,13 +91,13 @@ class ApiServer(kube.Kube):
     """Answers `read` for the discovery document and the JWKS only, counting what it is asked."""
 
     def __init__(self, documents: dict[str, bytes | Exception]) -> None:
-        super().__init__(kube.Endpoint("http://unused.invalid"))
+        super().__init__(kubeconfig.Endpoint("http://unused.invalid"))
         self.documents = documents
         self.asked: list[tuple[str, str, str]] = []
 
     async def read(self, method: str, path: str, **options: Any) -> bytes:
         self.asked.append((method, path, options.get("accept", "")))
-        answer = self.documents.get(path, kube.ApiError(404, "Not Found"))
+        answer = self.documents.get(path, KubeError(404, "Not Found"))
         if isinstance(answer, Exception):
             raise answer
         return answer
@@ -164,7 +165,7 @@ async def test_a_token_that_is_not_a_jwt_costs_no_request(api: ApiServer) -> Non
 
 
 async def test_an_unreachable_issuer_answers_503_retry_not_invalid(api: ApiServer) -> None:
-    for failure in (kube.ApiError(500, "Internal Server Error"), aiohttp.ClientConnectionError("refused")):
+    for failure in (KubeError(500, "Internal Server Error"), aiohttp.ClientConnectionError("refused")):
         api.documents = {DISCOVERY_PATH: failure}
         tokens = ScannerTokens(api, NAMESPACE, names.SCANNER_SERVICE_ACCOUNT)
         with pytest.raises(ApiError) as unavailable:
@@ -186,7 +187,7 @@ async def test_a_key_set_the_api_server_cannot_give_refuses_the_token_and_keeps_
 
 async def test_an_api_server_document_is_read_as_json_up_to_its_size_limit(api: ApiServer) -> None:
     exactly = b'"' + b"x" * (oidc.MAX_DOCUMENT_BYTES - 2) + b'"'
-    api.documents = {"/big": exactly, "/bigger": exactly + b" ", "/gone": kube.ApiError(403, "Forbidden")}
+    api.documents = {"/big": exactly, "/bigger": exactly + b" ", "/gone": KubeError(403, "Forbidden")}
     assert await get_json(api, "/big") == "x" * (oidc.MAX_DOCUMENT_BYTES - 2)
     with pytest.raises(ValueError, match=f"^/bigger: larger than {oidc.MAX_DOCUMENT_BYTES} bytes$"):
         await get_json(api, "/bigger")

@@ -18,7 +18,7 @@ from api_shim.metrics import UNMATCHED, template
 from api_shim.plumbing import parse_bool
 from api_shim.routes import ROUTES
 from api_shim.settings import ShimSettings
-from skyscan import kube
+from skyscan.kube_errors import KubeError
 from skyscan.model import Integer
 from skyscan.status import compact
 
@@ -160,7 +160,7 @@ async def test_watch_events_update_the_cache() -> None:
     with pytest.raises(Gone):
         cache._apply({"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}})
     # A restarting API server may answer a watch with a bare Status: a reconnect, not a KeyError.
-    with pytest.raises(kube.ApiError) as unavailable:
+    with pytest.raises(KubeError) as unavailable:
         cache._apply({"kind": "Status", "code": 503, "message": "the server is shutting down"})
     assert unavailable.value.status == 503 and cache.resource_version == "10"
 

@@ -31,7 +31,8 @@ from aiohttp import web
 
 from api_shim.auth import make_token
 from skyscan import install, kube, model, names, payloads
-from skyscan.kube import ApiError, Kube, core_path, scan_path
+from skyscan.kube import Kube, core_path, scan_path
+from skyscan.kube_errors import KubeError
 from skyscan_local import control_plane as localcluster
 from skyscan_local import processes
 
@@ -217,7 +218,7 @@ async def namespace(api: Kube) -> AsyncIterator[str]:
     async def account() -> bool:
         try:
             await api.request("GET", core_path("serviceaccounts", name, "default"))
-        except ApiError:
+        except KubeError:
             return False
         return True
 

@@ -25,7 +25,8 @@ from typing import Any
 import harness
 
 from skyscan import kube
-from skyscan.kube import ApiError, Kube, core_path, scan_path
+from skyscan.kube import Kube, core_path, scan_path
+from skyscan.kube_errors import KubeError
 
 FIND_NOTHING = {"filter": {"priority": -1}}  # matched against every manifest, answers none
 
@@ -59,7 +60,7 @@ async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
         if ns:
             try:
                 await api.request("POST", core_path("namespaces"), body={"metadata": {"name": ns}})
-            except ApiError as e:
+            except KubeError as e:
                 if e.status != 409:
                     raise
             return await measure_namespace(api, kubeconfig, ns, args)

@@ -45,7 +45,7 @@ from typing import Any
 
 import aiohttp
 
-from skyscan import kube
+from skyscan import kube, kubeconfig
 from skyscan.kube import Kube, scan_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -207,7 +207,7 @@ async def find(http: aiohttp.ClientSession, base: str, flt: dict[str, Any]) -> l
 def api_get(b: Bench, scan: str) -> tuple[harness.Measure, str]:
     """GETs of `scan` straight from the API server, and their load client: hey with the kubeconfig's
     bearer token, else (a client certificate, a plugin) skyscan.kube from this process."""
-    endpoint = kube.endpoint(b.kubeconfig)
+    endpoint = kubeconfig.endpoint(b.kubeconfig)
     url = endpoint.server.rstrip("/") + scan_path(b.ns, scan)
     if endpoint.token:
         auth = {"Authorization": f"Bearer {endpoint.token}"}

@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from skyscan import model, payloads
-from skyscan.kube import ApiError, Kube, core_path, scan_path
+from skyscan.kube import Kube, core_path, scan_path
+from skyscan.kube_errors import KubeError
 from skyscan.model import new_scan_id
 from skyscan_local import control_plane as localcluster
 from skyscan_local.processes import free_port
@@ -246,7 +247,7 @@ async def create_scan(
     if event:
         try:
             await payloads.create_event(api, namespace, spec["sensorEventId"], EVENT, owners=[scan])
-        except ApiError as e:
+        except KubeError as e:
             if e.status != 409:
                 raise
             await payloads.add_event_owner(api, namespace, spec["sensorEventId"], scan)
@@ -331,7 +332,7 @@ async def watch_admissions(api: Kube, namespace: str, into: dict[str, float]) ->
                 admitted = condition(scan, "Admitted").get("reason") in ("Admitted", "Started")
                 if admitted and scan["metadata"]["name"] not in into:
                     into[scan["metadata"]["name"]] = time.monotonic()
-        except ApiError:
+        except KubeError:
             await asyncio.sleep(0.2)
 
 

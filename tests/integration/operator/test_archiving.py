@@ -11,7 +11,8 @@ from typing import Any
 from skyscan import conditions as cond
 from skyscan import kube, manifest, names, payloads
 from skyscan.archive import Archive
-from skyscan.kube import ApiError, Kube, core_path, scan_path
+from skyscan.kube import Kube, core_path, scan_path
+from skyscan.kube_errors import KubeError
 from skyscan_operator.archiver import Archiver
 from skyscan_operator.settings import OperatorSettings
 from tests.helpers import eventually
@@ -42,7 +43,7 @@ def archiver(api: Kube, namespace: str, dsn: str) -> Archiver:
 async def gone(api: Kube, namespace: str, name: str) -> bool:
     try:
         await get_scan(api, namespace, name)
-    except ApiError as e:
+    except KubeError as e:
         return e.status == 404
     return False
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from skyscan import kube
-from skyscan.kube import ApiError, Kube, scan_path
+from skyscan.kube import Kube, scan_path
+from skyscan.kube_errors import KubeError
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from tests.helpers import eventually
 from tests.integration.operator.conftest import (
@@ -28,7 +29,7 @@ OSG_SCHEDD = "grid-submitter.icecube.wisc.edu"  # EWMS names a taskforce's clust
 async def job_gone(api: Kube, namespace: str, name: str) -> bool:
     try:
         await api.request("GET", kube.path("batch/v1", "jobs", namespace, f"skyscan-{name}"))
-    except ApiError as e:
+    except KubeError as e:
         return e.status == 404
     return False
 
@@ -68,7 +69,7 @@ async def test_hard_delete_goes_through_the_finalizer(
     async def gone() -> bool:
         try:
             await get_scan(api, namespace, name)
-        except ApiError as e:
+        except KubeError as e:
             return e.status == 404
         return False
 

@@ -10,7 +10,8 @@ from api_shim import view
 from api_shim.handlers.events import ended
 from skyscan import names
 from skyscan.archive import Archive
-from skyscan.kube import ApiError, Kube, core_path
+from skyscan.kube import Kube, core_path
+from skyscan.kube_errors import KubeError
 from tests.helpers import eventually
 from tests.integration.operator.conftest import (
     OperatorFactory,
@@ -59,7 +60,7 @@ async def test_a_scan_without_its_event_fails_shows_aborted_and_is_archived(
     async def left_the_cluster() -> bool:
         try:
             await get_scan(api, namespace, name)
-        except ApiError as e:
+        except KubeError as e:
             return e.status == 404
         return False
 

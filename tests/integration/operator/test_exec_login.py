@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skyscan import kube
+from skyscan import kube, kubeconfig
 from tests import helpers
 from tests.conftest import Cluster
 from tests.integration.operator.conftest import HOLD, OperatorFactory, create_scan, st, wait_scan
@@ -14,11 +14,11 @@ from tests.integration.operator.conftest import HOLD, OperatorFactory, create_sc
 async def test_the_operator_logs_in_through_an_exec_plugin(
     cluster: Cluster, api: kube.Kube, namespace: str, operator: OperatorFactory, tmp_path: Path
 ) -> None:
-    admin = await kube.Credentials(kube.endpoint(cluster.kubeconfig)).current()
+    admin = await kubeconfig.Credentials(kubeconfig.endpoint(cluster.kubeconfig)).current()
     status = {"token": admin.token, "clientCertificateData": admin.cert, "clientKeyData": admin.key}
     helpers.exec_plugin(tmp_path)
     helpers.plugin_answers(tmp_path, {"status": status, "lifetime": 3600})
-    config = helpers.kubeconfig(kube.endpoint(cluster.kubeconfig), tmp_path, helpers.PLUGIN_USER)
+    config = helpers.kubeconfig(kubeconfig.endpoint(cluster.kubeconfig), tmp_path, helpers.PLUGIN_USER)
     operator(**HOLD, SKYSCAN_KUBECONFIG=config)
     name = await create_scan(api, namespace)
     scan = await wait_scan(api, namespace, name, lambda s: bool(st(s).get("job")))  # kopf saw it, we acted

@@ -9,7 +9,8 @@ import asyncio
 import time
 from typing import Any
 
-from skyscan.kube import ApiError, Kube, scan_path
+from skyscan.kube import Kube, scan_path
+from skyscan.kube_errors import KubeError
 from tests.gitops import argocd_health, kstatus
 from tests.integration.operator.conftest import (
     HOLD,
@@ -52,7 +53,7 @@ async def record(api: Kube, namespace: str, into: list[dict[str, Any]]) -> async
                 ):
                     into.append(event["object"])
                     version = event["object"]["metadata"]["resourceVersion"]
-            except ApiError:
+            except KubeError:
                 await asyncio.sleep(0.2)
 
     return asyncio.create_task(follow(listed["metadata"]["resourceVersion"]))

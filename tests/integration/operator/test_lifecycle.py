@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from skyscan.kube import ApiError, Kube, core_path, path, scan_path
+from skyscan.kube import Kube, core_path, path, scan_path
+from skyscan.kube_errors import KubeError
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from skyscan_local import control_plane as localcluster
 from tests.integration.operator.conftest import (
@@ -61,7 +62,7 @@ async def record(api: Kube, namespace: str, name: str, into: list[dict[str, Any]
             async for event in api.watch(scan_path(namespace), params):
                 into.append(event["object"])
                 version = event["object"]["metadata"]["resourceVersion"]
-        except ApiError:
+        except KubeError:
             await asyncio.sleep(0.2)
 
 
@@ -167,7 +168,7 @@ async def test_scan_runs_from_backlog_to_finished_workflow(
     assert condition(scan, "ScannerRunning")["reason"] == "Completed"
     # Its Job ended: the scanner's credential is revoked (its Secret, which the token is bound to, goes).
     await wait_scan(api, namespace, name, lambda s: (st(s).get("scannerCredential") or {}).get("revoked"))
-    with pytest.raises(ApiError) as gone:
+    with pytest.raises(KubeError) as gone:
         await api.request("GET", core_path("secrets", namespace, ref["name"]))
     assert gone.value.status == 404
 

@@ -14,6 +14,7 @@ import httpx
 from api_shim.auth import make_token
 from skyscan import kube, names, payloads
 from skyscan.kube import Kube, core_path, scan_path
+from skyscan.kube_errors import KubeError
 from tests.conftest import Cluster
 from tests.helpers import eventually
 from tests.integration.operator.conftest import (
@@ -45,7 +46,7 @@ async def leading(api: Kube, namespace: str) -> bool:
         lease = await api.request(
             "GET", kube.path("coordination.k8s.io/v1", "leases", namespace, "skyscan-operator")
         )
-    except kube.ApiError:
+    except KubeError:
         return False
     return bool(lease["spec"].get("holderIdentity"))  # raw: Lease
 

@@ -12,7 +12,8 @@ import pytest
 
 from skyscan import manifest, names, payloads
 from skyscan.archive import Archive, ArchivedScan
-from skyscan.kube import ApiError, core_path, scan_path
+from skyscan.kube import core_path, scan_path
+from skyscan.kube_errors import KubeError
 from skyscan.status import ScanRecord, compact
 from skyscan_local.processes import free_port
 from tests.conftest import ArchiveServer
@@ -108,7 +109,7 @@ async def event_configmap(shim: ShimUnderTest, event_id: str) -> Any | None:
         return await shim.api.request(
             "GET", core_path("configmaps", shim.namespace, names.event_object_name(event_id))
         )
-    except ApiError as e:
+    except KubeError as e:
         if e.status == 404:
             return None
         raise

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from skyscan import model
-from skyscan.kube import ApiError, scan_path
+from skyscan.kube import scan_path
+from skyscan.kube_errors import KubeError
 from tests.integration.shim.conftest import ShimUnderTest, scan_body
 from tests.integration.shim.test_shim_find_wms import play_operator_for_workers
 
@@ -42,7 +43,7 @@ async def test_the_api_server_holds_the_same_bounds(
         created = await shim.api.request("POST", scan_path(shim.namespace), body=body)
         assert created["spec"][field] == value
         return
-    with pytest.raises(ApiError) as e:
+    with pytest.raises(KubeError) as e:
         await shim.api.request("POST", scan_path(shim.namespace), body=body)
     assert e.value.status == 422 and f"spec.{field}" in e.value.message
     snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in field)

@@ -14,6 +14,7 @@ from api_shim.errors import ApiError
 from api_shim.store import Change
 from skyscan import kube, names
 from skyscan.kube import scan_path
+from skyscan.kube_errors import KubeError
 from tests.integration.shim.conftest import ShimUnderTest
 from tests.integration.shim.test_shim_writes import EVENT_METADATA, PROGRESS
 
@@ -181,7 +182,7 @@ async def test_a_refusal_by_the_api_server_other_than_409_is_not_retried(shim: S
         tries += 1
         return Change(spec={"deleted": "not a boolean"})  # the CRD's schema refuses it: 422
 
-    with pytest.raises(kube.ApiError) as caught:
+    with pytest.raises(KubeError) as caught:
         await shim.state.scans.store.update(scan_id, decide, budget=5.0)
     assert caught.value.status == 422 and tries == 1
 

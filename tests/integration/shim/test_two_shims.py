@@ -24,6 +24,7 @@ from api_shim.auth import make_token
 from api_shim.freshness import READS_BURST, READS_PER_SECOND, WAIT_SECONDS
 from api_shim.versions import MIN_VERSION_HEADER, WRITTEN_HEADER
 from skyscan import kube, model
+from skyscan.kube_errors import KubeError
 from tests.conftest import Cluster
 from tests.helpers import eventually
 from tests.integration.shim.conftest import MakeShim, scan_body, start_shim_process
@@ -239,7 +240,7 @@ async def answer_worker_requests(k: kube.Kube, namespace: str, scan_id: str) -> 
             body["status"] = {"workerRequests": [*answered, *outcomes]}
             try:
                 await k.request("PATCH", path + "/status", body=body, content_type=kube.MERGE_PATCH)
-            except kube.ApiError as e:
+            except KubeError as e:
                 if e.status != 409:
                     raise
             continue
