@@ -1,5 +1,5 @@
 """The Skyscan operator (`skyscan-operator`): kopf handlers feed a watch-backed store; the controller
-plans each scan with the pure `planner` and carries the plan out with `apply` (Jobs, Secrets, the WMS).
+plans each scan with the pure `planner` and carries the plan out with its `executor` (Jobs, Secrets, the WMS).
 """
 
 import sys

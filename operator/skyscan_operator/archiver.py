@@ -24,9 +24,10 @@ from pydantic import ValidationError
 
 from skyscan import conditions as cond
 from skyscan import kube, logs, manifest, names, payloads
+from skyscan.kube_errors import Conflict, NotFound
 from skyscan.status import ScanRecord, compact
-from skyscan_operator.events import event_body, send_event
-from skyscan_operator.planner import GITOPS_LABEL_PREFIXES
+from skyscan_operator.endings import GITOPS_LABEL_PREFIXES
+from skyscan_operator.kube_events import event_body, send_event
 from skyscan_operator.settings import OperatorSettings
 
 if TYPE_CHECKING:  # imported when first connected: asyncpg costs ~3 MiB of RSS, for nothing unarchived
@@ -134,10 +135,8 @@ class Archiver:
         namespace, name = key
         try:
             obj: dict[str, Any] = await self._api.request("GET", kube.scan_path(namespace, name))
-        except kube.ApiError as e:
-            if e.status == 404:
-                return
-            raise
+        except NotFound:
+            return
         record = ScanRecord(obj)
         if not record.is_terminal or git_managed(obj):
             return  # a watch event schedules it again once it ends
@@ -183,11 +182,9 @@ class Archiver:
                 "DELETE", kube.scan_path(namespace, name),
                 body={"preconditions": unchanged, "propagationPolicy": "Background"},
             )  # fmt: skip
-        except kube.ApiError as e:
-            if e.status == 404:
-                return
-            if e.status != 409:
-                raise
+        except NotFound:
+            return
+        except Conflict:
             self.queue.schedule(key, now)  # changed since it was read: store the newer copy, then delete
             return
         self.moved += 1

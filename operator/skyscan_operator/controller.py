@@ -1,16 +1,16 @@
 """The operator's engine: watch events in, one reconcile per scan at a time, two periodic loops.
 
-- kopf event handlers call `on_scan` / `on_child` (a Job or a Pod), which update the `Store` and
-  queue the scan concerned.
+- kopf event handlers call `on_scan` / `on_child` (a Job or a Pod), which update the store (`LiveScans`)
+  and queue the scan concerned.
 - Workers take scans off the `WorkQueue`, build `Observed` from the store, run the pure planner
-  and apply the plan.
+  and execute the plan (`Executor`).
 - The backlog loop admits from the head of the backlog's line (kept in the store per event) and
   queues the scans admitted and those whose hold changed; a tick with nothing to do does no work.
 - The WMS poller asks the WMS about every live workflow in two batched queries per interval and
   queues the scans whose workflow changed.
 - The payload janitor lists payload ConfigMaps (metadata only) per interval and deletes those left
   without an owner, or lets the Scans naming them adopt them (`janitor`).
-- A terminal scan is reconciled on its events and then forgotten (`Store.settle`): the operator's
+- A terminal scan is reconciled on its events and then forgotten (`LiveScans.settle`): the operator's
   memory follows live work, not history.
 """
 
@@ -27,15 +27,17 @@ from pydantic import ValidationError
 
 from skyscan import conditions as cond
 from skyscan import kube, logs, model, payloads, policy
+from skyscan.kube_errors import Conflict, NotFound, is_outage
 from skyscan.status import ENDED_JOB_STATES, ScanRecord
 from skyscan.tags import TagCatalog
-from skyscan_operator import janitor, metrics, planner
-from skyscan_operator.apply import Applier, is_api_outage
+from skyscan_operator import endings, janitor, metrics, planner
 from skyscan_operator.archiver import Archiver
-from skyscan_operator.events import EventPoster
-from skyscan_operator.planner import Observed, ScanView, WorkflowView
+from skyscan_operator.draft import Plan
+from skyscan_operator.executor import Executor
+from skyscan_operator.kube_events import EventPoster
+from skyscan_operator.live_scans import Child, Key, LiveScans, key_of
+from skyscan_operator.observed import Observed, ScanView, WorkflowView
 from skyscan_operator.settings import OperatorSettings
-from skyscan_operator.store import Child, Key, Store, key_of
 from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable
 from skyscan_operator.workqueue import WorkQueue
 
@@ -55,14 +57,14 @@ POLL_BACKOFF_MAX_SECONDS = 30.0
 class Controller:
     def __init__(self, settings: OperatorSettings, clock: Callable[[], float] = time.time) -> None:
         self.settings, self.clock = settings, clock
-        self.store = Store(settings, clock)
+        self.store = LiveScans(settings, clock)
         self.queue: WorkQueue[Key] = WorkQueue()
         self.last_low_priority_admission: float | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._api: kube.Kube | None = None
         self.wms: WMSClient | None = None
         self.events: EventPoster | None = None
-        self.applier: Applier | None = None
+        self.executor: Executor | None = None
         self.archiver: Archiver | None = None  # with an archive DSN
         self.catalog = TagCatalog(settings.tag_catalog_dir, settings.tags)
         self._invalid: set[tuple[Key, str]] = set()
@@ -90,7 +92,7 @@ class Controller:
             )
         self.events = EventPoster(self._api)
         self.events.start()
-        self.applier = Applier(self._api, self.wms, self.store, self.events, s, self.clock)
+        self.executor = Executor(self._api, self.wms, self.store, self.events, s, self.clock)
         if s.archive_dsn:
             self.archiver = Archiver(self._api, s, self.clock)
         for i in range(s.workers):
@@ -159,7 +161,7 @@ class Controller:
                 raise
             except Exception as e:
                 log.exception("reconciling %s/%s failed; retrying", *key, extra=logs.about(key[1]))
-                if is_api_outage(e):  # start attempts do not time out meanwhile
+                if is_outage(e):  # start attempts do not time out meanwhile
                     self.store.outage_at = self.clock()
                 wake = 5.0
             finally:
@@ -169,7 +171,7 @@ class Controller:
 
     async def refusal(self, key: Key, scan: ScanView) -> policy.Refusal | None:
         """The request policy's verdict on the spec of a scan whose Job does not exist yet (see
-        `planner._refuse_invalid`): worked out once per generation of its spec, with the tag catalog as
+        `endings.refuse_invalid`): worked out once per generation of its spec, with the tag catalog as
         it is then, and kept in the store until the scan starts or settles. A started, deleted or
         failed scan is not looked at."""
         record = scan.record
@@ -220,7 +222,7 @@ class Controller:
 
     async def _reconcile(self, key: Key) -> float | None:
         version, body = self.store.version(key), self.store.scan(key)
-        if body is None or self.applier is None:
+        if body is None or self.executor is None:
             return None
         try:
             scan = ScanView.from_body(body)
@@ -234,15 +236,13 @@ class Controller:
             return 1.0  # planning now would take the Job for deleted
         refusal = await self.refusal(key, scan)
 
-        def replan(view: ScanView) -> planner.Plan:
+        def replan(view: ScanView) -> Plan:
             return planner.plan(view, self.observe(key, view, now, refusal), now, self.settings)
 
         try:
-            wake = await self.applier.apply(scan, body, replan(scan), replan)
-        except kube.ApiError as e:
-            if e.status == 404:
-                return None
-            raise
+            wake = await self.executor.execute(scan, body, replan(scan), replan)
+        except NotFound:
+            return None
         if (
             wake is None
             and self.store.version(key) == version
@@ -264,11 +264,11 @@ class Controller:
 
     async def _refuse_unreadable(self, key: Key, body: dict[str, Any], e: ValidationError) -> None:
         """A Scan whose spec cannot be read even leniently: Failed/InvalidSpec if it has not started
-        (`planner.refuse_unreadable`), else reported invalid (an Event per version) and left alone."""
+        (`endings.refuse_unreadable`), else reported invalid (an Event per version) and left alone."""
         refusal = policy.invalid(e)
-        refused = planner.refuse_unreadable(body, refusal, self.clock())
-        if refused is not None and self.applier is not None:
-            await self.applier.refuse_unreadable(body, refused)
+        refused = endings.refuse_unreadable(body, refusal, self.clock())
+        if refused is not None and self.executor is not None:
+            await self.executor.refuse_unreadable(body, refused)
             return
         if ScanRecord(body).condition_true(cond.FAILED):
             return  # it said why when it failed
@@ -350,9 +350,8 @@ class Controller:
                 owners, version = list(change.owners), change.resource_version
                 await payloads.add_owners(self._api, namespace, change.name, owners, version)
                 log.info("janitor: %s/%s adopted by the Scans naming it", namespace, change.name)
-        except kube.ApiError as e:
-            if e.status not in (404, 409):  # gone, or changed since it was listed: the next sweep sees
-                raise
+        except (NotFound, Conflict):  # gone, or changed since it was listed: the next sweep looks again
+            pass
 
     def _set_poll_error(self, error: str | None) -> None:
         """Scans with a live workflow show whether the WMS can be polled; they are requeued only
@@ -365,7 +364,7 @@ class Controller:
     async def poll_wms(self) -> None:
         """Two queries for every live workflow: their deactivation and their taskforces. A workflow
         the WMS no longer lists is marked lost (the planner retries or ends its scan). The taskforces
-        of workflows deactivated since are read in the same query, once (`Store.final_reads`)."""
+        of workflows deactivated since are read in the same query, once (`LiveScans.final_reads`)."""
         store = self.store
         if self.wms is None or not (store.live_workflows or store.final_reads):
             return

@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from skyscan_operator.archiver import Archiver
-from skyscan_operator.store import Key, Store
+from skyscan_operator.live_scans import Key, LiveScans
 from skyscan_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ WMS_DURATION = Histogram(
 )
 RECONCILE_DURATION = Histogram(
     "skyscan_operator_reconcile_duration_seconds",
-    "Time for one reconcile of one scan (plan and apply).",
+    "Time for one reconcile of one scan (plan and execute).",
     registry=REGISTRY,
 )
 LEADER = Gauge(
@@ -90,7 +90,7 @@ class StoreCollector(Collector):
     """What the store, the work queue and the archiver hold, read at scrape time."""
 
     def __init__(
-        self, store: Store, queue: WorkQueue[Key], archiver: Archiver | None, clock: Callable[[], float]
+        self, store: LiveScans, queue: WorkQueue[Key], archiver: Archiver | None, clock: Callable[[], float]
     ) -> None:
         self.store, self.queue, self.archiver, self.clock = store, queue, archiver, clock
 

@@ -9,31 +9,24 @@ import pytest
 from skyscan import conditions as cond
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from skyscan.status import ScanRecord
-from skyscan_operator.archiver import finished_at
-from skyscan_operator.planner import (
-    INTERRUPTIONS,
+from skyscan_operator.actions import (
     AddWorkers,
-    Admission,
     CheckEvent,
     CreateJob,
     Deactivate,
     DeleteJob,
     IssueScannerCredential,
-    JobView,
-    Observed,
-    PodView,
     ProvisionQueues,
     RecoverWorkflow,
     Replace,
     RequestWorkflow,
     RevokeScannerCredential,
-    ScanView,
     SetFinalizer,
-    WorkflowView,
-    event_seen,
-    plan,
-    replacement_body,
 )
+from skyscan_operator.archiver import finished_at
+from skyscan_operator.endings import replacement_body
+from skyscan_operator.observed import Admission, JobView, Observed, PodView, ScanView, WorkflowView
+from skyscan_operator.planner import INTERRUPTIONS, event_seen, plan
 from skyscan_operator.settings import OperatorSettings
 from tests.unit.test_crd import minimal_spec
 
@@ -572,7 +565,7 @@ def test_the_summary_moves_only_when_its_verdict_does() -> None:
     assert ready is not None and ready["lastTransitionTime"] == cond.iso(NOW + 60)
 
 
-def test_the_applier_keeps_the_summary_in_line_as_actions_succeed() -> None:
+def test_the_executor_keeps_the_summary_in_line_as_actions_succeed() -> None:
     p = plan(
         scan(admitted(id="WF-1", requestedAt=cond.iso(NOW - 3)), finalizers=[FINALIZER]), Observed(), NOW, S
     )

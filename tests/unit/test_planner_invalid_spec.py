@@ -11,22 +11,20 @@ import pytest
 from skyscan import conditions as cond
 from skyscan import policy
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
-from skyscan_operator.controller import Controller
-from skyscan_operator.planner import (
+from skyscan_operator.actions import (
     AddWorkers,
-    Admission,
     CheckEvent,
     CreateJob,
     Deactivate,
     IssueScannerCredential,
-    Observed,
     RecoverWorkflow,
     RequestWorkflow,
-    ScanView,
     SetFinalizer,
-    plan,
-    refuse_unreadable,
 )
+from skyscan_operator.controller import Controller
+from skyscan_operator.endings import refuse_unreadable
+from skyscan_operator.observed import Admission, Observed, ScanView
+from skyscan_operator.planner import plan
 from skyscan_operator.settings import OperatorSettings
 from tests.unit.test_crd import minimal_spec
 from tests.unit.test_planner import NOW, S, admitted, reason, scan, started

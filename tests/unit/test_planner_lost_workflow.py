@@ -7,21 +7,17 @@ from typing import Any
 
 from skyscan import conditions as cond
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
-from skyscan_operator.controller import LOST_AFTER_POLLS, absences, poll_backoff
-from skyscan_operator.planner import (
-    Admission,
+from skyscan_operator.actions import (
     Deactivate,
     DeleteJob,
-    JobView,
-    Observed,
-    PodView,
     ProvisionQueues,
     Replace,
     RequestWorkflow,
     SetFinalizer,
-    WorkflowView,
-    plan,
 )
+from skyscan_operator.controller import LOST_AFTER_POLLS, absences, poll_backoff
+from skyscan_operator.observed import Admission, JobView, Observed, PodView, WorkflowView
+from skyscan_operator.planner import plan
 from tests.unit.test_planner import NOW, S, admitted, reason, scan, started
 
 LOST = WorkflowView(None, (), lost=True, lost_since=NOW - S.start_timeout_seconds - 1)

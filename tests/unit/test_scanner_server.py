@@ -14,7 +14,7 @@ import pytest
 from skyscan_local.scanner_pod import ScannerExit
 from skyscan_local.scanner_server import server_pod
 from skyscan_operator import scanner_job
-from skyscan_operator.planner import PodView
+from skyscan_operator.observed import PodView
 from tests.unit.test_scanner_job import S, spec
 
 

@@ -8,9 +8,9 @@ from skyscan import conditions as cond
 from skyscan.packing import Packer
 from skyscan.status import ScanRecord
 from skyscan_operator.backlog import Hold
-from skyscan_operator.planner import WorkflowView
+from skyscan_operator.live_scans import LiveScans, job_view, kept, key_of, pod_view, waiting_status
+from skyscan_operator.observed import WorkflowView
 from skyscan_operator.settings import OperatorSettings
-from skyscan_operator.store import Store, job_view, kept, key_of, pod_view, waiting_status
 
 NOW = 1_800_000_000.0
 S = OperatorSettings(replacement_window_seconds=3600)
@@ -61,8 +61,8 @@ def scan(name: str, status: dict[str, Any], rv: str = "1", age: float = 0.0, **s
     return {"metadata": meta, "spec": spec, "status": status}
 
 
-def store() -> Store:
-    return Store(S, clock=lambda: NOW)
+def store() -> LiveScans:
+    return LiveScans(S, clock=lambda: NOW)
 
 
 QUEUED = {
@@ -195,7 +195,8 @@ def test_an_ended_workflow_is_read_once_more_then_forgotten() -> None:
     assert s.live_workflows == {"WF-1": key} and not s.final_reads
     ended = {
         **live,
-        "workflow": {"id": "WF-1", "deactivated": "ABORTED"}, "job": {"name": "j", "state": "Failed"},
+        "workflow": {"id": "WF-1", "deactivated": "ABORTED"},
+        "job": {"name": "j", "state": "Failed"},
     }
     s.put_scan(scan("a", ended, rv="2"))
     assert not s.live_workflows and s.final_reads == {"WF-1": key} and s.awaits_final_read(key)

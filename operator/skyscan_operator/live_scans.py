@@ -1,4 +1,5 @@
-"""In-memory, watch-fed view of Scans, their Jobs and Pods, and what the WMS poller saw.
+"""The operator's store of live scans (`LiveScans`): an in-memory, watch-fed view of Scans, their Jobs
+and Pods, and what the WMS poller saw.
 
 The kopf event handlers feed it; the reconciler reads it. Indexes are kept up to date per event
 (the backlog's line of waiting scans, which scans hold a live workflow) so that no periodic loop has
@@ -25,14 +26,9 @@ from skyscan.state import scan_state
 from skyscan.status import ScanRecord, compact, resource_version
 from skyscan_operator import workforce
 from skyscan_operator.backlog import Candidate, Hold, Line, holds
-from skyscan_operator.planner import (
-    ATTEMPT_FAILURES,
-    STUCK_REASONS,
-    Admission,
-    JobView,
-    PodView,
-    WorkflowView,
-)
+from skyscan_operator.endings import STUCK_REASONS
+from skyscan_operator.observed import Admission, JobView, PodView, WorkflowView
+from skyscan_operator.planner import ATTEMPT_FAILURES
 from skyscan_operator.settings import OperatorSettings
 
 Key = tuple[str, str]  # (namespace, scan id)
@@ -138,7 +134,7 @@ def waiting_status(settings: OperatorSettings, now: float) -> dict[str, Any]:
 
 
 @dataclass
-class Store:
+class LiveScans:
     """Live scans only: a scan that is terminal and settled is forgotten (`settle`) until its next
     watch event; what `lineage_recent` needs of it stays for the replacement window."""
 

@@ -1,28 +1,31 @@
-"""The applier's bookkeeping of a start attempt's end: failures of the scan count, outages and quota
+"""An execution's bookkeeping of a start attempt's end: failures of the scan count, outages and quota
 refusals do not (the attempt is given back and the scan backs off), with API answers as they come."""
 
 from __future__ import annotations
 
 import json
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, get_args
 
 import aiohttp
 import pytest
 
 from skyscan import conditions as cond
-from skyscan.kube import ApiError
-from skyscan_operator.apply import Run, Stop, api_refusal
-from skyscan_operator.planner import Admission, Observed, plan
-from skyscan_operator.store import Store
+from skyscan.kube_errors import KubeError
+from skyscan_operator.actions import Action
+from skyscan_operator.execution import Execution, Stop, api_refusal
+from skyscan_operator.executor import ACTIONS
+from skyscan_operator.live_scans import LiveScans
+from skyscan_operator.observed import Admission, Observed
+from skyscan_operator.planner import plan
 from tests.unit.test_planner import NOW, scan
 from tests.unit.test_planner import S as PLANNER_SETTINGS
 
-S = SimpleNamespace  # fakes of the applier's collaborators
+S = SimpleNamespace  # fakes of the executor's collaborators
 
 
-def api_error(status: int, message: str = "") -> ApiError:
-    return ApiError(status, "Reason", json.dumps({"kind": "Status", "message": message}).encode())
+def api_error(status: int, message: str = "") -> KubeError:
+    return KubeError(status, "Reason", json.dumps({"kind": "Status", "message": message}).encode())
 
 
 QUOTA = 'jobs.batch "skyscan-s1" is forbidden: exceeded quota: q, requested: count/jobs.batch=1, used: 0'
@@ -55,9 +58,9 @@ SETTINGS = PLANNER_SETTINGS.model_copy(
 )
 
 
-def in_attempt(attempts: int = 1) -> Run:
-    """A Run of a scan admitted to its start attempt `attempts`, over fakes; `run.written` is the
-    status as the Run last wrote it."""
+def in_attempt(attempts: int = 1) -> Execution:
+    """An Execution of a scan admitted to its start attempt `attempts`, over fakes; `run.written` is
+    the status as it last wrote it."""
     first = plan(scan(), Observed(event=True), NOW - 10, SETTINGS).status
     first["backlog"]["attempts"] = attempts - 1
     admitted = plan(scan(first), Observed(event=True, admission=Admission(True)), NOW - 5, SETTINGS)
@@ -66,15 +69,15 @@ def in_attempt(attempts: int = 1) -> Run:
         meta = {"name": "s1", "namespace": "ns", "uid": "uid-1", "resourceVersion": "9"}
         return {"metadata": meta, "spec": {}, "status": body["status"]}
 
-    applier = S(
+    executor = S(
         settings=SETTINGS,
         clock=lambda: NOW,
-        store=Store(),
+        store=LiveScans(),
         events=S(post=lambda *a: None),
         api=S(apply=apply_status),  # the status apply is the only API call here
     )
     view = scan(admitted.status)
-    return Run(applier, view, {"metadata": {}, "status": {}}, admitted)  # type: ignore[arg-type]
+    return Execution(executor, view, {"metadata": {}, "status": {}}, admitted)  # type: ignore[arg-type]
 
 
 async def test_an_outage_gives_the_attempt_back_and_backs_off() -> None:
@@ -86,7 +89,7 @@ async def test_an_outage_gives_the_attempt_back_and_backs_off() -> None:
     admitted = cond.find(run.written["conditions"], cond.ADMITTED)
     assert admitted is not None and (admitted["status"], admitted["reason"]) == ("False", "APIUnavailable")
     assert "not counted as a start attempt (1 of 3 used), retrying in 10s" in admitted["message"]
-    assert run.a.store.outage_at == NOW  # attempts elsewhere do not time out meanwhile
+    assert run.store.outage_at == NOW  # attempts elsewhere do not time out meanwhile
 
 
 async def test_a_quota_refusal_waits_without_consuming_attempts() -> None:
@@ -100,7 +103,7 @@ async def test_a_quota_refusal_waits_without_consuming_attempts() -> None:
     admitted = cond.find(run.written["conditions"], cond.ADMITTED)
     assert admitted is not None and admitted["reason"] == "QuotaExceeded"
     assert "exceeded quota" in admitted["message"] and "retrying in 25s" in admitted["message"]  # capped
-    assert run.a.store.outage_at == 0.0  # a quota refusal is no outage
+    assert run.store.outage_at == 0.0  # a quota refusal is no outage
 
 
 async def test_an_invalid_job_counts_and_resets_the_backoff() -> None:
@@ -111,3 +114,7 @@ async def test_an_invalid_job_counts_and_resets_the_backoff() -> None:
     assert run.written["backlog"]["attempts"] == 2 and run.written["backlog"]["interruptions"] == 0
     admitted = cond.find(run.written["conditions"], cond.ADMITTED)
     assert admitted is not None and admitted["reason"] == "StartFailed" and "invalid" in admitted["message"]
+
+
+def test_every_action_type_has_its_handler() -> None:
+    assert set(ACTIONS) == set(get_args(Action))

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from skyscan import kube, logs, model
 from skyscan.conditions import iso
+from skyscan.kube_errors import TRANSPORT_ERRORS, KubeError
 
 log = logging.getLogger(__name__)
 COMPONENT = "skyscan-operator"
@@ -41,7 +42,7 @@ async def send_event(api: kube.Kube, body: dict[str, Any]) -> None:
     """Post one Event (`event_body`); a failure only logs: an Event tells, nothing depends on it."""
     try:
         await api.request("POST", kube.core_path("events", body["metadata"]["namespace"]), body=body)
-    except (kube.ApiError, OSError) as e:
+    except (KubeError, *TRANSPORT_ERRORS) as e:
         name = body["involvedObject"]["name"]
         log.warning("could not post event %s for %s: %s", body["reason"], name, e, extra=logs.about(name))
 
