@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 from api_shim import listing
 from api_shim.find.index import FindIndex
 from skyscan import kube, manifest
-from skyscan.kube import ApiError
+from skyscan.kube_errors import Gone, KubeError
 from skyscan.packing import Packer
 from skyscan.status import ScanRecord, compact, resource_version
 
@@ -51,10 +51,6 @@ MERGE_SLICE = 50  # Scans merged from a page between two turns of the event loop
 # a byte, watch anew, and a server that does not answer that is found out.
 WATCH_IDLE_SECONDS = 30.0
 ANSWER_SECONDS = 30.0  # to answer a watch (its headers), or to bring a listing's next bytes
-
-
-class Gone(Exception):
-    """The watch's resourceVersion is too old: relist."""
 
 
 class Held(NamedTuple):
@@ -141,22 +137,22 @@ class ScanCache:
                     todo.append(child)
         return sorted(found)
 
-    def find_documents(self, names: Collection[str] | None = None) -> Iterator[Obj]:
-        """The manifest of every cached Scan (or of those of `names` cached), as `/scans/find` matches
-        them: each built once per version of its Scan and kept until the Scan changes. A snapshot:
-        Scans changing while it is read are seen as they were when it began."""
+    def find_documents(self, names: Collection[str] | None = None) -> Iterator[tuple[int, Obj]]:
+        """(version, manifest) of every cached Scan (or of those of `names` cached), as `/scans/find`
+        matches them: each built once per version of its Scan and kept until the Scan changes. A
+        snapshot: Scans changing while it is read are seen as they were when it began."""
         documents = self._documents
         scans = self._scans
         helds = list(scans.items()) if names is None else [(n, scans[n]) for n in names if n in scans]
         for name, held in helds:
             kept = documents.get(name)
             if kept is not None and kept[0] is held:
-                yield dict(zip(manifest.MANIFEST_FIELDS, pickle.loads(kept[1]), strict=True))
+                yield held.version, dict(zip(manifest.MANIFEST_FIELDS, pickle.loads(kept[1]), strict=True))
                 continue
             document = manifest.of(self._unpack(held))
             if scans.get(name) is held:  # its values only: the keys are MANIFEST_FIELDS, in order
                 documents[name] = (held, pickle.dumps(tuple(document.values()), pickle.HIGHEST_PROTOCOL))
-            yield document
+            yield held.version, document
 
     def backlog(self) -> list[Obj]:
         return [self._unpack(self._scans[name]) for name in self._backlog]
@@ -285,13 +281,8 @@ class ScanCache:
         params: dict[str, Any] = {"limit": PAGE_SIZE, "continue": token}
         if LIST_RESOURCE_VERSION and not token:
             params["resourceVersion"] = LIST_RESOURCE_VERSION
-        try:
-            path = kube.scan_path(self._namespace)
-            body = await self._api.read("GET", path, params=params, idle=self._answer)
-        except ApiError as e:
-            if e.status == 410:  # the continue token expired: list from the start
-                raise Gone(e.message) from e
-            raise
+        path = kube.scan_path(self._namespace)  # Gone: the continue token expired, list from the start
+        body = await self._api.read("GET", path, params=params, idle=self._answer)
         return body.decode()
 
     async def _run(self) -> None:
@@ -332,11 +323,9 @@ class ScanCache:
     def _apply(self, event: dict[str, Any]) -> None:
         kind, obj = event.get("type"), event.get("object")
         if kind is None or not isinstance(obj, dict):  # a bare Status: the API server is restarting
-            raise ApiError(int(event.get("code") or 0), str(event.get("message") or "not a watch event"))
-        if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise Gone(obj.get("message"))
-            raise ApiError(int(obj.get("code") or 0), str(obj.get("message")))
+            raise KubeError(int(event.get("code") or 0), str(event.get("message") or "not a watch event"))
+        if kind == "ERROR":  # 410 is a Gone: the watch's history was compacted, relist
+            raise KubeError(int(obj.get("code") or 0), str(obj.get("message")))
         self.resource_version = obj["metadata"]["resourceVersion"]
         self.last_event = time.monotonic()  # bookmarks too: the watch is alive
         if kind == "DELETED":

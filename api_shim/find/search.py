@@ -52,8 +52,11 @@ ID_PART = 2048  # scan ids joined into one part of the answer (~60 KiB, ~0.1 ms)
 KEPT_ASKS = 256  # finds kept parsed by their body's bytes (patterns aside: each may hold MiBs)
 KEPT_BODY_BYTES = 4096  # a body kept is at most this large
 NARROW = "Narrow the filter: name a run or event id, a classifier value, or a time range."
+KEPT_ANSWER_BYTES = 256 << 10  # manifests kept encoded per Scan version, for finds of a few scans
+FEW = 8  # a find answering at most this many live scans answers their kept bytes
 _SCAN_ID = itemgetter("scan_id")
 T = TypeVar("T")
+Found = tuple[int, dict[str, Any]]  # a manifest and the version of its Scan (0: archived)
 
 
 class Live(Protocol):
@@ -61,27 +64,53 @@ class Live(Protocol):
 
     find_index: FindIndex
 
-    def find_documents(self, names: Collection[str] | None = None) -> Iterator[dict[str, Any]]: ...
+    def find_documents(self, names: Collection[str] | None = None) -> Iterator[Found]: ...
     def __len__(self) -> int: ...
     def __contains__(self, name: object) -> bool: ...
 
 
 @dataclass(frozen=True)
 class Asked:
-    """A find as asked: its parsed filter, its projection, and its filter compiled when that needs no
-    pattern (compiling it again would give the same)."""
+    """A find as asked: its parsed filter, its projection, its filter compiled when that needs no
+    pattern (compiling it again would give the same), the lookups that bound it, and whether the
+    index alone answers it."""
 
     query: Query
     fields: frozenset[str]
     compiled: Filter | None
+    lookups: list[index.Lookup]
+    exact: index.Exact | None
 
 
 @dataclass
 class _Finds:
-    """One shim's finds: their turns, and those asked before by their body's bytes."""
+    """One shim's finds: their turns, those asked before by their body's bytes, and the manifests
+    answered to finds of a few scans, encoded, by (scan, projection, names) with their Scan version."""
 
     turn: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(CONCURRENT_FINDS))
     asked: OrderedDict[bytes, Asked] = field(default_factory=OrderedDict)
+    answered: OrderedDict[tuple[str, frozenset[str], Names], tuple[int, bytes]] = field(
+        default_factory=OrderedDict
+    )
+    answered_bytes: int = 0
+
+    def encoded(self, found: Found, fields: frozenset[str], names: Names) -> bytes:
+        """A live scan's manifest as answered, encoded once per version of its Scan."""
+        version, document = found
+        key = (document["scan_id"], fields, names)
+        kept = self.answered.get(key)
+        if kept is not None and kept[0] == version:
+            self.answered.move_to_end(key)
+            return kept[1]
+        body = json.dumps(spoken(view.project(document, fields), names)).encode()
+        if version and len(body) <= KEPT_ANSWER_BYTES // 32:
+            if kept is not None:
+                self.answered_bytes -= len(kept[1])
+            self.answered[key] = (version, body)
+            self.answered_bytes += len(body)
+            while self.answered_bytes > KEPT_ANSWER_BYTES:
+                self.answered_bytes -= len(self.answered.popitem(last=False)[1][1])
+        return body
 
 
 _finds: WeakKeyDictionary[Live, _Finds] = WeakKeyDictionary()
@@ -108,8 +137,11 @@ def ask(live: Live, body: bytes, doc: dict[str, Any], fields: Iterable[str]) -> 
         query = parse(doc, LIMITS)
     except FilterError as e:
         raise bad_request(f"invalid filter: {e}") from None
-    has_patterns = bool(query.patterns())
-    asked = Asked(query, frozenset(fields), None if has_patterns else compile_filter(query, {}))
+    has_patterns, fields = bool(query.patterns()), frozenset(fields)
+    compiled = None if has_patterns else compile_filter(query, {})
+    asked = Asked(
+        query, fields, compiled, index.lookups(query), index.exact(query) if ids_only(fields) else None
+    )
     if not has_patterns and len(body) <= KEPT_BODY_BYTES:
         kept = _of(live).asked
         kept[body] = asked
@@ -174,33 +206,38 @@ async def compile_in_slices(asked: Asked, examined: int) -> Filter:
     return found
 
 
-def candidates(live: Live, query: Query) -> set[str] | None:
-    """The live scans that can match `query` by its clauses on indexed paths; None: any can."""
+def candidates(live: Live, lookups: list[index.Lookup]) -> set[str] | None:
+    """The live scans that can match a filter by its `lookups` (its clauses on indexed paths); None: any
+    can."""
     found: set[str] | None = None
-    for lookup in index.lookups(query):
+    for lookup in lookups:
         names = live.find_index.names(lookup.path, lookup.values)
         found = names if found is None else found & names
     return found
 
 
-async def select(live: Live, matches: Predicate, names: set[str] | None = None) -> Iterator[dict[str, Any]]:
+async def select(live: Live, matches: Predicate, names: set[str] | None = None) -> Iterator[Found]:
     """The manifests of the live Scans (of `names`, or all) that `matches` accepts, in scan id order."""
-    found: list[dict[str, Any]] = []
+    found: list[Found] = []
     clock = time.perf_counter
     until = clock() + SLICE_SECONDS
-    for document in live.find_documents(names):
+    for version, document in live.find_documents(names):
         if matches(document):
-            found.append(document)
+            found.append((version, document))
         if clock() >= until:  # the hot loop: `_Slice.end_if_due` inlined
             await asyncio.sleep(0)
             until = clock() + SLICE_SECONDS
     runs, turn = [], _Slice()
     for start in range(0, len(found), SORT_RUN):
-        runs.append(sorted(found[start : start + SORT_RUN], key=_SCAN_ID))
+        runs.append(sorted(found[start : start + SORT_RUN], key=_found_id))
         await turn.end_if_due()
-    if all(_SCAN_ID(a[-1]) <= _SCAN_ID(b[0]) for a, b in itertools.pairwise(runs)):
+    if all(_found_id(a[-1]) <= _found_id(b[0]) for a, b in itertools.pairwise(runs)):
         return itertools.chain.from_iterable(runs)  # the usual case: the cache holds Scans in id order
-    return heapq.merge(*runs, key=_SCAN_ID)  # lazily, as the answer is written
+    return heapq.merge(*runs, key=_found_id)  # lazily, as the answer is written
+
+
+def _found_id(found: Found) -> str:
+    return str(found[1]["scan_id"])
 
 
 async def select_archived(
@@ -281,13 +318,13 @@ def merge(live: Iterable[T], archived: Iterable[T], key: Callable[[T], str]) -> 
 
 
 async def encode_manifests(
-    found: Iterator[dict[str, Any]], fields: Iterable[str], names: Names = Names.INTERFACE
+    found: Iterator[Found], fields: Iterable[str], names: Names = Names.INTERFACE
 ) -> list[bytes]:
     """`{"manifests": [...]}`, projected to `fields` and in `names`, as JSON in parts of about
     `PART_BYTES` (encoded `WRITE_CHUNK` manifests at a time, a slice at a time)."""
     parts: list[bytes] = []
     pending, size, separator, turn = [b'{"manifests": ['], 0, "", _Slice()
-    while chunk := [spoken(view.project(m, fields), names) for m in itertools.islice(found, WRITE_CHUNK)]:
+    while chunk := [spoken(view.project(m, fields), names) for _, m in itertools.islice(found, WRITE_CHUNK)]:
         encoded = (separator + json.dumps(chunk)[1:-1]).encode()
         pending.append(encoded)
         size += len(encoded)
@@ -335,13 +372,11 @@ async def answer(
     live: Live, archive: Archive | None, namespace: str, asked: Asked, names: Names
 ) -> list[bytes]:
     """The answer to `asked`, in `names`, as the parts of its JSON body."""
-    turn, exact = _of(live).turn, None
-    async with turn:  # the CPU work; a client reading slowly does not hold a turn
-        within = candidates(live, asked.query)
+    finds, exact = _of(live), asked.exact
+    async with finds.turn:  # the CPU work; a client reading slowly does not hold a turn
+        within = candidates(live, asked.lookups)
         examined = len(live) if within is None else len(within)
         compiled = await compile_in_slices(asked, examined)
-        if ids_only(asked.fields):
-            exact = index.exact(asked.query)
         if exact is not None:
             ids = await select_ids(live.find_index, exact)
         else:
@@ -349,9 +384,14 @@ async def answer(
     archived: list[dict[str, Any]] = []
     if archive is not None:  # after the live snapshot: a scan leaves it only once archived
         archived = await select_archived(archive, namespace, asked.query, compiled, live, examined)
-    async with turn:
-        if exact is not None:
-            if archived:
-                ids = list(merge(ids, [_SCAN_ID(m) for m in archived], str))
+    if exact is not None:
+        if archived:
+            ids = list(merge(ids, [_SCAN_ID(m) for m in archived], str))
+        async with finds.turn:
             return await encode_ids(ids, "scan_id" in asked.fields)
-        return await encode_manifests(merge(found, archived, _SCAN_ID), asked.fields, names)
+    if archived:
+        found = merge(found, [(0, m) for m in archived], _found_id)
+    if within is not None and len(within) <= FEW:  # the kept bytes of each, without a turn: a few
+        return [b'{"manifests": [' + b", ".join(finds.encoded(f, asked.fields, names) for f in found) + b"]}"]
+    async with finds.turn:
+        return await encode_manifests(found, asked.fields, names)

@@ -15,6 +15,7 @@ import pytest
 
 from api_shim.cache import ScanCache
 from api_shim.find import search as find
+from api_shim.find.index import lookups
 from api_shim.find.query import parse
 from skyscan import kube, manifest
 from tests.helpers import find_filter
@@ -49,17 +50,17 @@ async def test_documents_are_built_once_per_version(
     monkeypatch.setattr(manifest, "of", build)
     first = scan("a", 1)
     cache.observe(first)
-    (document,) = cache.find_documents()
+    ((_, document),) = cache.find_documents()
     assert document == manifest_of(first)
-    assert next(cache.find_documents()) == document and built == ["a"]  # kept
+    assert next(cache.find_documents()) == (1, document) and built == ["a"]  # kept
     cache.observe(scan("b", 2))
     snapshot = cache.find_documents()
-    assert next(snapshot) == document
+    assert next(snapshot) == (1, document)
     cache.observe(scan("b", 3, priority=7))
-    assert next(snapshot)["priority"] == 0  # a snapshot reads Scans as they were when it began
-    _, document = cache.find_documents()
+    assert next(snapshot)[1]["priority"] == 0  # a snapshot reads Scans as they were when it began
+    _, (_, document) = cache.find_documents()
     assert document["priority"] == 7 and built == ["a", "b", "b"]  # rebuilt for the new version
-    assert list(cache.find_documents())[1] == document and built == ["a", "b", "b"]
+    assert list(cache.find_documents())[1][1] == document and built == ["a", "b", "b"]
     cache.forget(scan("a", 4))
     cache.forget(scan("b", 4))
     assert list(cache.find_documents()) == []
@@ -71,7 +72,7 @@ async def test_select_answers_in_id_order(cache: ScanCache, monkeypatch: pytest.
     names = [f"scan-{i:04d}" for i in range(100)]
     for version, name in enumerate(random.sample(names, len(names)), start=1):
         cache.observe(scan(name, version, priority=int(name[-2:]) % 3))
-    found = list(await find.select(cache, find_filter({"priority": 1}).matches))
+    found = [d for _, d in await find.select(cache, find_filter({"priority": 1}).matches)]
     assert [m["scan_id"] for m in found] == [n for n in names if int(n[-2:]) % 3 == 1]
 
 
@@ -99,7 +100,7 @@ async def test_select_yields_to_the_loop(cache: ScanCache) -> None:
     try:
         ticking = asyncio.create_task(ticker(gaps))
         await asyncio.sleep(0)
-        found = list(await find.select(cache, matches))
+        found = [d for _, d in await find.select(cache, matches)]
         ticking.cancel()
     finally:
         gc.enable()
@@ -125,10 +126,10 @@ async def test_a_narrowed_select_finds_what_the_full_one_finds(cache: ScanCache)
         {"classifiers.i": 99},
     ]
     for query in queries:
-        names = find.candidates(cache, parse(query))
+        names = find.candidates(cache, lookups(parse(query)))
         assert names is not None and len(names) < len(cache)
         matches = find_filter(query).matches
-        narrowed = [m["scan_id"] for m in await find.select(cache, matches, names)]
-        assert narrowed == [m["scan_id"] for m in await find.select(cache, matches)], query
-    assert find.candidates(cache, parse({"priority": 1})) is None
+        narrowed = [m["scan_id"] for _, m in await find.select(cache, matches, names)]
+        assert narrowed == [m["scan_id"] for _, m in await find.select(cache, matches)], query
+    assert find.candidates(cache, lookups(parse({"priority": 1}))) is None
     assert len(list(await find.select(cache, find_filter({"event_metadata.run_id": 0}).matches))) == 14

@@ -138,11 +138,13 @@ def looped(call: Call, concurrency: int) -> Measure:
     return measure
 
 
-def hey_get(url: str, concurrency: int, headers: Mapping[str, str] | None = None) -> Measure:
-    """GETs of `url` by hey (loadgen), `concurrency` at a time."""
+def hey_get(
+    url: str, concurrency: int, headers: Mapping[str, str] | None = None, body: str | None = None
+) -> Measure:
+    """GETs of `url` (POSTs of the JSON `body`) by hey (loadgen), `concurrency` at a time."""
 
     async def measure(n: int) -> tuple[float, list[float]]:
-        got = await loadgen.run(url, n, concurrency, headers)
+        got = await loadgen.run(url, n, concurrency, headers, body)
         return got.elapsed, got.latencies
 
     return measure

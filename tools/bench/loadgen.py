@@ -63,11 +63,16 @@ def client() -> str:
     return f"hey, pinned to CPU {cpu}" if cpu is not None else "hey (not pinned: one CPU)"
 
 
-def command(url: str, n: int, concurrency: int, headers: Mapping[str, str]) -> list[str]:
-    """hey's command line: `n` GETs of `url`, `concurrency` at a time, with `headers`."""
+def command(
+    url: str, n: int, concurrency: int, headers: Mapping[str, str], body: str | None = None
+) -> list[str]:
+    """hey's command line: `n` GETs of `url` (POSTs of the JSON `body`), `concurrency` at a time, with
+    `headers`."""
     cpu = pinned_cpu()
     pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
     args = [str(binary()), "-n", str(n), "-c", str(concurrency), "-o", "csv"]
+    if body is not None:
+        args += ["-m", "POST", "-T", "application/json", "-d", body]
     for name, value in headers.items():
         args += ["-H", f"{name}: {value}"]
     return [*pin, *args, url]
@@ -81,11 +86,13 @@ def sent(n: int, concurrency: int) -> int:
     return n - n % concurrency
 
 
-async def run(url: str, n: int, concurrency: int, headers: Mapping[str, str] | None = None) -> Run:
-    """`sent(n, concurrency)` GETs of `url` by hey; every one must answer 200."""
+async def run(
+    url: str, n: int, concurrency: int, headers: Mapping[str, str] | None = None, body: str | None = None
+) -> Run:
+    """`sent(n, concurrency)` GETs of `url` (POSTs of `body`) by hey; every one must answer 200."""
     expected = sent(n, concurrency)
     proc = await asyncio.create_subprocess_exec(
-        *command(url, n, concurrency, headers or {}),
+        *command(url, n, concurrency, headers or {}, body),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -96,6 +103,7 @@ async def run(url: str, n: int, concurrency: int, headers: Mapping[str, str] | N
     if len(got.latencies) != expected or set(got.statuses) != {200}:
         # hey leaves failed requests (refused, timed out) out of its rows
         raise AssertionError(
-            f"hey GET {url}: {len(got.latencies)} of {expected} answered, {dict(got.statuses)}"
+            f"hey {'POST' if body else 'GET'} {url}: {len(got.latencies)} of {expected} answered, "
+            f"{dict(got.statuses)}"
         )
     return got

@@ -222,11 +222,14 @@ def api_get(b: Bench, scan: str) -> tuple[harness.Measure, str]:
 async def reads(b: Bench, config: ShimConfig, shim: Server) -> None:
     """1. GET manifest and status of one scan: the shim vs a bare server with the same bytes vs the API
     server, all driven by hey (one URL each: hey repeats one request)."""
-    b.report.phase("GET manifest and status: shim, bare aiohttp, API server")
+    b.report.phase("GET manifest and status: shim, bare aiohttp, API server; a find of that scan")
     scan = b.live[0]
+    one = json.dumps({"filter": live_filters(b, "run", 1, [0])[0]})  # the run and event ids of live[0]
     async with b.session(config) as http:
         manifest = await get_ok(http, f"{shim.base}/scan/{scan}/manifest")
         status = await get_ok(http, f"{shim.base}/scan/{scan}/status")
+        if [m["scan_id"] for m in await find(http, shim.base, json.loads(one)["filter"])] != [scan]:
+            raise AssertionError(f"the find {one} does not answer {scan} alone")
     async with (
         harness.running(harness.start_bare_server(manifest, b.workdir)) as bare_m,
         harness.running(harness.start_bare_server(status, b.workdir)) as bare_s,
@@ -238,6 +241,7 @@ async def reads(b: Bench, config: ShimConfig, shim: Server) -> None:
             "bare manifest": harness.hey_get(f"{bare_m.base}{path}/manifest", CONCURRENCY),
             "shim status": harness.hey_get(f"{shim.base}{path}/status", CONCURRENCY, user),
             "bare status": harness.hey_get(f"{bare_s.base}{path}/status", CONCURRENCY),
+            "shim find one": harness.hey_get(f"{shim.base}/scans/find", CONCURRENCY, user, one),
             "api": api,
         }
         got = await harness.interleaved(kinds, b.size.requests, 2 * CONCURRENCY)
@@ -249,6 +253,8 @@ async def reads(b: Bench, config: ShimConfig, shim: Server) -> None:
     add(versus(f"shim GET /scan/{{id}}/status ({len(status)} B)", got["shim status"],
                got["bare status"], "bare aiohttp", 0.9, 2, HEY))  # fmt: skip
     add(Row("", "", ratio(got["shim status"], got["api"], "an API-server GET"), client=versus_api))
+    add(versus("shim POST /scans/find of that scan by run_id + event_id (indexed)", got["shim find one"],
+               got["shim manifest"], "a shim GET of its manifest", 0.5, client=HEY))  # fmt: skip
     add(Row("bare aiohttp server, manifest bytes", latency(got["bare manifest"]), client=HEY))
     add(Row("API-server GET of the Scan", latency(got["api"]), client=api_client))
 
@@ -267,8 +273,10 @@ async def timed_finds(
     return harness.stats(lat, elapsed), empty
 
 
-def live_filters(b: Bench, kind: str, n: int) -> list[dict[str, Any]]:
-    picks = random.sample(range(b.size.live), min(n, b.size.live))
+def live_filters(b: Bench, kind: str, n: int, picks: list[int] | None = None) -> list[dict[str, Any]]:
+    """Finds of one live scan each (the `picks`-th, else `n` at random), by its run and event ids or by
+    its classifier."""
+    picks = picks or random.sample(range(b.size.live), min(n, b.size.live))
     if kind == "run":
         return [{"event_metadata.run_id": 100_000 + i // 10, "event_metadata.event_id": i} for i in picks]
     return [{"classifiers.i": i} for i in picks]

@@ -223,7 +223,8 @@ async def test_reads_survive_an_unreachable_api_server_and_writes_answer_503_wit
 
 async def test_a_compacted_watch_position_means_relist(shim: ShimUnderTest) -> None:
     """The API server answers a watch from a resourceVersion it no longer holds with 410 Gone."""
-    from api_shim.cache import Gone, ScanCache
+    from api_shim.cache import ScanCache
+    from skyscan.kube_errors import Gone
 
     cache = ScanCache(shim.state.scans.api, shim.namespace)
     cache.resource_version = "1"
