@@ -3,12 +3,20 @@
 Run it with `skyscan-shim serve` (configuration: `SKYSCAN_*` variables, see `settings.py`); make a
 local bearer token with `skyscan-shim make-token --file tokens.json --name me --roles user,system`.
 
-Modules: `app` (factory, auth/redirect guard, CLI), `routes` (the route table), `handlers/` (one
-module per resource), `plumbing` (the Shim state, Route, request parsing), `writes` (multi-step write
-sequences), `view` (the REST manifest and other views of a Scan, pure), `launch` (POST /scan
-normalisation, pure), `models` (request/response models, error wording), `openapi`, `cache`
-(list+watch of Scans), `store` (Scan writes with conflict retries), `filters` (the /scans/find
-matcher), `auth`, `errors`, `sizes` (the tag catalog is the domain's: `skyscan.tags`).
+Its layers, each importing only those below it (import-linter holds them, `pyproject.toml`):
+- `app`: the factory, the guard around every route (auth, roles, confinement, redirects), the CLI;
+- `access` (the access log) and `routes` (the route table, the interface's and the reference's paths);
+- `handlers/`: one module per resource, parsing a request and answering it;
+- `metrics` (Prometheus) and `openapi` (the document, from the routes and the models);
+- `plumbing`: the Shim's state, `Route`, request parsing, kept forms, answers;
+- `repository/`: the scans repository, closed; only `Scans` (and its value types) leave it;
+- `scanner_auth`: the scanners' per-scan credentials;
+- `auth` (who is calling), `bodies` (request bodies, held and bounded), `launch` (POST /scan
+  normalisation, pure), `settings` (`SKYSCAN_*`);
+- `find/`: `/scans/find`, from the parsed filter to the answer's bytes;
+- `errors` (error bodies), `models` (request and response models), `oidc` (bearer JWTs), `sizes`
+  (data sizes as the reference parses them), `view` (REST views of a Scan, pure);
+- `wire_names`: the reference's names beside the interface's.
 """
 
 import sys

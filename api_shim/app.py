@@ -20,10 +20,9 @@ from typing import NoReturn, TypedDict
 from aiohttp import web
 from aiohttp.web_urldispatcher import _InfoDict
 
-from api_shim import auth, oidc, openapi, versions
+from api_shim import auth, oidc, openapi
 from api_shim.access import LOGGER, AccessLogger, refused_requests_in_brief
 from api_shim.bodies import BODIES, BodyBudget, body_of
-from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, error_response
 from api_shim.handlers.events import STREAMS, EventStreams, close_streams
 from api_shim.metrics import CATCH_ALL, METRICS, METRICS_PATH, ShimMetrics, Tally
@@ -42,13 +41,11 @@ from api_shim.plumbing import (
     refuse_encoded_body,
     unvouched,
 )
+from api_shim.repository import Scans
 from api_shim.routes import ROUTES
 from api_shim.scanner_auth import ScannerTokens
-from api_shim.scans import Scans
 from api_shim.settings import ShimSettings
-from api_shim.versions import MIN_VERSION_HEADER
 from api_shim.wire_names import Names
-from api_shim.writes import ScanWrites
 from skyscan import kube, logs
 from skyscan.archive import Archive
 from skyscan.status import ScanRecord
@@ -73,7 +70,7 @@ def guard(route: Route, metrics: ShimMetrics) -> Handler:
     no middleware: aiohttp would add a coroutine and a wrapper a request for one). From the outside in:
     the answer is counted and timed (`api_shim.metrics`; scrapes of /metrics are not), what was raised
     is answered in the error body's shape (`api_shim.errors`; a redirection is raised again, for aiohttp
-    to answer), a write is answered with the Scan version it wrote (`api_shim.versions`); then the
+    to answer), a write is answered with the Scan version it wrote (`api_shim.repository.versions`); then the
     checks in their order: an encoded body refused, the caller authenticated, its roles, a scanner's
     confinement, the body's room, freshness and a replaced scan's redirect."""
     handler, roles, method = route.handler, route.roles, route.method
@@ -82,49 +79,25 @@ def guard(route: Route, metrics: ShimMetrics) -> Handler:
     async def guarded(request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
         status = 500  # what a request cut short (cancelled) is counted as
-        written, token = versions.noting()
         try:
-            try:
-                refuse_encoded_body(request)
-                identity = None
-                if roles is not None:
-                    if stale := unvouched(request.app[SHIM]):
-                        raise ApiError(503, "kubernetes API unavailable", stale)
-                    identity = await auth.identify(
-                        request.app[AUTHENTICATORS], request.headers.get("Authorization")
-                    )
-                    if identity is None:
-                        raise ApiError(
-                            401,
-                            "authentication failed",
-                            "Send a valid bearer token.",
-                            {"WWW-Authenticate": "Bearer"},
-                        )
-                    if not identity.roles & roles:
-                        raise ApiError(
-                            403,
-                            "authorization failed",
-                            f"This route needs one of: {', '.join(sorted(roles))}.",
-                        )
-                    if identity.scan_id is not None:
-                        _confine(request, identity.scan_id, route)
-                    request[IDENTITY] = identity
-                    request[NAMES] = route.names or identity.names
-                async with request.app[BODIES].room(request):  # after auth: only callers' bodies are read
-                    if identity is not None and _to_check(request, route, identity):
-                        await _check(request, route, identity)
-                    response = await handler(request)
-            except Exception as e:
-                response = error_response(request, e)  # a redirection is raised again
-            else:
-                versions.answer_written(response, written)
+            with Scans.noting_writes() as written:
+                try:
+                    refuse_encoded_body(request)
+                    identity = None if roles is None else await _identify(request, route, roles)
+                    async with request.app[BODIES].room(request):  # after auth: only callers' bodies are read
+                        if identity is not None and _to_check(request, route, identity):
+                            await _check(request, route, identity)
+                        response = await handler(request)
+                except Exception as e:
+                    response = error_response(request, e)  # a redirection is raised again
+                else:
+                    written.answer(response)
             status = response.status
             return response
         except web.HTTPException as e:
             status = e.status
             raise
         finally:
-            versions.noted(token)
             if tallies is not None:
                 if (tally := tallies.get(status)) is None:
                     tally = tallies[status] = metrics.bind(route.path, method, status)
@@ -182,22 +155,40 @@ def answer_unmatched(app: web.Application, metrics: ShimMetrics) -> None:
     catch_all.add_route("*", unmatched(metrics))
 
 
+async def _identify(request: web.Request, route: Route, roles: frozenset[str]) -> auth.Identity:
+    """The caller, authenticated and allowed the route (401, 403; 503 while the shim cannot vouch for
+    its copy of the Scans), noted on the request with the wire names its answer speaks."""
+    if stale := unvouched(request.app[SHIM]):
+        raise ApiError(503, "kubernetes API unavailable", stale)
+    identity = await auth.identify(request.app[AUTHENTICATORS], request.headers.get("Authorization"))
+    if identity is None:
+        raise ApiError(
+            401, "authentication failed", "Send a valid bearer token.", {"WWW-Authenticate": "Bearer"}
+        )
+    if not identity.roles & roles:
+        raise ApiError(403, "authorization failed", f"This route needs one of: {', '.join(sorted(roles))}.")
+    if identity.scan_id is not None:
+        _confine(request, identity.scan_id, route)
+    request[IDENTITY] = identity
+    request[NAMES] = route.names or identity.names
+    return identity
+
+
 def _to_check(request: web.Request, route: Route, identity: auth.Identity) -> bool:
     """Whether a caller's request waits for freshness or may be redirected: a read of a live scan that
     was not replaced, the most common, is known by one lookup."""
-    if MIN_VERSION_HEADER in request.headers:
+    if Scans.asks_version(request):
         return True
     if not route.redirect or auth.USER not in identity.roles or identity.scan_id is not None:
         return False
-    held = request.app[SHIM].scans.cache.held.get(request.match_info["scan_id"])
-    return held is None or held.replaced_by is not None
+    return not request.app[SHIM].scans.live_and_current(request.match_info["scan_id"])
 
 
 async def _check(request: web.Request, route: Route, identity: auth.Identity) -> None:
     """After auth (only callers may make the shim read): wait for the version asked for, redirect a
     person's request about a replaced scan."""
-    if MIN_VERSION_HEADER in request.headers:
-        await request.app[SHIM].scans.freshness.reach(request)
+    if Scans.asks_version(request):
+        await request.app[SHIM].scans.reach(request)
     if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
         await _maybe_redirect(request, route)
 
@@ -209,7 +200,7 @@ def _confine(request: web.Request, scan_id: str, route: Route) -> None:
         raise ApiError(403, "authorization failed", "A scanner's credential cannot act for a person.")
     if request.match_info.get("scan_id") != scan_id:
         raise ApiError(403, "authorization failed", f"This credential is valid for scan {scan_id} only.")
-    scan = request.app[SHIM].scans.cache.get(scan_id)
+    scan = request.app[SHIM].scans.live(scan_id)
     if scan is None or not ScanRecord(scan).scanner_may_act:
         raise ApiError(403, "authorization failed", f"The scanner credential of scan {scan_id} is revoked.")
 
@@ -217,8 +208,8 @@ def _confine(request: web.Request, scan_id: str, route: Route) -> None:
 async def _maybe_redirect(request: web.Request, route: Route) -> None:
     old = request.match_info["scan_id"]
     scans = request.app[SHIM].scans
-    if old in scans.cache:  # live: known without unpacking the Scan, which a kept form never needs
-        new = scans.cache.replaced_by(old)
+    if scans.is_live(old):  # known without unpacking the Scan, which a kept form never needs
+        new = scans.replaced_by(old)
     else:
         scan = await scans.get(old)
         if scan is None:
@@ -301,23 +292,24 @@ async def create_app(
                     **verifier_options(settings),
                 )
             )
-        cache = ScanCache(api, settings.namespace, settings.watch_timeout)
-        await cache.start()
-        await asyncio.wait_for(cache.synced.wait(), timeout=60)
-        app[METRICS].watch(cache)
         archive = None if settings.archive_dsn is None else await Archive.connect(settings.archive_dsn)
-        scans = Scans(api, settings.namespace, cache, settings.write_timeout, archive)
+        scans = await Scans.connect(
+            api,
+            settings.namespace,
+            watch_timeout=settings.watch_timeout,
+            timeout=settings.write_timeout,
+            archive=archive,
+        )
+        app[METRICS].watch(scans)
         app[SHIM] = Shim(
             settings=settings,
             api=api,
             scans=scans,
-            writes=ScanWrites(scans, settings.add_workers_timeout),
+            writes=scans.writes(settings.add_workers_timeout),
             tags=TagCatalog(settings.tag_catalog_dir, settings.tags),
         )
         yield
-        await cache.stop()
-        if archive is not None:
-            await archive.close()
+        await scans.close()
         await api.close()
 
     app.cleanup_ctx.append(kubernetes)

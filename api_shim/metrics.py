@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from api_shim.cache import ScanCache
+from api_shim.repository import Scans
 
 METRICS_PATH = "/metrics"
 UNMATCHED = "unmatched"  # no route matched: the raw path is never a label value
@@ -69,26 +69,28 @@ def route_template(match: UrlMappingMatchInfo) -> str:
 class CacheCollector(Collector):
     """The Scan cache, read at scrape time."""
 
-    def __init__(self, cache: ScanCache) -> None:
-        self.cache = cache
+    def __init__(self, scans: Scans) -> None:
+        self.scans = scans
 
     def collect(self) -> Iterator[Metric]:
-        cache = self.cache
-        yield GaugeMetricFamily("skyscan_shim_cached_scans", "Scans held in the shim's cache.", len(cache))
+        figures = self.scans.watch_figures()
+        yield GaugeMetricFamily(
+            "skyscan_shim_cached_scans", "Scans held in the shim's cache.", figures.cached
+        )
         yield CounterMetricFamily(
             "skyscan_shim_cache_relists",
             "Listings of every Scan after the first (the watch's history was compacted: 410 Gone).",
-            cache.relists,
+            figures.relists,
         )
         yield GaugeMetricFamily(
             "skyscan_shim_cache_watch_idle_seconds",
             "Seconds since the cache's watch last brought an event or a bookmark (or a listing ended).",
-            time.monotonic() - cache.last_event,
+            figures.idle_seconds,
         )
         yield GaugeMetricFamily(
             "skyscan_shim_cache_watch_broken_seconds",
             "Seconds the cache's list and watch of the API server have been failing (0: they work).",
-            cache.broken_for(),
+            figures.broken_seconds,
         )
 
 
@@ -177,8 +179,8 @@ class ShimMetrics:
         self._timings: dict[tuple[str, str], Timing] = {}
         self.registry.register(RequestsCollector(self._tallies, self._timings))
 
-    def watch(self, cache: ScanCache) -> None:
-        self.registry.register(CacheCollector(cache))
+    def watch(self, scans: Scans) -> None:
+        self.registry.register(CacheCollector(scans))
 
     def bind(self, route: str, method: str, status: int) -> Tally:
         """The tally of (route template, method, status), made at its first request."""

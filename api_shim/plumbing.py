@@ -15,12 +15,10 @@ from pydantic import BaseModel, ValidationError
 from api_shim import models, view
 from api_shim.auth import Identity
 from api_shim.bodies import body_of
-from api_shim.encoded import Form, encode
 from api_shim.errors import ApiError, bad_request, not_found
-from api_shim.scans import Scans, archived
+from api_shim.repository import Form, Scans, ScanWrites
 from api_shim.settings import ShimSettings
 from api_shim.wire_names import Names, spoken
-from api_shim.writes import ScanWrites
 from skyscan.kube import Kube
 from skyscan.tags import TagCatalog
 
@@ -34,7 +32,7 @@ FOUND = web.RequestKey("found", dict[str, Any])  # the scan named in the path: o
 
 def unvouched(shim: Shim) -> str | None:
     """Why the shim cannot vouch for its copy of the Scans (its watch broken beyond the bound), or None."""
-    broken, bound = shim.scans.cache.broken_for(), shim.settings.cache_broken_seconds
+    broken, bound = shim.scans.broken_for(), shim.settings.cache_broken_seconds
     if broken <= bound:
         return None
     return (
@@ -59,6 +57,11 @@ class Shim:
 
 
 SHIM = web.AppKey("shim", Shim)
+
+
+def encode(doc: Any) -> bytes:
+    """A JSON document as the shim answers it (`aiohttp.web.json_response`'s encoding)."""
+    return json.dumps(doc).encode()
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,7 @@ async def scan_for(request: web.Request, *, include_deleted: bool = True) -> dic
 
 def refuse_archived(scan: dict[str, Any]) -> None:
     """A write that only a running scan can take."""
-    if archived(scan):
+    if Scans.is_archived(scan):
         raise bad_request(
             "scan is archived",
             f"Scan {view.scan_id(scan)} is finished and archived; only reads, rescan and delete apply.",
@@ -212,7 +215,7 @@ def kept_form(request: web.Request, form: Form, *, include_deleted: bool = True)
     """The scan named in the path as `form` in the request's wire names, if it is kept encoded for the
     version the cache holds (404 for a deleted scan unless `include_deleted`); None: build it
     (`keep_form`)."""
-    kept = request.app[SHIM].scans.encoded.get(request.match_info["scan_id"], (*form, names_of(request)))
+    kept = request.app[SHIM].scans.kept(request.match_info["scan_id"], (*form, names_of(request)))
     if kept is None:
         return None
     if kept.deleted and not include_deleted:
@@ -224,7 +227,7 @@ def keep_form(request: web.Request, scan: dict[str, Any], form: Form, doc: Any) 
     """`doc`, the form `form` of `scan` in the request's wire names, encoded and kept for the next read
     of that version."""
     body = encode(doc)
-    request.app[SHIM].scans.encoded.put(scan, (*form, names_of(request)), body)
+    request.app[SHIM].scans.keep(scan, (*form, names_of(request)), body)
     return body
 
 

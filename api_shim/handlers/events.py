@@ -24,10 +24,10 @@ from typing import Any
 from aiohttp import web
 
 from api_shim import view
-from api_shim.cache import ScanCache
 from api_shim.errors import ApiError
 from api_shim.metrics import METRICS
 from api_shim.plumbing import FOUND, SHIM, Shim, scan_for
+from api_shim.repository import Scans
 from api_shim.settings import ShimSettings
 from skyscan import manifest
 from skyscan.status import ScanRecord, resource_version
@@ -90,7 +90,7 @@ class Channel:
     def latest(self, shim: Shim) -> Message | None:
         """The Scan's message as the cache holds it now; None once the cache no longer has it."""
         if self._message is None:
-            scan = shim.scans.cache.get(self.name)
+            scan = shim.scans.live(self.name)
             if scan is None:
                 return None
             self._message = message(scan, _logs_url(shim, scan))
@@ -108,12 +108,12 @@ class EventStreams:
         self._channels: dict[str, Channel] = {}
 
     @contextmanager
-    def channel(self, cache: ScanCache, name: str) -> Iterator[Channel]:
+    def channel(self, scans: Scans, name: str) -> Iterator[Channel]:
         """Scan `name`'s channel, followed in the cache while any stream uses it."""
         channel = self._channels.get(name)
         if channel is None:
             channel = self._channels[name] = Channel(name)
-            cache.follow(name, channel.wake)
+            scans.follow(name, channel.wake)
         channel.streams += 1
         try:
             yield channel
@@ -121,7 +121,7 @@ class EventStreams:
             channel.streams -= 1
             if not channel.streams:
                 del self._channels[name]
-                cache.unfollow(name, channel.wake)
+                scans.unfollow(name, channel.wake)
 
     def close(self) -> None:
         """The shim is stopping: every stream closes now (no `end`: its clients follow anew)."""
@@ -145,7 +145,7 @@ async def _followed(request: web.Request) -> tuple[str, Message | None]:
     scan = await scan_for(request)
     request.pop(FOUND, None)
     name = view.scan_id(scan)
-    return name, None if name in shim.scans.cache else message(scan, _logs_url(shim, scan))
+    return name, None if shim.scans.is_live(name) else message(scan, _logs_url(shim, scan))
 
 
 async def scan_events(request: web.Request) -> web.StreamResponse:
@@ -165,7 +165,7 @@ async def scan_events(request: web.Request) -> web.StreamResponse:
     streams.open += 1
     gauge.inc()
     try:
-        with streams.channel(shim.scans.cache, name) as channel:
+        with streams.channel(shim.scans, name) as channel:
             await response.prepare(request)
             await _follow(response, channel, shim, streams, archived)
     except ConnectionError:  # the client left

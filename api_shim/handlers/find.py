@@ -7,16 +7,14 @@ from aiohttp import web
 from api_shim import models, view
 from api_shim.bodies import body_of
 from api_shim.errors import bad_request
-from api_shim.find import search
 from api_shim.plumbing import SHIM, names_of, ok, parse_body
 
 SMALL_ANSWER = 16 << 10  # written at once; a larger answer part by part as the client drains it
 
 
 async def find_scans(request: web.Request) -> web.StreamResponse:
-    shim = request.app[SHIM]
-    live, raw = shim.scans.cache, await body_of(request)
-    asked = search.asked_before(live, raw)
+    scans, raw = request.app[SHIM].scans, await body_of(request)
+    asked = scans.asked_before(raw)
     if asked is None:
         body = await parse_body(request, models.FindBody)
         fields = view.find_projection(body.manifest_projection)
@@ -28,8 +26,8 @@ async def find_scans(request: web.Request) -> web.StreamResponse:
         query = dict(body.filter)
         if "is_deleted" not in query and not body.include_deleted:
             query["is_deleted"] = False
-        asked = search.ask(live, raw, query, fields)
-    parts = await search.answer(live, shim.scans.archive, shim.namespace, asked, names_of(request))
+        asked = scans.ask(raw, query, fields)
+    parts = await scans.find(asked, names_of(request))
     return await send(request, parts)
 
 
@@ -54,6 +52,6 @@ async def send(request: web.Request, parts: list[bytes]) -> web.StreamResponse:
 
 
 async def backlog(request: web.Request) -> web.Response:
-    entries = [e for e in (view.backlog_entry(s) for s in request.app[SHIM].scans.cache.backlog()) if e]
+    entries = [e for e in (view.backlog_entry(s) for s in request.app[SHIM].scans.backlog()) if e]
     entries.sort(key=lambda e: (e["timestamp"], e["scan_id"]))
     return ok({"entries": entries})

@@ -6,7 +6,6 @@ from aiohttp import web
 
 from api_shim import models, view
 from api_shim.auth import SYSTEM
-from api_shim.encoded import Form
 from api_shim.errors import ApiError, not_found
 from api_shim.plumbing import (
     IDENTITY,
@@ -18,6 +17,7 @@ from api_shim.plumbing import (
     scan_for,
     served,
 )
+from api_shim.repository import Form
 from skyscan import manifest
 
 MANIFEST: Form = ("manifest", None)  # the whole manifest

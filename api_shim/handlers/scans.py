@@ -7,13 +7,13 @@ from typing import Any
 from aiohttp import web
 
 from api_shim import models, view
-from api_shim.encoded import encode
 from api_shim.errors import not_found
 from api_shim.launch import Defaults, normalise
 from api_shim.plumbing import (
     SHIM,
     Shim,
     answer,
+    encode,
     keep_form,
     kept_form,
     names_of,
@@ -62,7 +62,7 @@ async def launch_scan(request: web.Request) -> web.Response:
 async def get_scan_request(request: web.Request) -> web.Response:
     shim = request.app[SHIM]
     name = request.match_info["scan_id"]
-    live = name in shim.scans.cache  # a live scan is unpacked only when its form is not kept
+    live = shim.scans.is_live(name)  # a live scan is unpacked only when its form is not kept
     scan = None if live else await shim.scans.get(name)
     if not live and scan is None:
         raise not_found("scan request")

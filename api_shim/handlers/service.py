@@ -17,7 +17,7 @@ async def healthz(request: web.Request) -> web.Response:
     """For probes: ready once the Scan cache has synced, and while its watch is not broken for longer
     than `cache_broken_seconds` (a replica that cannot see the cluster leaves the Service)."""
     shim = request.app[SHIM]
-    if not shim.scans.cache.synced.is_set():
+    if not shim.scans.synced:
         raise ApiError(503, "not ready", "The Scan cache has not synced yet.")
     if stale := unvouched(shim):
         raise ApiError(503, "not ready", stale)

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api_shim.cache import ScanCache
 from api_shim.errors import ApiError
 from api_shim.find import search as find
 from api_shim.find.query import FindLimits, parse
 from api_shim.find.sql import queries, translate
+from api_shim.repository.cache import ScanCache
 from skyscan import kube
 from skyscan.archive import Archive, ArchivedScan
 from tests.helpers import find_filter

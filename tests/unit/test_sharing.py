@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from api_shim.sharing import SharedRuns
+from api_shim.repository.sharing import SharedRuns
 
 pytestmark = pytest.mark.timeout(10)
 

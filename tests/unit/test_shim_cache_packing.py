@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from api_shim.cache import ScanCache
+from api_shim.repository.cache import ScanCache
 from skyscan.packing import Packer
 from skyscan.status import compact
 from tests.unit.test_shim_view import SCAN

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from api_shim.cache import ScanCache
-from api_shim.encoded import FORM_OVERHEAD, FORMS_PER_SCAN, EncodedForms
+from api_shim.repository.cache import ScanCache
+from api_shim.repository.encoded import FORM_OVERHEAD, FORMS_PER_SCAN, EncodedForms
 from tests.unit.test_shim_cache_packing import waiting_scan
 
 MANIFEST = ("manifest", None)

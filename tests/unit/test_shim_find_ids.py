@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from api_shim.cache import ScanCache
 from api_shim.find import index as find_index
 from api_shim.find import search as find
 from api_shim.find.index import FindIndex
 from api_shim.find.query import parse
+from api_shim.repository.cache import ScanCache
 from tests.helpers import find_filter
 from tests.unit.test_shim_find_select import cache, scan, ticker
 

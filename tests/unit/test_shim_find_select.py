@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from api_shim.cache import ScanCache
 from api_shim.find import search as find
 from api_shim.find.index import lookups
 from api_shim.find.query import parse
+from api_shim.repository.cache import ScanCache
 from skyscan import kube, manifest
 from tests.helpers import find_filter
 from tests.unit.test_shim_view import SCAN

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from api_shim import freshness
+from api_shim.repository import freshness
 from skyscan import model
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from api_shim.listing import items
+from api_shim.repository.listing import items
 
 LISTS: list[dict[str, Any]] = [
     {"apiVersion": "skyscan.io/v1alpha1", "items": [{"metadata": {"name": "a"}}, {"spec": {"x": [1, 2]}}],

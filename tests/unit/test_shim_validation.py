@@ -12,10 +12,10 @@ from pydantic import BaseModel, ValidationError
 
 from api_shim import auth, models
 from api_shim.app import create_app, redirect_location
-from api_shim.cache import Gone, ScanCache
 from api_shim.errors import ApiError
 from api_shim.metrics import UNMATCHED, template
 from api_shim.plumbing import parse_bool
+from api_shim.repository.cache import Gone, ScanCache
 from api_shim.routes import ROUTES
 from api_shim.settings import ShimSettings
 from skyscan.kube_errors import KubeError

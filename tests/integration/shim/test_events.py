@@ -121,7 +121,7 @@ async def test_a_follower_gets_the_latest_state_never_a_backlog(shim: ShimUnderT
     obj = await shim.kube_scan(scan_id)
     base = int(obj["metadata"]["resourceVersion"]) + 1000  # ahead of anything the watch brings meanwhile
     for i in range(50):  # fifty versions reach the cache within one turn of the event loop
-        shim.state.scans.cache.observe(
+        shim.state.scans._cache.observe(
             {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(base + i)},
              "status": {"workflow": {"id": f"wf-{i}", "address": "http://wms.test"}}}
         )  # fmt: skip
@@ -193,14 +193,14 @@ async def test_keepalives_and_a_client_that_leaves_frees_its_stream(make_shim: M
     comment = await stream.next(timeout=2)
     assert comment is not None and comment.kind == "comment" and comment.data == "keepalive"
     assert await streams_gauge(shim) == 2
-    assert scan_id in shim.state.scans.cache._followers  # one channel for both streams
+    assert scan_id in shim.state.scans._cache._followers  # one channel for both streams
 
     stream.response.close()  # the client goes away without a word
     assert await eventually(lambda: _equals(streams_gauge(shim), 1), timeout=10, interval=0.1)
-    assert scan_id in shim.state.scans.cache._followers  # the other still follows
+    assert scan_id in shim.state.scans._cache._followers  # the other still follows
     other.response.close()
     assert await eventually(lambda: _equals(streams_gauge(shim), 0), timeout=10, interval=0.1)
-    assert scan_id not in shim.state.scans.cache._followers
+    assert scan_id not in shim.state.scans._cache._followers
 
 
 async def _equals(value: Any, expected: float) -> bool:

@@ -194,8 +194,8 @@ async def test_reads_survive_an_unreachable_api_server_and_writes_answer_503_wit
     shim: ShimUnderTest,
 ) -> None:
     scan_id = (await shim.launch())["scan_id"]
-    shim.state.scans.api.server = "https://127.0.0.1:9"  # nothing listens there
-    shim.state.scans.store._timeout = 2.0
+    shim.state.scans._api.server = "https://127.0.0.1:9"  # nothing listens there
+    shim.state.scans._store._timeout = 2.0
     assert (await shim.call("GET", f"/scan/{scan_id}/manifest")).status == 200
     assert (await shim.call("POST", "/scans/find", json_body={"filter": {}})).body["manifests"][0][
         "scan_id"
@@ -223,10 +223,10 @@ async def test_reads_survive_an_unreachable_api_server_and_writes_answer_503_wit
 
 async def test_a_compacted_watch_position_means_relist(shim: ShimUnderTest) -> None:
     """The API server answers a watch from a resourceVersion it no longer holds with 410 Gone."""
-    from api_shim.cache import ScanCache
+    from api_shim.repository.cache import ScanCache
     from skyscan.kube_errors import Gone
 
-    cache = ScanCache(shim.state.scans.api, shim.namespace)
+    cache = ScanCache(shim.state.scans._api, shim.namespace)
     cache.resource_version = "1"
     with pytest.raises(Gone):
         await cache._watch()

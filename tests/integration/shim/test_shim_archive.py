@@ -70,7 +70,7 @@ async def archive_scan(shim: ShimUnderTest, archive: Archive, scan_id: str) -> N
 
     async def dropped() -> bool:
         owned = (names.result_object_name(scan_id), names.startup_object_name(scan_id))
-        return shim.state.scans.cache.get(scan_id) is None and all(
+        return shim.state.scans.live(scan_id) is None and all(
             [await payloads.stored(shim.api, ns, name) is None for name in owned]
         )
 
@@ -97,7 +97,7 @@ async def finished(shim: ShimUnderTest, **changes: Any) -> str:
     await shim.operator_writes(scan_id, FINISHED)
 
     async def seen() -> bool:
-        scan = shim.state.scans.cache.get(scan_id)
+        scan = shim.state.scans.live(scan_id)
         return scan is not None and ScanRecord(scan).deactivated == "FINISHED"
 
     await eventually(seen, timeout=30)
@@ -143,7 +143,7 @@ async def test_every_read_answers_the_same_once_archived(shim: ShimUnderTest, ar
     assert all(status == 200 for status, _ in live.values()), live
     await archive_scan(shim, archive, scan_id)
     await collected(shim, event_id)  # the event and the result now live in the archive only
-    shim.state.scans.events.clear()
+    shim.state.scans._events.clear()
 
     archived = await reads(shim, scan_id)
     assert archived == live
@@ -183,7 +183,7 @@ async def test_writes_only_a_running_scan_takes_answer_400(shim: ShimUnderTest, 
         )
         assert scan_id in refused.body["message"]
     assert await archive.get(shim.namespace, scan_id) == before
-    assert shim.state.scans.cache.get(scan_id) is None  # nothing written to the cluster either
+    assert shim.state.scans.live(scan_id) is None  # nothing written to the cluster either
     for object_name in (names.result_object_name(scan_id), names.startup_object_name(scan_id)):
         assert await payloads.stored(shim.api, shim.namespace, object_name) is None
     kept = (await shim.call("GET", f"/scan/{scan_id}")).body
@@ -254,7 +254,7 @@ async def test_rescan_of_an_archived_scan_is_live_with_the_same_event(
     assert reply.status == 200, reply.body
     b = reply.body["scan_id"]
     assert reply.body["sensor_event_id"] == event_id and reply.body["classifiers"]["origin_scan_id"] == a
-    assert shim.state.scans.cache.get(b) is not None  # live
+    assert shim.state.scans.live(b) is not None  # live
     stored = await event_configmap(shim, event_id)  # stored again from the archive, owned by the rescan
     assert stored is not None and [o["uid"] for o in stored["metadata"]["ownerReferences"]] == [
         (await shim.kube_scan(b))["metadata"]["uid"]
@@ -337,8 +337,8 @@ async def test_a_scan_archived_mid_read_is_never_missing(shim: ShimUnderTest, ar
     seen = {"live": 0, "archived": 0}
     after = 0
     while after < 20:  # reads all through the move, and on after the shim's cache dropped the Scan
-        shim.state.scans.events.clear()
-        seen["live" if shim.state.scans.cache.get(scan_id) else "archived"] += 1
+        shim.state.scans._events.clear()
+        seen["live" if shim.state.scans.live(scan_id) else "archived"] += 1
         for path, role, want in (
             ("/manifest", "user", expected),
             ("/result", "user", result),
@@ -385,7 +385,7 @@ async def test_postgresql_refusing_connections_is_an_archive_outage_not_the_api_
     live = str((await shim.launch())["scan_id"])
     stopped = await asyncpg.create_pool(f"postgresql://skyscan@127.0.0.1:{free_port()}/none", min_size=0)
     assert stopped is not None
-    kept, shim.state.scans.archive = shim.state.scans.archive, Archive(stopped)
+    kept, shim.state.scans._archive = shim.state.scans._archive, Archive(stopped)
     try:
         for method, path, body in [
             ("GET", f"/scan/{'0' * 11}x{'0' * 20}/manifest", None),  # not live: the archive is asked
@@ -397,7 +397,7 @@ async def test_postgresql_refusing_connections_is_an_archive_outage_not_the_api_
             assert "Error" not in reply.body["message"] and "127.0.0.1" not in reply.body["message"]
         assert (await shim.call("GET", f"/scan/{live}/manifest")).status == 200  # live scans are unaffected
     finally:
-        shim.state.scans.archive = kept
+        shim.state.scans._archive = kept
         await stopped.close()
 
 

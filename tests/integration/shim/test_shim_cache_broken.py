@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from api_shim.cache import ScanCache
+from api_shim.repository.cache import ScanCache
 from skyscan import kube
 from skyscan_local import control_plane
 from tests.helpers import eventually

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from api_shim import cache as cache_module
-from api_shim.cache import ScanCache
+from api_shim.repository import cache as cache_module
+from api_shim.repository.cache import ScanCache
 from skyscan import kube, model
 from skyscan.kube import Kube, scan_path
 from skyscan.status import compact

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from api_shim.errors import ApiError
-from api_shim.store import Change
+from api_shim.repository.store import Change
 from skyscan import kube, names
 from skyscan.kube import scan_path
 from skyscan.kube_errors import KubeError
@@ -110,7 +110,7 @@ async def test_progress_on_a_scan_with_no_status_yet_is_stored_and_the_rest_kept
     scan_id = (await shim.launch())["scan_id"]
     scan = await shim.api.request("GET", scan_path(shim.namespace, scan_id))
     assert "status" not in scan
-    store = shim.state.scans.store
+    store = shim.state.scans._store
     written = await store.replace_progress(scan_id, {"summary": "s", "extra": {"a": 1}})
     assert written["status"]["progress"] == {"summary": "s", "extra": {"a": 1}}
     await shim.api.request(
@@ -148,7 +148,7 @@ async def test_a_write_on_a_replaced_version_is_decided_again_on_the_current_one
         seen.append(scan["metadata"]["resourceVersion"])
         return Change(spec={"deleted": True})
 
-    written = await shim.state.scans.store.update(scan_id, decide)
+    written = await shim.state.scans._store.update(scan_id, decide)
     assert seen[0] == stale and len(seen) == 2 and int(seen[1]) >= int(current)
     assert written["spec"]["deleted"] is True
     assert (await shim.kube_scan(scan_id))["spec"]["deleted"] is True
@@ -166,7 +166,7 @@ async def test_conflicts_are_retried_until_the_budget_then_503(shim: ShimUnderTe
 
     started = time.monotonic()
     with pytest.raises(ApiError) as caught:
-        await shim.state.scans.store.update(scan_id, decide, budget=0.5)
+        await shim.state.scans._store.update(scan_id, decide, budget=0.5)
     assert 0.5 <= time.monotonic() - started < 5.0
     assert (caught.value.status, caught.value.headers) == (503, {"Retry-After": "1"})
     assert tries > 2  # pauses start at 10 ms: many tries fit in the budget
@@ -183,7 +183,7 @@ async def test_a_refusal_by_the_api_server_other_than_409_is_not_retried(shim: S
         return Change(spec={"deleted": "not a boolean"})  # the CRD's schema refuses it: 422
 
     with pytest.raises(KubeError) as caught:
-        await shim.state.scans.store.update(scan_id, decide, budget=5.0)
+        await shim.state.scans._store.update(scan_id, decide, budget=5.0)
     assert caught.value.status == 422 and tries == 1
 
 

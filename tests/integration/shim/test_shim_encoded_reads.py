@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from api_shim.versions import MIN_VERSION_HEADER
+from api_shim.repository.versions import MIN_VERSION_HEADER
 from skyscan.kube import scan_path
 from skyscan.manifest import of
 from tests.integration.shim.conftest import ShimUnderTest
@@ -23,7 +23,7 @@ async def raw(shim: ShimUnderTest, path: str, **params: str) -> tuple[int, bytes
 
 
 def builds(shim: ShimUnderTest) -> int:
-    return shim.state.scans.encoded.builds
+    return shim.state.scans._encoded.builds
 
 
 async def test_unchanged_scans_are_answered_from_their_kept_bytes(shim: ShimUnderTest) -> None:

@@ -28,7 +28,7 @@ async def found(shim: ShimUnderTest, query: dict[str, object], **body: object) -
 async def test_find_answers_over_both_stores_in_id_order_each_scan_once(
     shim: ShimUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    archive = shim.state.scans.archive
+    archive = shim.state.scans._archive
     assert archive is not None
     ids = [await finished(shim, classifiers={"origin": "both", "k": k}) for k in range(4)]
     for scan_id in ids[:2]:

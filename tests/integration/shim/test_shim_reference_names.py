@@ -51,15 +51,15 @@ async def test_the_init_containers_calls_on_the_reference_paths(shim: ShimUnderT
 async def test_each_dialect_is_kept_encoded_once_per_version(shim: ShimUnderTest) -> None:
     scan_id = (await shim.launch())["scan_id"]
     status = f"/scan/{scan_id}/status"
-    before = shim.state.scans.encoded.builds
+    before = shim.state.scans._encoded.builds
     ours, theirs = (await shim.call("GET", status)).body, (await shim.call("GET", status, as_="icecube")).body
     named_one_way(ours, "wms_deactivated", "ewms_deactivated")
     named_one_way(theirs, "ewms_workforce", "wms_workforce")
     assert ours["wms_workforce"] == theirs["ewms_workforce"] and ours["scan_state"] == theirs["scan_state"]
-    assert shim.state.scans.encoded.builds == before + 2
+    assert shim.state.scans._encoded.builds == before + 2
     for as_ in ("user", "icecube", "user", "icecube"):
         await shim.call("GET", status, as_=as_)
-    assert shim.state.scans.encoded.builds == before + 2  # each dialect's bytes, read again
+    assert shim.state.scans._encoded.builds == before + 2  # each dialect's bytes, read again
 
 
 async def test_a_reference_client_writes_and_reads_in_its_names_and_the_interface_reads_it_in_its_own(

@@ -88,7 +88,7 @@ async def test_a_scanner_token_stops_with_its_job_or_a_revoked_credential(shim: 
     def ended(scan: dict[str, Any] | None) -> bool:
         return bool(scan) and scan["status"]["job"]["state"] == "Succeeded"  # type: ignore[index]
 
-    assert await shim.state.scans.cache.wait_for(a, ended, 10) is not None
+    assert await shim.state.scans._cache.wait_for(a, ended, 10) is not None
     assert (await shim.call("GET", f"/scan/{a}/status", as_=token)).status == 403
     b = await running(shim, {"secret": "x", "revoked": True})
     assert (await shim.call("GET", f"/scan/{b}/status", as_=await mint(shim, b))).status == 403

@@ -21,8 +21,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from api_shim.auth import make_token
-from api_shim.freshness import READS_BURST, READS_PER_SECOND, WAIT_SECONDS
-from api_shim.versions import MIN_VERSION_HEADER, WRITTEN_HEADER
+from api_shim.repository.freshness import READS_BURST, READS_PER_SECOND, WAIT_SECONDS
+from api_shim.repository.versions import MIN_VERSION_HEADER, WRITTEN_HEADER
 from skyscan import kube, model
 from skyscan.kube_errors import KubeError
 from tests.conftest import Cluster
@@ -152,7 +152,7 @@ async def test_a_replica_whose_watch_stopped_still_reads_a_clients_writes(
     for a version waits `WAIT_SECONDS` for the watch, then reads its scan from the API server."""
     a, _ = replicas
     stale = await make_shim()
-    await stale.state.scans.cache.stop()
+    await stale.state.scans._cache.stop()
     scan_id = ok(await a.call("POST", "/scan", json=scan_body()))["scan_id"]
     manifest = f"/scan/{scan_id}/manifest"
     assert (await stale.call("GET", manifest)).body["scan_id"] == scan_id

@@ -15,24 +15,18 @@ read first beyond `BUDGET_BYTES`, so memory stays bounded whatever clients read.
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from api_shim.cache import ScanCache
+from api_shim.repository.cache import ScanCache
 from skyscan.status import ScanRecord, resource_version
 
 Form = tuple[Hashable, ...]  # which form: its view, then whatever else it depends on
 BUDGET_BYTES = 512 * 1024  # ~300 scans' manifest and status: the scans clients poll (RSS grows by about this)
 FORM_OVERHEAD = 260  # bytes a kept form costs beyond its body (its key, slots, the bytes header: measured)
 FORMS_PER_SCAN = 16  # projections are the client's choice: past this many, a new one is not kept
-
-
-def encode(doc: Any) -> bytes:
-    """A JSON document as the shim answers it (`aiohttp.web.json_response`'s encoding)."""
-    return json.dumps(doc).encode()
 
 
 class Kept(NamedTuple):

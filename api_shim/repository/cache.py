@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from api_shim import listing
 from api_shim.find.index import FindIndex
+from api_shim.repository import listing
 from skyscan import kube, manifest
 from skyscan.kube_errors import Gone, KubeError
 from skyscan.packing import Packer

@@ -1,5 +1,5 @@
 """The Scan versions a request wrote, answered as `Skyscan-Version` (read-your-writes across replicas,
-`api_shim.freshness`). The store notes each version it writes; the handler aiohttp calls for each route
+`freshness`). The store notes each version it writes; the handler aiohttp calls for each route
 (`api_shim.app.guard`) answers the highest."""
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ class Written:
 
     version = 0
 
+    def answer(self, response: web.StreamResponse) -> None:
+        """Answer a write with the version it wrote (`Skyscan-Version`)."""
+        if self.version and not response.prepared:
+            response.headers[WRITTEN_HEADER] = str(self.version)
+
 
 _written: contextvars.ContextVar[Written | None] = contextvars.ContextVar("skyscan_written", default=None)
 
@@ -40,12 +45,6 @@ def noting() -> tuple[Written, contextvars.Token[Written | None]]:
 
 def noted(token: contextvars.Token[Written | None]) -> None:
     _written.reset(token)
-
-
-def answer_written(response: web.StreamResponse, written: Written) -> None:
-    """Answer a write with the version it wrote (`Skyscan-Version`)."""
-    if written.version and not response.prepared:
-        response.headers[WRITTEN_HEADER] = str(written.version)
 
 
 def min_version(request: web.Request) -> int | None:

@@ -29,10 +29,10 @@ from typing import Any
 
 from aiohttp import web
 
-from api_shim.cache import ScanCache
 from api_shim.errors import ApiError
-from api_shim.sharing import SharedRuns
-from api_shim.versions import min_version
+from api_shim.repository.cache import ScanCache
+from api_shim.repository.sharing import SharedRuns
+from api_shim.repository.versions import min_version
 from skyscan.status import resource_version
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ from typing import Any
 
 import tenacity
 
-from api_shim.cache import ScanCache
 from api_shim.errors import ApiError, not_found
-from api_shim.versions import wrote
+from api_shim.repository.cache import ScanCache
+from api_shim.repository.versions import wrote
 from skyscan import kube, model, names
 from skyscan.kube import Kube, scan_path
 from skyscan.kube_errors import Conflict, NotFound

@@ -1,5 +1,5 @@
-"""What the REST actions write, step by step, through `api_shim.scans`: a scan with its sensor event, a
-rescan, a soft delete, worker requests, manifest updates, results and the workflow id.
+"""What the REST actions write, step by step, through `Scans`: a scan with its sensor event, a rescan,
+a soft delete, worker requests, manifest updates, results and the workflow id.
 
 Each sequence is ordered so that a failure leaves nothing behind that nothing refers to: a scan whose
 event could not be stored is removed (`Scans.create`), and a rescan marks its original only once the
@@ -11,18 +11,28 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from api_shim import models, view
 from api_shim.errors import ApiError, bad_request
 from api_shim.launch import Launch
-from api_shim.scans import Scans
-from api_shim.sharing import SharedRuns
-from api_shim.store import Change, Obj, now
-from api_shim.versions import wrote
+from api_shim.repository.cache import ScanCache
+from api_shim.repository.sharing import SharedRuns
+from api_shim.repository.store import Change, Obj, ScanStore, now
+from api_shim.repository.versions import wrote
 from skyscan import manifest, model, payloads
 from skyscan.state import NOT_YET_REQUESTED, workers_refusal
 from skyscan.status import ScanRecord
+
+
+class Scans(Protocol):
+    """What the writes ask of the repository that makes them (`scans.Scans.writes`)."""
+
+    async def event_stored(self, sensor_event_id: str) -> bool: ...
+    async def create(self, spec: Obj, event: bytes | None = None) -> Obj: ...
+    async def mark(self, scan: Obj, spec: dict[str, Any]) -> Obj: ...
+    async def write_result(self, scan: Obj, data: bytes) -> None: ...
+    async def write_startup(self, scan: Obj, data: bytes) -> None: ...
 
 
 async def encoded(payload: Any, what: str) -> bytes:
@@ -46,10 +56,13 @@ def _deletion(scan: Obj) -> Change:
 class ScanWrites:
     """The shim's write sequences, over the scans repository."""
 
-    def __init__(self, scans: Scans, add_workers_timeout: float) -> None:
+    def __init__(
+        self, scans: Scans, store: ScanStore, cache: ScanCache, add_workers_timeout: float, *, archive: bool
+    ) -> None:
         self.scans = scans
-        self.store = scans.store  # live Scans: the writes below refuse archived ones before they come here
-        self.cache = scans.cache
+        self.store = store  # live Scans: the writes below refuse archived ones before they come here
+        self.cache = cache
+        self._archive = archive  # whether scans are archived (a live scan gone may be there)
         self._add_workers_timeout = add_workers_timeout
         self._deletions: SharedRuns[str, Obj] = SharedRuns()  # guarded soft deletes under way, by name
 
@@ -96,7 +109,7 @@ class ScanWrites:
             try:
                 return await self._delete_live(name)
             except ApiError as e:
-                if e.status != 404 or self.scans.archive is None:
+                if e.status != 404 or not self._archive:
                     raise  # else archived meanwhile: marked in the archive, below
         elif ScanRecord(scan).archived_at is None:
             scan = self.cache.get(name) or scan
