@@ -14,8 +14,8 @@ Its layers, each importing only those below it (import-linter holds them, `pypro
 - `auth` (who is calling), `bodies` (request bodies, held and bounded), `launch` (POST /scan
   normalisation, pure), `settings` (`SKYSCAN_*`);
 - `find/`: `/scans/find`, from the parsed filter to the answer's bytes;
-- `errors` (error bodies), `models` (request and response models), `oidc` (bearer JWTs), `sizes`
-  (data sizes as the reference parses them), `view` (REST views of a Scan, pure);
+- `errors` (error bodies), `oidc` (bearer JWTs), `rest_models` (REST request and response models),
+  `sizes` (data sizes as the reference parses them), `view` (REST views of a Scan, pure);
 - `wire_names`: the reference's names beside the interface's.
 """
 

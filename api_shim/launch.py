@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from api_shim.errors import ApiError, bad_request
-from api_shim.models import ScanRequestBody, validation_reason
+from api_shim.rest_models import ScanRequestBody, validation_reason
 from api_shim.sizes import InvalidSize, SizeTooLarge, parse_size
 from skyscan.manifest import finite
 from skyscan.model import (

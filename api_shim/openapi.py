@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from api_shim import models
+from api_shim import rest_models
 from api_shim.plumbing import Route
 from api_shim.wire_names import REFERENCE
 
@@ -41,7 +41,7 @@ _EVENT_STREAM_TEXT = (
 
 
 def _schemas(routes: tuple[Route, ...]) -> tuple[dict[Any, Any], dict[str, Any]]:
-    wanted: list[tuple[type[BaseModel], JsonSchemaMode]] = [(models.Error, "serialization")]
+    wanted: list[tuple[type[BaseModel], JsonSchemaMode]] = [(rest_models.Error, "serialization")]
     for route in routes:
         if route.body:
             wanted.append((route.body, "validation"))
@@ -123,7 +123,7 @@ def _document(routes: tuple[Route, ...]) -> dict[str, Any]:
             op["responses"]["302"] = {"description": "GET of a replaced scan by a user: see Location."}
             if route.method != "GET":
                 op["responses"]["307"] = {"description": "Same, method kept: see Location."}
-        error_ref = refs[(models.Error, "serialization")]
+        error_ref = refs[(rest_models.Error, "serialization")]
         for status in sorted(statuses):
             op["responses"][str(status)] = {
                 "description": _ERROR_TEXT[status],

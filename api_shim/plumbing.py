@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
-from api_shim import models, view
+from api_shim import rest_models, view
 from api_shim.auth import Identity
 from api_shim.bodies import body_of
 from api_shim.errors import ApiError, bad_request, not_found
@@ -151,7 +151,7 @@ async def parse_body(request: web.Request, model: type[M]) -> M:
             ) from None
         if first["type"] == "model_type" and not first["loc"]:
             raise bad_request("request body must be a JSON object") from None
-        raise bad_request(models.validation_reason(e)) from None
+        raise bad_request(rest_models.validation_reason(e)) from None
 
 
 def body_flag(raw: bytes, name: str) -> bool:

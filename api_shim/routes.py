@@ -11,9 +11,9 @@ import dataclasses
 
 from pydantic import BaseModel
 
-from api_shim import metrics, models
+from api_shim import metrics, rest_models
 from api_shim.auth import SYSTEM, USER
-from api_shim.handlers import events, find, manifest, results, scans, service, startup, wms
+from api_shim.handlers import events, find, manifest, results, scan, service, startup, wms
 from api_shim.plumbing import Handler, Query, Route
 from api_shim.wire_names import REFERENCE_PATHS, Names
 
@@ -45,7 +45,7 @@ def scan_read(
 
 
 INTERFACE_ROUTES: tuple[Route, ...] = (
-    Route("GET", "/", service.root, "Service root.", U, models.Empty),
+    Route("GET", "/", service.root, "Service root.", U, rest_models.Empty),
     Route("GET", "/openapi.json", service.openapi_json, "This API description (OpenAPI 3.1).", None, None),
     Route(
         "GET",
@@ -53,10 +53,10 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         service.healthz,
         "Readiness (no auth): 503 until the Scan cache has synced, and while its watch is broken.",
         None,
-        models.Empty,
+        rest_models.Empty,
         errors=(503,),
     ),
-    Route("GET", "/livez", service.livez, "Liveness (no auth): the process serves.", None, models.Empty),
+    Route("GET", "/livez", service.livez, "Liveness (no auth): the process serves.", None, rest_models.Empty),
     Route(
         "GET",
         metrics.METRICS_PATH,
@@ -72,38 +72,40 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         find.find_scans,
         "Find manifests matching a MongoDB-style filter.",
         U,
-        models.FindResponse,
-        body=models.FindBody,
+        rest_models.FindResponse,
+        body=rest_models.FindBody,
         errors=(400, 503),
     ),
-    Route("GET", "/scans/backlog", find.backlog, "Scans waiting on the backlog.", U, models.BacklogResponse),
+    Route(
+        "GET", "/scans/backlog", find.backlog, "Scans waiting on the backlog.", U, rest_models.BacklogResponse
+    ),
     Route(
         "POST",
         "/scan",
-        scans.launch_scan,
+        scan.launch_scan,
         "Start a new scan.",
         U,
-        models.ManifestView,
-        body=models.ScanRequestBody,
+        rest_models.ManifestView,
+        body=rest_models.ScanRequestBody,
         errors=(400, 413, 503),
     ),
     Route(
         "GET",
         "/scan-request/{scan_id}",
-        scans.get_scan_request,
+        scan.get_scan_request,
         "The request that started a scan.",
         U,
-        models.ScanRequestObj,
+        rest_models.ScanRequestObj,
         errors=(404, 503),
     ),
     Route(
         "POST",
         SCAN_ID + "/actions/rescan",
-        scans.rescan,
+        scan.rescan,
         "Start a new scan from this scan's request.",
         US,
-        models.ManifestView,
-        body=models.RescanBody,
+        rest_models.ManifestView,
+        body=rest_models.RescanBody,
         query=(NO_REDIRECT,),
         errors=(404, 503),
         redirect=True,
@@ -114,21 +116,21 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         wms.add_workers,
         "Add WMS workers to a running scan.",
         U,
-        models.AddWorkersResponse,
-        body=models.AddWorkersBody,
+        rest_models.AddWorkersResponse,
+        body=rest_models.AddWorkersBody,
         query=(NO_REDIRECT,),
         errors=(400, 404, 422, 500, 503, 504),
         redirect=True,
     ),
-    scan_read("", scans.get_scan, "Manifest and result.", US, models.ManifestAndResult, INCLUDE_DELETED),
+    scan_read("", scan.get_scan, "Manifest and result.", US, rest_models.ManifestAndResult, INCLUDE_DELETED),
     Route(
         "DELETE",
         SCAN_ID,
-        scans.delete_scan,
+        scan.delete_scan,
         "Abort a scan and mark it deleted.",
         U,
-        models.ManifestAndResult,
-        body=models.DeleteBody,
+        rest_models.ManifestAndResult,
+        body=rest_models.DeleteBody,
         query=(NO_REDIRECT,),
         errors=(400, 404, 503),
         redirect=True,
@@ -138,7 +140,7 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         manifest.get_manifest,
         "The manifest.",
         US,
-        models.ManifestView,
+        rest_models.ManifestView,
         INCLUDE_DELETED,
         PROJECTION,
     ),
@@ -148,15 +150,24 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         manifest.patch_manifest,
         "Update progress and set event/scan metadata.",
         S,
-        models.Manifest,
-        body=models.PatchManifestBody,
+        rest_models.Manifest,
+        body=rest_models.PatchManifestBody,
         errors=(400, 404, 413, 503),
     ),
     scan_read(
-        "/sensor-event", results.get_sensor_event, "The scan's sensor event.", US, models.SensorEventResponse
+        "/sensor-event",
+        results.get_sensor_event,
+        "The scan's sensor event.",
+        US,
+        rest_models.SensorEventResponse,
     ),
     scan_read(
-        "/result", results.get_result, "The stored result, or {}.", U, models.ResultOrEmpty, INCLUDE_DELETED
+        "/result",
+        results.get_result,
+        "The stored result, or {}.",
+        U,
+        rest_models.ResultOrEmpty,
+        INCLUDE_DELETED,
     ),
     Route(
         "PUT",
@@ -164,8 +175,8 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         results.put_result,
         "Store a result.",
         S,
-        models.ResultOrEmpty,
-        body=models.PutResultBody,
+        rest_models.ResultOrEmpty,
+        body=rest_models.PutResultBody,
         errors=(400, 404, 413, 503),
     ),
     Route(
@@ -174,8 +185,8 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         startup.put_startup,
         "Store the scanner's startup.json (its sidecar uploads it).",
         S,
-        models.StartupStored,
-        body=models.StartupJson,
+        rest_models.StartupStored,
+        body=rest_models.StartupJson,
         errors=(400, 404, 413, 503),
     ),
     Route(
@@ -184,11 +195,11 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         startup.get_startup,
         "The scanner's startup.json, for workers: a presigned URL, no bearer token (404: not uploaded yet).",
         None,
-        models.StartupJson,
+        rest_models.StartupJson,
         query=(EXPIRES, SIGNATURE),
         errors=(403, 404, 503),
     ),
-    scan_read("/status", scans.get_status, "Aggregated scan status.", US, models.StatusResponse),
+    scan_read("/status", scan.get_status, "Aggregated scan status.", US, rest_models.StatusResponse),
     Route(
         "GET",
         SCAN_ID + "/events",
@@ -201,21 +212,29 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         redirect=True,
         content_type="text/event-stream",
     ),
-    scan_read("/logs", scans.get_logs, "Log URLs.", U, models.LogsResponse),
-    scan_read("/wms/workflow-id", wms.get_workflow_id, "The WMS workflow id.", US, models.WorkflowIdResponse),
+    scan_read("/logs", scan.get_logs, "Log URLs.", U, rest_models.LogsResponse),
+    scan_read(
+        "/wms/workflow-id", wms.get_workflow_id, "The WMS workflow id.", US, rest_models.WorkflowIdResponse
+    ),
     Route(
         "POST",
         SCAN_ID + "/wms/workflow-id",
         wms.set_workflow_id,
         "Assign the WMS workflow id (once).",
         S,
-        models.Manifest,
-        body=models.WorkflowIdBody,
+        rest_models.Manifest,
+        body=rest_models.WorkflowIdBody,
         errors=(400, 404, 503),
     ),
-    scan_read("/wms/workforce", wms.get_workforce, "Workers of the scan's workflow.", US, models.Workforce),
     scan_read(
-        "/wms/taskforces", wms.get_taskforces, "Batch submissions of the scan.", US, models.TaskforcesResponse
+        "/wms/workforce", wms.get_workforce, "Workers of the scan's workflow.", US, rest_models.Workforce
+    ),
+    scan_read(
+        "/wms/taskforces",
+        wms.get_taskforces,
+        "Batch submissions of the scan.",
+        US,
+        rest_models.TaskforcesResponse,
     ),
 )
 

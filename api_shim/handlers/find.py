@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from api_shim import models, view
+from api_shim import rest_models, view
 from api_shim.bodies import body_of
 from api_shim.errors import bad_request
 from api_shim.plumbing import SHIM, names_of, ok, parse_body
@@ -16,7 +16,7 @@ async def find_scans(request: web.Request) -> web.StreamResponse:
     scans, raw = request.app[SHIM].scans, await body_of(request)
     asked = scans.asked_before(raw)
     if asked is None:
-        body = await parse_body(request, models.FindBody)
+        body = await parse_body(request, rest_models.FindBody)
         fields = view.find_projection(body.manifest_projection)
         if refused := sorted(fields & view.FIND_DISALLOWED):
             raise bad_request(

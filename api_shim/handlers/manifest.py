@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from api_shim import models, view
+from api_shim import rest_models, view
 from api_shim.auth import SYSTEM
 from api_shim.errors import ApiError, not_found
 from api_shim.plumbing import (
@@ -46,15 +46,15 @@ async def get_manifest(request: web.Request) -> web.Response:
 
 
 async def patch_manifest(request: web.Request) -> web.Response:
-    body = await parse_body(request, models.PatchManifestBody)
+    body = await parse_body(request, rest_models.PatchManifestBody)
     name = view.scan_id(await live_scan_for(request))
     if oversized := body.oversized():
         field, size = oversized
         raise ApiError(
             413,
             f"'{field}' too large",
-            f"'{field}' is {size} bytes as JSON; at most {models.MANIFEST_FIELD_MAX_BYTES} bytes are stored "
-            "(docs/rest-api/index.md).",
+            f"'{field}' is {size} bytes as JSON; at most {rest_models.MANIFEST_FIELD_MAX_BYTES} bytes are "
+            "stored (docs/rest-api/index.md).",
         )
     scan = await request.app[SHIM].writes.update_manifest(name, body)
     return ok_spoken(request, manifest.of(scan))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from api_shim import models, view
+from api_shim import rest_models, view
 from api_shim.errors import bad_request, not_found
 from api_shim.plumbing import SHIM, ok, ok_spoken, parse_body, query_bool, refuse_archived, scan_for
 
@@ -24,7 +24,7 @@ async def get_result(request: web.Request) -> web.Response:
 
 async def put_result(request: web.Request) -> web.Response:
     shim = request.app[SHIM]
-    body = await parse_body(request, models.PutResultBody)
+    body = await parse_body(request, rest_models.PutResultBody)
     scan = await shim.scans.get(request.match_info["scan_id"])
     if scan is None:
         raise bad_request("unknown scan", "A result can only be stored for an existing scan.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from api_shim import models, view
+from api_shim import rest_models, view
 from api_shim.launch import n_workers_too_many, unknown_cluster
 from api_shim.plumbing import SHIM, live_scan_for, ok, ok_spoken, parse_body, served
 from skyscan import manifest
@@ -12,7 +12,7 @@ from skyscan.status import ScanRecord
 
 
 async def add_workers(request: web.Request) -> web.Response:
-    body = await parse_body(request, models.AddWorkersBody)
+    body = await parse_body(request, rest_models.AddWorkersBody)
     settings = request.app[SHIM].settings
     if unknown := unknown_cluster(body.cluster_location, settings.known_clusters):
         raise unknown  # as launch refuses it; the operator asks the WMS by the launch's alias
@@ -28,7 +28,7 @@ async def get_workflow_id(request: web.Request) -> web.Response:
 
 
 async def set_workflow_id(request: web.Request) -> web.Response:
-    body = await parse_body(request, models.WorkflowIdBody)
+    body = await parse_body(request, rest_models.WorkflowIdBody)
     name = view.scan_id(await live_scan_for(request))
     scan = await request.app[SHIM].writes.set_workflow_id(name, body.workflow_id, body.wms_address)
     return ok_spoken(request, manifest.of(scan))

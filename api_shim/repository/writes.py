@@ -13,7 +13,7 @@ import json
 import uuid
 from typing import Any, Protocol
 
-from api_shim import models, view
+from api_shim import rest_models, view
 from api_shim.errors import ApiError, bad_request
 from api_shim.launch import Launch
 from api_shim.repository.cache import ScanCache
@@ -169,7 +169,7 @@ class ScanWrites:
             )
         return outcome
 
-    async def update_manifest(self, name: str, body: models.PatchManifestBody) -> Obj:
+    async def update_manifest(self, name: str, body: rest_models.PatchManifestBody) -> Obj:
         """Set event and scan metadata once (the same value again is fine), then replace the progress.
 
         Setting once is a check-then-write, so it is guarded by resourceVersion (and skipped when the

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from api_shim.launch import Defaults, normalise
-from api_shim.models import ScanRequestBody
+from api_shim.rest_models import ScanRequestBody
 from skyscan import policy
 from skyscan.tags import TagError, check_tag
 from tests.unit.test_crd import minimal_spec

@@ -9,7 +9,7 @@ import pytest
 
 from api_shim.errors import ApiError
 from api_shim.launch import _scanner_env
-from api_shim.models import ScanRequestBody
+from api_shim.rest_models import ScanRequestBody
 
 
 def body(**fields: Any) -> ScanRequestBody:

@@ -10,7 +10,7 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from pydantic import BaseModel, ValidationError
 
-from api_shim import auth, models
+from api_shim import auth, rest_models
 from api_shim.app import create_app, redirect_location
 from api_shim.errors import ApiError
 from api_shim.metrics import UNMATCHED, template
@@ -26,72 +26,77 @@ from skyscan.status import compact
 def reason(model: type[BaseModel], body: dict[str, Any]) -> str:
     with pytest.raises(ValidationError) as e:
         model.model_validate_json(json.dumps(body))
-    return models.validation_reason(e.value)
+    return rest_models.validation_reason(e.value)
 
 
 def test_missing_and_unexpected_fields() -> None:
-    assert reason(models.PutResultBody, {}) == (
+    assert reason(rest_models.PutResultBody, {}) == (
         "'scan_result' is a required property; 'is_final' is a required property"
     )
-    assert reason(models.PutResultBody, {"scan_result": [], "is_final": True}) == (
+    assert reason(rest_models.PutResultBody, {"scan_result": [], "is_final": True}) == (
         "'scan_result': must be type 'object' (dict)"
     )
-    assert reason(models.FindBody, {"filter": {}, "x": 1, "a": 2}) == (
+    assert reason(rest_models.FindBody, {"filter": {}, "x": 1, "a": 2}) == (
         "Additional properties are not allowed ('a', 'x' were unexpected)"
     )
-    assert reason(models.AddWorkersBody, {"n_workers": 0, "cluster_location": ""}) == (
+    assert reason(rest_models.AddWorkersBody, {"n_workers": 0, "cluster_location": ""}) == (
         "'n_workers': must be at least 1; 'cluster_location': must be at least 1 characters long"
     )
-    assert reason(models.PatchManifestBody, {"progress": {"summary": "s"}}).startswith(
+    assert reason(rest_models.PatchManifestBody, {"progress": {"summary": "s"}}).startswith(
         "'progress': 'epilogue' is a required property"
     )
-    assert reason(models.RescanBody, {"no_redirect": "yes"}) == "'no_redirect': must be type 'boolean' (bool)"
+    assert (
+        reason(rest_models.RescanBody, {"no_redirect": "yes"})
+        == "'no_redirect': must be type 'boolean' (bool)"
+    )
 
 
 def test_integral_numbers_are_integers_and_integers_are_bounded() -> None:
     """JSON Schema's integers: 91.0 is one (taken as 91); 91.5, booleans and strings are not."""
-    body = models.AddWorkersBody.model_validate_json('{"n_workers": 91.0, "cluster_location": "osg"}')
+    body = rest_models.AddWorkersBody.model_validate_json('{"n_workers": 91.0, "cluster_location": "osg"}')
     assert body.n_workers == 91 and type(body.n_workers) is int
     for value in ("91.5", "true", '"91"', "1e400"):
-        assert reason(models.AddWorkersBody, {"cluster_location": "osg", "n_workers": json.loads(value)}) == (
-            "'n_workers': must be type 'integer' (int)"
-        ), value
+        assert reason(
+            rest_models.AddWorkersBody, {"cluster_location": "osg", "n_workers": json.loads(value)}
+        ) == ("'n_workers': must be type 'integer' (int)"), value
     for value in (100_001, 2**70, 1e300):  # a hundred thousand workers per request, not any int64
-        assert reason(models.AddWorkersBody, {"n_workers": value, "cluster_location": "osg"}) == (
+        assert reason(rest_models.AddWorkersBody, {"n_workers": value, "cluster_location": "osg"}) == (
             "'n_workers': must be no more than 100000"
         )
-    assert models.AddWorkersBody.model_validate({"n_workers": 100_000, "cluster_location": "osg"})
+    assert rest_models.AddWorkersBody.model_validate({"n_workers": 100_000, "cluster_location": "osg"})
     for value in (2**70, 1e300, 2**63 - 1):  # the CRD's bound: the largest int64 a float64 states exactly
         assert reason(Priority, {"priority": value}) == "'priority': must be no more than 9223372036854774784"
 
 
-class Priority(models.Body):
+class Priority(rest_models.Body):
     priority: Integer
 
 
 def test_integers_beyond_int64_in_free_form_fields_are_refused_not_rounded() -> None:
     """A scalar map takes a number as an int or a float: 2**70 would have become a float, rounded."""
     for field in ("classifiers", "scanner_server_env_from_user"):
-        got = reason(models.ScanRequestBody, {field: {"SKYSCAN_A": 2**70}})
+        got = reason(rest_models.ScanRequestBody, {field: {"SKYSCAN_A": 2**70}})
         assert f"'{field}.SKYSCAN_A': integers are at most 9223372036854774784" in got, got
-    assert "classifiers" not in reason(models.ScanRequestBody, {"classifiers": {"a": 2**62, "b": 1.5e300}})
+    assert "classifiers" not in reason(
+        rest_models.ScanRequestBody, {"classifiers": {"a": 2**62, "b": 1.5e300}}
+    )
 
 
 def test_numbers_are_finite() -> None:
     result = {"scan_result": {"a": {"b": [1, float("nan")]}}, "is_final": True}
-    assert reason(models.PutResultBody, result) == (
+    assert reason(rest_models.PutResultBody, result) == (
         "'scan_result': must not contain NaN or an infinite number (JSON has neither)"
     )
-    assert reason(models.FindBody, {"filter": {"x": float("-inf")}}) == (
+    assert reason(rest_models.FindBody, {"filter": {"x": float("-inf")}}) == (
         "'filter': must not contain NaN or an infinite number (JSON has neither)"
     )
 
 
 def test_manifest_fields_have_a_size_limit() -> None:
-    limit = models.MANIFEST_FIELD_MAX_BYTES
-    fits = models.PatchManifestBody.model_validate({"scan_metadata": {"k": "x" * (limit - 20)}})
+    limit = rest_models.MANIFEST_FIELD_MAX_BYTES
+    fits = rest_models.PatchManifestBody.model_validate({"scan_metadata": {"k": "x" * (limit - 20)}})
     assert fits.oversized() is None
-    over = models.PatchManifestBody.model_validate({"scan_metadata": {"k": "é" * (limit // 2)}})
+    over = rest_models.PatchManifestBody.model_validate({"scan_metadata": {"k": "é" * (limit // 2)}})
     assert over.oversized() == ("scan_metadata", len('{"k":""}') + limit)  # UTF-8 bytes, not characters
 
 

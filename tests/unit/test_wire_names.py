@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from api_shim import models, openapi
+from api_shim import openapi, rest_models
 from api_shim.find.query import FilterError, parse
 from api_shim.routes import ROUTES, SCAN_ID
 from api_shim.wire_names import (
@@ -103,14 +103,16 @@ def test_a_filter_naming_one_field_both_ways_in_one_document_is_refused(
 
 
 def test_a_body_takes_either_name_but_not_both() -> None:
-    body = models.PutResultBody.model_validate_json('{"skyscan_result": {"a": 1}, "is_final": true}')
+    body = rest_models.PutResultBody.model_validate_json('{"skyscan_result": {"a": 1}, "is_final": true}')
     assert body.scan_result == {"a": 1}
     with pytest.raises(ValidationError, match="skyscan_result"):
-        models.PutResultBody.model_validate_json(
+        rest_models.PutResultBody.model_validate_json(
             '{"skyscan_result": {}, "scan_result": {}, "is_final": true}'
         )
     assert (
-        models.WorkflowIdBody.model_validate_json('{"workflow_id": "w", "ewms_address": "a"}').wms_address
+        rest_models.WorkflowIdBody.model_validate_json(
+            '{"workflow_id": "w", "ewms_address": "a"}'
+        ).wms_address
         == "a"
     )
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from api_shim import models
+from api_shim import rest_models
 from api_shim.app import CatchAll
 from api_shim.routes import ROUTES
 from skyscan.kube import scan_path
@@ -65,22 +65,22 @@ def check(model: type[BaseModel], body: Any) -> None:
 async def test_responses_conform_to_their_models(shim: ShimUnderTest) -> None:
     manifest = await shim.launch()
     scan_id = manifest["scan_id"]
-    check(models.Manifest, manifest)
-    check(models.ManifestAndResult, (await shim.call("GET", f"/scan/{scan_id}")).body)
-    check(models.StatusResponse, (await shim.call("GET", f"/scan/{scan_id}/status")).body)
-    check(models.LogsResponse, (await shim.call("GET", f"/scan/{scan_id}/logs")).body)
-    check(models.ScanRequestObj, (await shim.call("GET", f"/scan-request/{scan_id}")).body)
-    check(models.WorkflowIdResponse, (await shim.call("GET", f"/scan/{scan_id}/wms/workflow-id")).body)
-    check(models.Workforce, (await shim.call("GET", f"/scan/{scan_id}/wms/workforce")).body)
-    check(models.TaskforcesResponse, (await shim.call("GET", f"/scan/{scan_id}/wms/taskforces")).body)
-    check(models.SensorEventResponse, (await shim.call("GET", f"/scan/{scan_id}/sensor-event")).body)
-    check(models.BacklogResponse, (await shim.call("GET", "/scans/backlog")).body)
-    check(models.FindResponse, (await shim.call("POST", "/scans/find", json_body={"filter": {}})).body)
+    check(rest_models.Manifest, manifest)
+    check(rest_models.ManifestAndResult, (await shim.call("GET", f"/scan/{scan_id}")).body)
+    check(rest_models.StatusResponse, (await shim.call("GET", f"/scan/{scan_id}/status")).body)
+    check(rest_models.LogsResponse, (await shim.call("GET", f"/scan/{scan_id}/logs")).body)
+    check(rest_models.ScanRequestObj, (await shim.call("GET", f"/scan-request/{scan_id}")).body)
+    check(rest_models.WorkflowIdResponse, (await shim.call("GET", f"/scan/{scan_id}/wms/workflow-id")).body)
+    check(rest_models.Workforce, (await shim.call("GET", f"/scan/{scan_id}/wms/workforce")).body)
+    check(rest_models.TaskforcesResponse, (await shim.call("GET", f"/scan/{scan_id}/wms/taskforces")).body)
+    check(rest_models.SensorEventResponse, (await shim.call("GET", f"/scan/{scan_id}/sensor-event")).body)
+    check(rest_models.BacklogResponse, (await shim.call("GET", "/scans/backlog")).body)
+    check(rest_models.FindResponse, (await shim.call("POST", "/scans/find", json_body={"filter": {}})).body)
     result = await shim.call(
         "PUT", f"/scan/{scan_id}/result", as_="system", json_body={"scan_result": {"a": 1}, "is_final": False}
     )
-    check(models.Result, result.body)
-    check(models.Error, (await shim.call("GET", "/scan/nope")).body)
+    check(rest_models.Result, result.body)
+    check(rest_models.Error, (await shim.call("GET", "/scan/nope")).body)
 
 
 @pytest.mark.parametrize(("method", "path"), SCAN_ROUTES)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from api_shim import models
+from api_shim import rest_models
 from skyscan import names, payloads, presign
 from skyscan.kube import core_path
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest
@@ -58,7 +58,7 @@ async def test_the_sidecar_uploads_and_workers_fetch_through_the_presigned_url(s
     # A valid URL before the upload: 404, so workers retry.
     reply = await fetch(shim, scan_id, presigned(scan_id))
     assert reply.status == 404 and reply.body["reason"] == "startup.json not uploaded yet"
-    models.Error.model_validate(reply.body)
+    rest_models.Error.model_validate(reply.body)
 
     content = startup_json()
     assert 100_000 < len(content) < 530_000
@@ -68,7 +68,7 @@ async def test_the_sidecar_uploads_and_workers_fetch_through_the_presigned_url(s
     )  # fmt: skip
     assert reply.status == 200, reply.body
     assert reply.body == {"scan_id": scan_id, "size": len(content)}
-    models.StartupStored.model_validate(reply.body)
+    rest_models.StartupStored.model_validate(reply.body)
 
     # Stored compressed, byte for byte, as a payload object owned by the scan.
     cm = await shim.api.request(

@@ -6,7 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from api_shim import models, view
+from api_shim import rest_models, view
 from api_shim.errors import not_found
 from api_shim.launch import Defaults, normalise
 from api_shim.plumbing import (
@@ -53,7 +53,7 @@ def _logs_url(shim: Shim, scan: dict[str, Any]) -> str | None:
 
 async def launch_scan(request: web.Request) -> web.Response:
     shim = request.app[SHIM]
-    body = await parse_body(request, models.ScanRequestBody)
+    body = await parse_body(request, rest_models.ScanRequestBody)
     launch = normalise(body, await shim.tags.tags(), _defaults(shim.settings))
     scan = await shim.writes.launch(launch)
     return ok_spoken(request, _projected(scan, body.manifest_projection))
@@ -77,7 +77,7 @@ async def get_scan_request(request: web.Request) -> web.Response:
 
 
 async def rescan(request: web.Request) -> web.Response:
-    body = await parse_body(request, models.RescanBody)
+    body = await parse_body(request, rest_models.RescanBody)
     new = await request.app[SHIM].writes.rescan(
         await scan_for(request), abort_first=body.abort_first, replace_scan=body.replace_scan
     )
@@ -97,7 +97,7 @@ async def get_scan(request: web.Request) -> web.Response:
 
 async def delete_scan(request: web.Request) -> web.Response:
     shim = request.app[SHIM]
-    body = await parse_body(request, models.DeleteBody)
+    body = await parse_body(request, rest_models.DeleteBody)
     scan = await shim.writes.delete(await scan_for(request), delete_completed_scan=body.delete_completed_scan)
     result = await shim.scans.result(scan)
     return ok(spoken_scan(_projected(scan, body.manifest_projection), result, names_of(request)))
