@@ -48,7 +48,7 @@ from api_shim.settings import ShimSettings
 from api_shim.wire_names import Names
 from skyscan import kube, logs
 from skyscan.archive import Archive
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 from skyscan.tags import TagCatalog
 
 AUTHENTICATORS = web.AppKey("authenticators", list[auth.Authenticator])

@@ -11,9 +11,9 @@ from typing import Any
 from api_shim.wire_names import field_names
 from skyscan import model
 from skyscan.manifest import MANIFEST_FIELDS, spec_of
+from skyscan.scan_record import ScanRecord
 from skyscan.scanner_args import sorted_nsides
 from skyscan.state import SCAN_HAS_FINAL_RESULT, has_requested_workflow
-from skyscan.status import ScanRecord
 
 FIND_DISALLOWED = frozenset({"wms_task", "event_live_json_dict", "event_live_json_dict__hash"})
 Scan = Mapping[str, Any]

@@ -9,7 +9,7 @@ applies the missing ones in one transaction under an advisory lock, so processes
 migrate once, and records each version in `skyscan_schema`.
 
 A Scan read back from here carries `status.archivedAt` (Unix seconds), which tells readers it is
-archived (`skyscan.status.ScanRecord.archived_at`).
+archived (`skyscan.scan_record.ScanRecord.archived_at`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, ParamSpec, TypeVar
 import asyncpg
 
 from skyscan import manifest
-from skyscan.status import ScanRecord, resource_version
+from skyscan.scan_record import ScanRecord, resource_version
 
 SCHEMA_V1 = """
 CREATE TABLE sensor_events (
@@ -101,7 +101,7 @@ WHERE namespace = $1 AND scan_id = $2
 class ArchivedScan:
     """One finished scan as it moves into the archive."""
 
-    scan: Mapping[str, Any]  # the compact Scan object (skyscan.status.compact)
+    scan: Mapping[str, Any]  # the compact Scan object (skyscan.scan_record.compact)
     manifest: Mapping[str, Any]  # skyscan.manifest.of(scan)
     event: bytes | None  # gzip payload of its sensor event; None: it was never stored (EventMissing)
     result: bytes | None  # gzip payload of its result, if it has one

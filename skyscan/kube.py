@@ -38,10 +38,6 @@ READ_BUFSIZE = 2**21
 
 Params = Mapping[str, Any]  # str, int or bool values; None ones are left out
 
-# The error's name before it became a family: api_shim/cache.py and the local harness still say it
-# (both are being rewritten by others); remove once nothing does.
-ApiError = KubeError
-
 
 class WatchIdle(Exception):
     """A watch's stream brought nothing, not even a bookmark, for longer than the caller allows."""

@@ -16,8 +16,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from skyscan import model
 from skyscan.model import INTEGER_MAX, INTEGER_MIN, EventMetadata, Integer
+from skyscan.scan_record import ScanRecord
 from skyscan.scanner_args import scanner_server_args
-from skyscan.status import ScanRecord
 
 Threshold = Annotated[float, Field(ge=0, le=1)]
 

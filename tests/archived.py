@@ -6,7 +6,7 @@ import secrets
 import time
 from typing import Any
 
-from skyscan import manifest, model, payloads, status
+from skyscan import manifest, model, payloads, scan_record
 from skyscan.archive import ArchivedScan
 
 SPEC = {
@@ -63,7 +63,7 @@ def record(
 ) -> ArchivedScan:
     """The ArchivedScan the operator would put for `scan`, with gzip payloads as the cluster holds them."""
     return ArchivedScan(
-        scan=status.compact(scan),
+        scan=scan_record.compact(scan),
         manifest=manifest.of(scan),
         event=payloads.encode(event_payload or {"event": scan["spec"]["sensorEventId"]}, "event"),
         result=payloads.encode(result, "result") if result is not None else None,

@@ -1,5 +1,5 @@
 """`make lint`'s check that a Scan's spec and status are read through their typed accessors only
-(`skyscan.status.ScanRecord`, the models of `skyscan.model`), never as raw `obj["spec"]`/`obj["status"]`
+(`skyscan.scan_record.ScanRecord`, the models of `skyscan.model`), never as raw `obj["spec"]`/`obj["status"]`
 or `obj.get("spec")`/`obj.get("status")` in product code: a renamed or retyped key then has one place
 to change. Other objects' keys (a Lease's spec, a Job's or a condition's status) are named as such on
 their line with `# raw: <kind>`; the accessor modules themselves are exempt.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 PRODUCT = ("skyscan", "operator/skyscan_operator", "api_shim")
 ACCESSORS = {
-    "skyscan/status.py",  # ScanRecord: the Scan's typed reads
+    "skyscan/scan_record.py",  # ScanRecord: the Scan's typed reads
     "skyscan/conditions.py",  # a condition's own `status` field
     "operator/skyscan_operator/lease.py",  # the Lease's spec
 }
@@ -65,8 +65,9 @@ def main(argv: list[str]) -> int:
         print(line)
     if found:
         print(
-            f"{len(found)} raw spec/status access(es): read a Scan through skyscan.status.ScanRecord (or "
-            f"add an accessor there); for another kind of object, say which on the line: `{PRAGMA} <kind>`",
+            f"{len(found)} raw spec/status access(es): read a Scan through skyscan.scan_record.ScanRecord "
+            "(or add an accessor there); for another kind of object, say which on the line: "
+            f"`{PRAGMA} <kind>`",
             file=sys.stderr,
         )
     return 1 if found else 0

@@ -23,7 +23,7 @@ from typing import Any
 from api_shim.find.match import scalar_key
 from api_shim.find.query import All, Cond, Eq, Field, In, Query
 from skyscan import manifest
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 
 RUN_ID = "event_metadata.run_id"
 EVENT_ID = "event_metadata.event_id"

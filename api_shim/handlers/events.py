@@ -30,7 +30,7 @@ from api_shim.plumbing import FOUND, SHIM, Shim, scan_for
 from api_shim.repository import Scans
 from api_shim.settings import ShimSettings
 from skyscan import manifest
-from skyscan.status import ScanRecord, resource_version
+from skyscan.scan_record import ScanRecord, resource_version
 
 KEEPALIVE = b": keepalive\n\n"
 END = b"event: end\ndata: {}\n\n"

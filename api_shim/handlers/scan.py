@@ -27,7 +27,7 @@ from api_shim.plumbing import (
 from api_shim.settings import ShimSettings
 from api_shim.wire_names import spoken, spoken_scan
 from skyscan import manifest
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 
 
 def _defaults(s: ShimSettings) -> Defaults:

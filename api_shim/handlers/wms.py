@@ -8,7 +8,7 @@ from api_shim import rest_models, view
 from api_shim.launch import n_workers_too_many, unknown_cluster
 from api_shim.plumbing import SHIM, live_scan_for, ok, ok_spoken, parse_body, served
 from skyscan import manifest
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 
 
 async def add_workers(request: web.Request) -> web.Response:

@@ -13,7 +13,7 @@ the API server does not answer within ANSWER_SECONDS (a hung server, a lost netw
 Writers call `observe(obj)` with the object a write returned, so a read that follows a write by
 the same client sees it without waiting for the watch event. Reads never call the API server.
 
-A Scan is held in its compact form (`skyscan.status.compact`: no managedFields), packed
+A Scan is held in its compact form (`skyscan.scan_record.compact`: no managedFields), packed
 (`skyscan.packing`: ~150 bytes for a waiting Scan, against ~5.5 KiB as decoded dicts), and unpacked
 on each read, a fresh object: the shim holds 10,000 live Scans in well under 150 MiB. `/scans/find`
 matches over each Scan's manifest, built once per version of the Scan (on the first find after it
@@ -37,7 +37,7 @@ from api_shim.repository import listing
 from skyscan import kube, manifest
 from skyscan.kube_errors import Gone, KubeError
 from skyscan.packing import Packer
-from skyscan.status import ScanRecord, compact, resource_version
+from skyscan.scan_record import ScanRecord, compact, resource_version
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from api_shim.repository.cache import ScanCache
-from skyscan.status import ScanRecord, resource_version
+from skyscan.scan_record import ScanRecord, resource_version
 
 Form = tuple[Hashable, ...]  # which form: its view, then whatever else it depends on
 BUDGET_BYTES = 512 * 1024  # ~300 scans' manifest and status: the scans clients poll (RSS grows by about this)

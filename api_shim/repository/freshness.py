@@ -33,7 +33,7 @@ from api_shim.errors import ApiError
 from api_shim.repository.cache import ScanCache
 from api_shim.repository.sharing import SharedRuns
 from api_shim.repository.versions import min_version
-from skyscan.status import resource_version
+from skyscan.scan_record import resource_version
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]

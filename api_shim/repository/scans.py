@@ -36,7 +36,7 @@ from skyscan import kube, model, payloads
 from skyscan.archive import Archive
 from skyscan.kube_errors import Conflict, NotFound
 from skyscan.names import is_object_name
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 
 INLINE_DECODE_BYTES = 64 * 1024  # a larger archived payload is unpacked in a thread
 EVENTS_KEPT = 16  # sensor events are immutable, and a scan's followers and rescans read one repeatedly

@@ -26,7 +26,7 @@ from api_shim.repository.versions import wrote
 from skyscan import kube, model, names
 from skyscan.kube import Kube, scan_path
 from skyscan.kube_errors import Conflict, NotFound
-from skyscan.status import resource_version
+from skyscan.scan_record import resource_version
 
 Obj = dict[str, Any]
 MERGE = kube.MERGE_PATCH

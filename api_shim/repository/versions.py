@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp import web
 
 from api_shim.errors import bad_request
-from skyscan.status import resource_version
+from skyscan.scan_record import resource_version
 
 WRITTEN_HEADER = "Skyscan-Version"
 MIN_VERSION_HEADER = "Skyscan-Min-Version"

@@ -52,6 +52,7 @@ import aiohttp
 import httpx
 
 from skyscan import kube, names
+from skyscan.kube_errors import Gone, KubeError
 from skyscan_local import control_plane as localcluster
 from skyscan_local import processes, scanner_report, skymap
 from skyscan_local.scanner_pod import ScannerExit, ScannerSimSettings, ServerPod, is_playable, read_server_pod
@@ -347,8 +348,8 @@ class PodPlayer:
                     version = obj["metadata"]["resourceVersion"]
                     if event["type"] != "BOOKMARK":
                         self.consider(event["type"], obj)
-            except kube.ApiError as e:
-                if e.status == 410:
+            except KubeError as e:
+                if isinstance(e, Gone):
                     version = ""
                 log.warning("pod watch: %s; re-listing", e)
                 await asyncio.sleep(1)
@@ -431,7 +432,7 @@ class PodPlayer:
             try:
                 await self.api.request("PATCH", f"{self.pods}/{name}", body=patch, content_type=content_type)
                 return
-            except kube.ApiError as e:
+            except KubeError as e:
                 if e.status in (404, 422):  # gone already, or the hold already lifted
                     return
                 if e.status < 500:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from skyscan import install, kube
+from skyscan.kube_errors import Conflict, NotFound
 from skyscan_local import control_plane as localcluster
 from skyscan_local import postgres, processes
 from skyscan_local.stack_settings import ARCHIVE_DATABASE, PRESIGN_KEY_FILE, TOKEN_FILE, LocalStackSettings
@@ -47,15 +48,15 @@ async def prepare_cluster(kubeconfig: str, namespace: str, timeout: float) -> No
     """The CRD, the namespace (ready for Pods) and the scanners' ServiceAccount."""
     await install.install(kubeconfig)
     async with await kube.connect(kubeconfig) as api:
-        with contextlib.suppress(kube.ApiError):
+        with contextlib.suppress(Conflict):
             await api.request("POST", kube.core_path("namespaces"), body={"metadata": {"name": namespace}})
         deadline = time.monotonic() + timeout
         while True:
             try:
                 await api.request("GET", kube.core_path("serviceaccounts", namespace, "default"))
                 break
-            except kube.ApiError as e:
-                if e.status != 404 or time.monotonic() > deadline:
+            except NotFound:
+                if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.2)
         await install.ensure_scanner_account(api, namespace)

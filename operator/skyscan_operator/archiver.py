@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from skyscan import conditions as cond
 from skyscan import kube, logs, manifest, names, payloads
 from skyscan.kube_errors import Conflict, NotFound
-from skyscan.status import ScanRecord, compact
+from skyscan.scan_record import ScanRecord, compact
 from skyscan_operator.endings import GITOPS_LABEL_PREFIXES
 from skyscan_operator.kube_events import event_body, send_event
 from skyscan_operator.settings import OperatorSettings

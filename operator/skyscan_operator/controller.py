@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from skyscan import conditions as cond
 from skyscan import kube, logs, model, payloads, policy
 from skyscan.kube_errors import Conflict, NotFound, is_outage
-from skyscan.status import ENDED_JOB_STATES, ScanRecord
+from skyscan.scan_record import ENDED_JOB_STATES, ScanRecord
 from skyscan.tags import TagCatalog
 from skyscan_operator import endings, janitor, metrics, planner
 from skyscan_operator.archiver import Archiver
@@ -38,7 +38,7 @@ from skyscan_operator.kube_events import EventPoster
 from skyscan_operator.live_scans import Child, Key, LiveScans, key_of
 from skyscan_operator.observed import Observed, ScanView, WorkflowView
 from skyscan_operator.settings import OperatorSettings
-from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable
+from skyscan_operator.wms_client import WMSClient, WMSError, WMSUnavailable
 from skyscan_operator.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from skyscan import conditions as cond
 from skyscan import model
+from skyscan.scan_record import ENDED_JOB_STATES, OPERATOR_KEYS, ScanRecord, holds_workflow
 from skyscan.state import scan_state
-from skyscan.status import ENDED_JOB_STATES, OPERATOR_KEYS, ScanRecord, holds_workflow
 from skyscan_operator.actions import Action
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from skyscan import conditions as cond
 from skyscan import model, policy
-from skyscan.status import ENDED_JOB_STATES, ScanRecord, holds_workflow
+from skyscan.scan_record import ENDED_JOB_STATES, ScanRecord, holds_workflow
 from skyscan_operator.actions import Deactivate, DeleteJob, RecoverWorkflow, Replace
 from skyscan_operator.draft import Draft, Event, Plan
 from skyscan_operator.observed import Observed, PodView, ScanView

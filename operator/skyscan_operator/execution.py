@@ -17,7 +17,7 @@ from skyscan import kube, model, names
 from skyscan.kube import Kube, scan_path
 from skyscan.kube_errors import TRANSPORT_ERRORS, KubeError, NotFound, is_outage
 from skyscan.patch import merge_patch
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 from skyscan_operator import metrics
 from skyscan_operator.backlog import retry_delay
 from skyscan_operator.draft import Plan
@@ -25,7 +25,7 @@ from skyscan_operator.kube_events import EventPoster
 from skyscan_operator.live_scans import LiveScans
 from skyscan_operator.observed import ScanView
 from skyscan_operator.settings import OperatorSettings
-from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable
+from skyscan_operator.wms_client import WMSClient, WMSError, WMSUnavailable
 
 MERGE = kube.MERGE_PATCH
 

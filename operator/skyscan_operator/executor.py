@@ -19,7 +19,7 @@ from typing import Any
 from skyscan.kube import Kube
 from skyscan.kube_errors import NotFound
 from skyscan.patch import merge_patch
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 from skyscan_operator import metrics
 from skyscan_operator.actions import (
     Action,
@@ -36,8 +36,8 @@ from skyscan_operator.kube_events import EventPoster
 from skyscan_operator.live_scans import LiveScans
 from skyscan_operator.observed import ScanView
 from skyscan_operator.settings import OperatorSettings
-from skyscan_operator.wms import WMSClient
 from skyscan_operator.wms_actions import WMS_ACTIONS
+from skyscan_operator.wms_client import WMSClient
 
 # Every action type, and what carries it out.
 ACTIONS: dict[type, Handler] = {**KUBE_ACTIONS, **WMS_ACTIONS}

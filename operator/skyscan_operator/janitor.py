@@ -20,7 +20,7 @@ from typing import Any
 
 from skyscan import conditions as cond
 from skyscan import names
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 
 Ref = tuple[str, str]  # (namespace, ConfigMap name)
 

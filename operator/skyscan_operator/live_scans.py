@@ -22,8 +22,8 @@ from skyscan import conditions as cond
 from skyscan import names
 from skyscan.packing import Packer
 from skyscan.policy import Refusal
+from skyscan.scan_record import ScanRecord, compact, resource_version
 from skyscan.state import scan_state
-from skyscan.status import ScanRecord, compact, resource_version
 from skyscan_operator import workforce
 from skyscan_operator.backlog import Candidate, Hold, Line, holds
 from skyscan_operator.endings import STUCK_REASONS

@@ -10,7 +10,7 @@ from typing import Any
 
 from skyscan import conditions as cond
 from skyscan import model, policy
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 
 TRANSIENT_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "StartError", "CrashLoopBackOff"})
 TRANSIENT_EXIT_CODES = frozenset({137, 143})

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from skyscan import conditions as cond
 from skyscan import model, names
+from skyscan.scan_record import ENDED_JOB_STATES, holds_workflow
 from skyscan.state import workers_refusal
-from skyscan.status import ENDED_JOB_STATES, holds_workflow
 from skyscan_operator import endings, scanner_job, workforce
 from skyscan_operator.actions import (
     AddWorkers,

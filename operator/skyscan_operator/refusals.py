@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from skyscan_operator.wms import WMSError, WMSUnavailable
+from skyscan_operator.wms_client import WMSError, WMSUnavailable
 
 CLUSTER_REFUSED = "ClusterRefused"  # the WMS refused a cluster location the scan asks for
 WMS_REJECTED = "WMSRejected"  # the WMS refused the workflow request for another reason

@@ -14,7 +14,7 @@ from skyscan_operator.actions import AddWorkers, Deactivate, ProvisionQueues, Re
 from skyscan_operator.execution import Execution, Handler
 from skyscan_operator.kube_actions import apply_owned
 from skyscan_operator.refusals import refused_workers, workflow_refusal
-from skyscan_operator.wms import WMSError, WMSUnavailable
+from skyscan_operator.wms_client import WMSError, WMSUnavailable
 
 
 async def request_workflow(run: Execution, action: RequestWorkflow) -> float:

@@ -22,7 +22,7 @@ import pytest
 
 from skyscan import kube
 from skyscan.kube import core_path, scan_path
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 from skyscan_local import stack as localstack
 from tests.e2e.conftest import LONG_NSIDES, Rest, scan_request
 from tests.e2e.own_cluster import OwnCluster, own_cluster

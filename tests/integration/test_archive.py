@@ -14,7 +14,7 @@ import pytest
 
 from skyscan import manifest
 from skyscan.archive import MIGRATION_LOCK, MIGRATIONS, Archive, migrate
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 from tests.archived import record, scan_object
 from tests.helpers import eventually
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from skyscan import manifest
 from skyscan.archive import SCAN_COLUMNS, columns
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 from tests.archived import record, scan_object
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from skyscan import conditions as cond
 from skyscan import names
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 from skyscan_operator.archiver import ArchiveQueue, finished_at, git_managed
 
 

@@ -22,6 +22,11 @@ def test_all_costs_a_pattern_inside_it_as_compiled() -> None:
     assert inside == find_filter({"a": {"$elemMatch": {"$regex": LARGE}}}).cost + 1
 
 
+def test_elem_match_of_documents_costs_one_and_its_query() -> None:
+    # The field, $elemMatch, and each of the element's two fields with its equality.
+    assert cost(parse({"a": {"$elemMatch": {"k": 1, "v": 2}}}), {}) == 1 + 1 + 2 + 2
+
+
 def test_in_costs_its_patterns_as_compiled() -> None:
     # $in is two tests and its pattern's search; $regex one test and the same search.
     assert (

@@ -8,7 +8,7 @@ import pytest
 
 from skyscan import conditions as cond
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 from skyscan_operator.actions import (
     AddWorkers,
     CheckEvent,

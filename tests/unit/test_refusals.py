@@ -11,7 +11,7 @@ from skyscan_operator.refusals import (
     refused_workers,
     workflow_refusal,
 )
-from skyscan_operator.wms import WMSError, WMSUnavailable
+from skyscan_operator.wms_client import WMSError, WMSUnavailable
 
 # EWMS (079f9e1) answers an unknown cluster location so: a 400 whose reason names it.
 REAL_400 = '{"code": 400, "error": "condor cluster location not found: local"}'

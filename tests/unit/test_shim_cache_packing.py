@@ -10,7 +10,7 @@ import pytest
 
 from api_shim.repository.cache import ScanCache
 from skyscan.packing import Packer
-from skyscan.status import compact
+from skyscan.scan_record import compact
 from tests.unit.test_shim_view import SCAN
 
 

@@ -94,10 +94,17 @@ def test_indexed_paths() -> None:
             [Lookup("classifiers.tag", ("a",)), Lookup("classifiers.tag", ("b",))],
         ),
         ({"$and": [{RUN_ID: 1}, {"$and": [{EVENT_ID: 2}]}]}, [Lookup(RUN_ID, (1,)), Lookup(EVENT_ID, (2,))]),
+        (
+            {RUN_ID: {"$eq": 1, "$all": [2, 3]}},
+            [Lookup(RUN_ID, (1,)), Lookup(RUN_ID, (2,)), Lookup(RUN_ID, (3,))],
+        ),
         # Not bounding: null also matches a missing field; arrays, objects, patterns, negations, $or
         ({RUN_ID: None}, []),
         ({RUN_ID: {"$in": [1, None]}}, []),
         ({RUN_ID: {"$in": [1, {"$regex": "1"}]}}, []),
+        ({RUN_ID: {"$all": [1, None]}}, []),
+        ({RUN_ID: {"$all": [1, [1]]}}, []),
+        ({RUN_ID: {"$all": [1, {"$elemMatch": {"$gt": 0}}]}}, []),
         ({RUN_ID: [1]}, []),
         ({"classifiers.a": {"x": 1}}, []),
         ({RUN_ID: {"$ne": 1}}, []),

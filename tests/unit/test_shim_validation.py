@@ -20,7 +20,7 @@ from api_shim.routes import ROUTES
 from api_shim.settings import ShimSettings
 from skyscan.kube_errors import KubeError
 from skyscan.model import Integer
-from skyscan.status import compact
+from skyscan.scan_record import compact
 
 
 def reason(model: type[BaseModel], body: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ import pytest
 from api_shim import view
 from skyscan import manifest, names
 from skyscan.patch import merge_patch
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 
 SCAN: dict[str, Any] = {
     "metadata": {

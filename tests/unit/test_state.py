@@ -6,8 +6,8 @@ import pytest
 
 from api_shim import view
 from api_shim.handlers.events import ended
+from skyscan.scan_record import ScanRecord
 from skyscan.state import NOT_YET_REQUESTED, scan_state
-from skyscan.status import ScanRecord
 
 STARTED = {"processing_stats": {"start": {}, "runtime": {}, "rate": {}}}
 RATED = {"processing_stats": {"start": {}, "runtime": {}, "rate": {"a": 1.0}}}

@@ -6,7 +6,7 @@ from typing import Any
 
 from skyscan import conditions as cond
 from skyscan.packing import Packer
-from skyscan.status import ScanRecord
+from skyscan.scan_record import ScanRecord
 from skyscan_operator.backlog import Hold
 from skyscan_operator.live_scans import LiveScans, job_view, kept, key_of, pod_view, waiting_status
 from skyscan_operator.observed import WorkflowView

@@ -20,7 +20,7 @@ from typing import Any
 
 from harness import EVENT, scan_spec, scan_status
 
-from skyscan import manifest, model, names, status
+from skyscan import manifest, model, names, scan_record
 
 ARCHIVED_RUN0 = 900_000
 ARCHIVED_I0 = 10_000_000
@@ -70,7 +70,7 @@ class Template:
             "spec": spec,
             "status": st,
         }
-        return cls(_holes(json.dumps(manifest.of(obj))), _holes(json.dumps(status.compact(obj))))
+        return cls(_holes(json.dumps(manifest.of(obj))), _holes(json.dumps(scan_record.compact(obj))))
 
 
 def _holes(text: str) -> str:

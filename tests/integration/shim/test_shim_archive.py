@@ -14,7 +14,7 @@ from skyscan import manifest, names, payloads
 from skyscan.archive import Archive, ArchivedScan
 from skyscan.kube import core_path, scan_path
 from skyscan.kube_errors import KubeError
-from skyscan.status import ScanRecord, compact
+from skyscan.scan_record import ScanRecord, compact
 from skyscan_local.processes import free_port
 from tests.conftest import ArchiveServer
 from tests.helpers import eventually

@@ -17,7 +17,7 @@ from api_shim.repository import cache as cache_module
 from api_shim.repository.cache import ScanCache
 from skyscan import kube, model
 from skyscan.kube import Kube, scan_path
-from skyscan.status import compact
+from skyscan.scan_record import compact
 from tests.conftest import Cluster
 from tests.helpers import eventually
 from tests.unit.test_crd import minimal_spec

@@ -10,7 +10,7 @@ from api_shim.find import search as find
 from api_shim.find.query import FindLimits
 from skyscan import manifest, payloads
 from skyscan.archive import ArchivedScan
-from skyscan.status import compact
+from skyscan.scan_record import compact
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest
 from tests.integration.shim.test_shim_archive import EVENT_METADATA, archive_scan, finished
 from tests.integration.shim.test_shim_find_wms import find as find_ids

@@ -13,7 +13,7 @@ from skyscan import model
 from skyscan_local import wms_simulator as simulator
 from skyscan_operator import metrics, scanner_job
 from skyscan_operator.settings import OperatorSettings
-from skyscan_operator.wms import WMSClient, WMSError, WMSUnavailable, jwt_expiry
+from skyscan_operator.wms_client import WMSClient, WMSError, WMSUnavailable, jwt_expiry
 from skyscan_operator.workforce import summarize
 from tests.helpers import eventually
 from tests.unit.test_crd import minimal_spec
