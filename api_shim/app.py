@@ -46,8 +46,9 @@ from api_shim.routes import ROUTES
 from api_shim.scanner_auth import ScannerTokens
 from api_shim.settings import ShimSettings
 from api_shim.wire_names import Names
-from skyscan import kube, logs
-from skyscan.archive import Archive
+from skyscan import logs
+from skyscan.io import kube
+from skyscan.io.archive import Archive
 from skyscan.scan_record import ScanRecord
 from skyscan.tags import TagCatalog
 

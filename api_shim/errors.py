@@ -16,8 +16,8 @@ import asyncpg
 from aiohttp import web
 
 from skyscan import logs
-from skyscan.archive import ArchiveUnavailable
-from skyscan.kube_errors import KubeError, is_outage
+from skyscan.io.archive import ArchiveUnavailable
+from skyscan.io.kube_errors import KubeError, is_outage
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from api_shim.errors import ApiError, bad_request, not_found
 from api_shim.repository import Form, Scans, ScanWrites
 from api_shim.settings import ShimSettings
 from api_shim.wire_names import Names, spoken
-from skyscan.kube import Kube
+from skyscan.io.kube import Kube
 from skyscan.tags import TagCatalog
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -23,8 +23,9 @@ import aiohttp
 from api_shim import auth, oidc
 from api_shim.errors import ApiError
 from api_shim.wire_names import Names
-from skyscan import kube, names
-from skyscan.kube_errors import KubeError
+from skyscan import names
+from skyscan.io import kube
+from skyscan.io.kube_errors import KubeError
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
 

@@ -20,7 +20,7 @@ SCANNER_SELECTOR = ",".join(f"{k}={v}" for k, v in SCANNER_LABELS.items())
 # --- field managers (server-side apply): each component owns the fields it applies, and only those
 OPERATOR_MANAGER = "skyscan-operator"
 SHIM_MANAGER = "skyscan-shim"
-INSTALL_MANAGER = "skyscan-install"  # the CRD and the scanners' ServiceAccount (`skyscan.install`)
+INSTALL_MANAGER = "skyscan-install"  # the CRD and the scanners' ServiceAccount (`skyscan.io.install`)
 
 # --- annotations
 TIMESTAMP_ANNOTATION = "skyscan.io/timestamp"  # sub-second creation time (Unix seconds, as a string)

@@ -6,8 +6,9 @@ import secrets
 import time
 from typing import Any
 
-from skyscan import manifest, model, payloads, scan_record
-from skyscan.archive import ArchivedScan
+from skyscan import manifest, model, scan_record
+from skyscan.io import payloads
+from skyscan.io.archive import ArchivedScan
 
 SPEC = {
     "dockerTag": "4.1.0", "recoAlgo": "millipede_wilks", "nsides": {"8": 0}, "realOrSimulatedEvent": "real",

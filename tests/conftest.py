@@ -23,9 +23,9 @@ from urllib.parse import quote, urlsplit
 import pytest
 from xdist.scheduler.worksteal import MIN_PENDING, WorkStealingScheduling
 
-from skyscan import archive_role, install, kube
-from skyscan.archive import Archive
-from skyscan.kube_errors import KubeError
+from skyscan.io import archive_role, install, kube
+from skyscan.io.archive import Archive
+from skyscan.io.kube_errors import KubeError
 from skyscan_local import control_plane as localcluster
 from skyscan_local import postgres
 
@@ -133,7 +133,7 @@ def login_dsn(admin_dsn: str, role: str, password: str, database: str) -> str:
 
 @pytest.fixture
 async def archive_role_dsn(archive_server: ArchiveServer) -> AsyncIterator[str]:
-    """The DSN of a fresh, empty database owned by a fresh least-privilege role (skyscan.archive_role,
+    """The DSN of a fresh, empty database owned by a fresh least-privilege role (skyscan.io.archive_role,
     as a deployment logs in), both dropped after the test."""
     name = f"t_{secrets.token_hex(6)}"
     dsn = login_dsn(archive_server.admin_dsn, name, secrets.token_hex(16), name)

@@ -16,8 +16,8 @@ import yaml
 from api_shim.find.match import Filter, compile_filter
 from api_shim.find.query import FilterError, FindLimits, parse
 from api_shim.find.regex import RegexError, compile_regex
-from skyscan.kube_errors import KubeError
-from skyscan.kubeconfig import Endpoint
+from skyscan.io.kube_errors import KubeError
+from skyscan.io.kubeconfig import Endpoint
 
 T = TypeVar("T")
 

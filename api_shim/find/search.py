@@ -37,7 +37,7 @@ from api_shim.find.match import UNCOMPILED, Filter, Predicate, compile_filter, c
 from api_shim.find.query import FilterError, FindLimits, Pattern, Query, parse
 from api_shim.find.regex import Regex, RegexError, compile_regex
 from api_shim.wire_names import Names, spoken
-from skyscan.archive import Archive
+from skyscan.io.archive import Archive
 from skyscan.manifest import MANIFEST_FIELDS
 
 LIMITS = FindLimits()

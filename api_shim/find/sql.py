@@ -1,5 +1,5 @@
 """The archive's part of `POST /scans/find`: a parsed filter as a SQL condition over the archive's `scans`
-table (`skyscan.archive`, schema v1), which selects the candidates the compiled filter then tests (pure).
+table (`skyscan.io.archive`, schema v1), which selects the candidates the compiled filter then tests (pure).
 
 The condition is SOUND: it never excludes a row whose manifest the in-memory matcher accepts. What maps
 exactly is translated exactly, on the indexed columns where there is one:
@@ -14,7 +14,7 @@ with a scalar, number ranges and `$exists: true`: a superset of the matches, nev
 (`$regex`, `$size`, `$elemMatch`, null equality off the columns, array indexes in paths, numbers
 beyond 2**53 in jsonb, a negation of an inexact part) becomes TRUE: every row stays a candidate.
 
-The translation relies on the columns holding the manifest's values (`skyscan.archive.columns`): a
+The translation relies on the columns holding the manifest's values (`skyscan.io.archive.columns`): a
 run or event id is an integer or absent (NULL), timestamps are numbers, `is_deleted` a boolean.
 """
 

@@ -34,8 +34,9 @@ from typing import Any, NamedTuple
 
 from api_shim.find.index import FindIndex
 from api_shim.repository import listing
-from skyscan import kube, manifest
-from skyscan.kube_errors import Gone, KubeError
+from skyscan import manifest
+from skyscan.io import kube
+from skyscan.io.kube_errors import Gone, KubeError
 from skyscan.packing import Packer
 from skyscan.scan_record import ScanRecord, compact, resource_version
 

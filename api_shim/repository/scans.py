@@ -3,7 +3,7 @@ the API server (`ScanStore`, read-your-writes through `Freshness`), the encoded 
 the finds over both stores, and the archive.
 
 A live scan is a Scan object with ConfigMaps for its payloads; a finished one is moved to the archive
-(`skyscan.archive`) by the operator, which commits the archived copy before it deletes the Scan. Every
+(`skyscan.io.archive`) by the operator, which commits the archived copy before it deletes the Scan. Every
 read and mark here follows that order: a scan archived between two reads is found in the second.
 """
 
@@ -32,9 +32,10 @@ from api_shim.repository.freshness import Freshness
 from api_shim.repository.store import Change, Obj, ScanStore, now
 from api_shim.repository.writes import ScanWrites
 from api_shim.wire_names import Names
-from skyscan import kube, model, payloads
-from skyscan.archive import Archive
-from skyscan.kube_errors import Conflict, NotFound
+from skyscan import model
+from skyscan.io import kube, payloads
+from skyscan.io.archive import Archive
+from skyscan.io.kube_errors import Conflict, NotFound
 from skyscan.names import is_object_name
 from skyscan.scan_record import ScanRecord
 
@@ -54,7 +55,7 @@ def marked(scan: Obj, spec: dict[str, Any], at: float) -> Obj:
 
 
 async def unpacked(data: bytes) -> Any:
-    """An archived payload (gzip JSON, as `skyscan.payloads` stores it), parsed."""
+    """An archived payload (gzip JSON, as `skyscan.io.payloads` stores it), parsed."""
 
     def unpack() -> Any:
         return json.loads(gzip.decompress(data))

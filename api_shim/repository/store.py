@@ -23,9 +23,10 @@ import tenacity
 from api_shim.errors import ApiError, not_found
 from api_shim.repository.cache import ScanCache
 from api_shim.repository.versions import wrote
-from skyscan import kube, model, names
-from skyscan.kube import Kube, scan_path
-from skyscan.kube_errors import Conflict, NotFound
+from skyscan import model, names
+from skyscan.io import kube
+from skyscan.io.kube import Kube, scan_path
+from skyscan.io.kube_errors import Conflict, NotFound
 from skyscan.scan_record import resource_version
 
 Obj = dict[str, Any]

@@ -20,7 +20,8 @@ from api_shim.repository.cache import ScanCache
 from api_shim.repository.sharing import SharedRuns
 from api_shim.repository.store import Change, Obj, ScanStore, now
 from api_shim.repository.versions import wrote
-from skyscan import manifest, model, payloads
+from skyscan import manifest, model
+from skyscan.io import payloads
 from skyscan.scan_record import ScanRecord
 from skyscan.state import NOT_YET_REQUESTED, workers_refusal
 

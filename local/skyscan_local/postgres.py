@@ -6,7 +6,7 @@ on first use, mode 0600), `server.json` (pid, command line, port) and `postgres.
 survives `stop`; `start` on the same directory finds it again.
 
 Two logins: the superuser, only over the unix socket and loopback, and the archive's least-privilege
-role `skyscan` (`ensure_app_login`: skyscan.archive_role), which alone may also log in from the
+role `skyscan` (`ensure_app_login`: skyscan.io.archive_role), which alone may also log in from the
 `clients` networks, to its own database only.
 
 The binaries: `pg_config --bindir`, else the newest Debian `/usr/lib/postgresql/<version>/bin`,
@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from skyscan import archive_role
+from skyscan.io import archive_role
 from skyscan_local import processes
 
 SUPERUSER = "postgres"
@@ -323,7 +323,7 @@ async def create_database(admin_dsn: str, name: str, *, exist_ok: bool = False) 
 
 
 async def ensure_app_login(server: Server, role: str = APP_ROLE, database: str = APP_DATABASE) -> str:
-    """The archive's least-privilege login on `server` (skyscan.archive_role: the role, its database,
+    """The archive's least-privilege login on `server` (skyscan.io.archive_role: the role, its database,
     its ownership of Skyscan's tables), made or brought back to what it should be; returns its DSN."""
     dsn = server.app_dsn(role, database)
     try:

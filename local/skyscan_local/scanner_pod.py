@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from skyscan import kube
+from skyscan.io import kube
 from skyscan.scanner_args import COMMON_SPACE
 from skyscan_local import control_plane as localcluster
 from skyscan_local import scanner_report

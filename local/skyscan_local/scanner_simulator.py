@@ -8,7 +8,7 @@ for each, does what the real server does against the REST API (wms-and-scanner n
    when the Job references one, read with the simulator's own client as the kubelet would - and
    `--nsides`, `--real-event`, `--client-startup-json`);
 2. starts the Pod's startup.json sidecar (its native-sidecar init container): the REAL program,
-   `python -m skyscan.sidecar`, as a subprocess with the Pod's env (the same token) and the Pod's
+   `python -m skyscan.io.sidecar`, as a subprocess with the Pod's env (the same token) and the Pod's
    `/common-space` mapped to a temporary directory of its own; restarted when it fails, terminated
    when the Pod ends, as the kubelet does;
 3. GET /scan/{id}/manifest as `system` for the event (retrying like the scanner's urgent client),
@@ -51,8 +51,9 @@ from typing import Any
 import aiohttp
 import httpx
 
-from skyscan import kube, names
-from skyscan.kube_errors import Gone, KubeError
+from skyscan import names
+from skyscan.io import kube
+from skyscan.io.kube_errors import Gone, KubeError
 from skyscan_local import control_plane as localcluster
 from skyscan_local import processes, scanner_report, skymap
 from skyscan_local.scanner_pod import ScannerExit, ScannerSimSettings, ServerPod, is_playable, read_server_pod
@@ -159,7 +160,7 @@ async def run_sidecar(pod: ServerPod, settings: ScannerSimSettings) -> None:
     kubelet's restartPolicy Always), terminated with SIGTERM when cancelled (the Pod ended)."""
     assert pod.sidecar is not None
     settle = settings.sidecar_settle_seconds
-    argv = [sys.executable, "-m", "skyscan.sidecar", *pod.sidecar.args,
+    argv = [sys.executable, "-m", "skyscan.io.sidecar", *pod.sidecar.args,
             "--settle-seconds", str(settle), "--poll-seconds", str(settle / 5)]  # fmt: skip
     while True:
         proc = await asyncio.create_subprocess_exec(

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from skyscan import install, kube
-from skyscan.kube_errors import Conflict, NotFound
+from skyscan.io import install, kube
+from skyscan.io.kube_errors import Conflict, NotFound
 from skyscan_local import control_plane as localcluster
 from skyscan_local import postgres, processes
 from skyscan_local.stack_settings import ARCHIVE_DATABASE, PRESIGN_KEY_FILE, TOKEN_FILE, LocalStackSettings

@@ -23,15 +23,16 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from skyscan import conditions as cond
-from skyscan import kube, logs, manifest, names, payloads
-from skyscan.kube_errors import Conflict, NotFound
+from skyscan import logs, manifest, names
+from skyscan.io import kube, payloads
+from skyscan.io.kube_errors import Conflict, NotFound
 from skyscan.scan_record import ScanRecord, compact
 from skyscan_operator.endings import GITOPS_LABEL_PREFIXES
 from skyscan_operator.kube_events import event_body, send_event
 from skyscan_operator.settings import OperatorSettings
 
 if TYPE_CHECKING:  # imported when first connected: asyncpg costs ~3 MiB of RSS, for nothing unarchived
-    from skyscan.archive import Archive
+    from skyscan.io.archive import Archive
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, scan id)
@@ -124,7 +125,7 @@ class Archiver:
                 self.failed += 1
 
     async def _connected(self) -> Archive:
-        from skyscan.archive import Archive
+        from skyscan.io.archive import Archive
 
         if self._archive is None:
             assert self._settings.archive_dsn is not None
@@ -170,7 +171,7 @@ class Archiver:
             else None
         )
         now = self._clock()
-        from skyscan.archive import ArchivedScan
+        from skyscan.io.archive import ArchivedScan
 
         await archive.put(ArchivedScan(compact(obj), view, event, result, now))
         await self._post(

@@ -26,8 +26,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from skyscan import conditions as cond
-from skyscan import kube, logs, model, payloads, policy
-from skyscan.kube_errors import Conflict, NotFound, is_outage
+from skyscan import logs, model, policy
+from skyscan.io import kube, payloads
+from skyscan.io.kube_errors import Conflict, NotFound, is_outage
 from skyscan.scan_record import ENDED_JOB_STATES, ScanRecord
 from skyscan.tags import TagCatalog
 from skyscan_operator import endings, janitor, metrics, planner

@@ -13,9 +13,10 @@ from contextlib import asynccontextmanager
 from typing import Any, NoReturn, Protocol
 
 from skyscan import conditions as cond
-from skyscan import kube, model, names
-from skyscan.kube import Kube, scan_path
-from skyscan.kube_errors import TRANSPORT_ERRORS, KubeError, NotFound, is_outage
+from skyscan import model, names
+from skyscan.io import kube
+from skyscan.io.kube import Kube, scan_path
+from skyscan.io.kube_errors import TRANSPORT_ERRORS, KubeError, NotFound, is_outage
 from skyscan.patch import merge_patch
 from skyscan.scan_record import ScanRecord
 from skyscan_operator import metrics

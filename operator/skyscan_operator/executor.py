@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from skyscan.kube import Kube
-from skyscan.kube_errors import NotFound
+from skyscan.io.kube import Kube
+from skyscan.io.kube_errors import NotFound
 from skyscan.patch import merge_patch
 from skyscan.scan_record import ScanRecord
 from skyscan_operator import metrics

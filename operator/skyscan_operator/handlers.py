@@ -16,7 +16,8 @@ from typing import Any
 
 import kopf
 
-from skyscan import kube, kubeconfig, logs, model, names
+from skyscan import logs, model, names
+from skyscan.io import kube, kubeconfig
 from skyscan_operator import kopf_state, leader, metrics
 from skyscan_operator.controller import Controller
 from skyscan_operator.settings import OperatorSettings

@@ -9,9 +9,10 @@ import contextlib
 from typing import Any
 
 from skyscan import conditions as cond
-from skyscan import kube, model, names, payloads
-from skyscan.kube import core_path, scan_path
-from skyscan.kube_errors import Conflict, KubeError, NotFound, Refused
+from skyscan import model, names
+from skyscan.io import kube, payloads
+from skyscan.io.kube import core_path, scan_path
+from skyscan.io.kube_errors import Conflict, KubeError, NotFound, Refused
 from skyscan_operator import scanner_job
 from skyscan_operator.actions import (
     CheckEvent,

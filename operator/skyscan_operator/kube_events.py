@@ -8,9 +8,10 @@ import secrets
 import sys
 from typing import Any, NamedTuple
 
-from skyscan import kube, logs, model
+from skyscan import logs, model
 from skyscan.conditions import iso
-from skyscan.kube_errors import TRANSPORT_ERRORS, KubeError
+from skyscan.io import kube
+from skyscan.io.kube_errors import TRANSPORT_ERRORS, KubeError
 
 log = logging.getLogger(__name__)
 COMPONENT = "skyscan-operator"

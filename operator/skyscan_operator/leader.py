@@ -1,6 +1,6 @@
 """The operator's Lease, read and written: stand by until this replica holds it, then keep it.
 
-`lease` decides; this module does the I/O through `skyscan.kube`. A replica that loses the Lease (a
+`lease` decides; this module does the I/O through `skyscan.io.kube`. A replica that loses the Lease (a
 renewal failed until the renew deadline, or the Lease names another holder) ends its process at once
 with `EXIT_LEASE_LOST`, whatever it is doing: Kubernetes restarts it as a standby. Stopping the
 operator's tasks gracefully instead could let them act on after a standby took over.
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
-from skyscan import kube
-from skyscan.kube_errors import TRANSPORT_ERRORS, Conflict, KubeError, NotFound
+from skyscan.io import kube
+from skyscan.io.kube_errors import TRANSPORT_ERRORS, Conflict, KubeError, NotFound
 from skyscan_operator import lease
 from skyscan_operator.settings import OperatorSettings
 

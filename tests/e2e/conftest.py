@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from skyscan import kube
-from skyscan.kube import core_path
+from skyscan.io import kube
+from skyscan.io.kube import core_path
 from skyscan_local import postgres
 from skyscan_local import stack as localstack
 from tests.conftest import ArchiveServer, Cluster

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import httpx
 
-from skyscan import kube
-from skyscan.kube import core_path
-from skyscan.kube_errors import KubeError
+from skyscan.io import kube
+from skyscan.io.kube import core_path
+from skyscan.io.kube_errors import KubeError
 from tests.e2e.conftest import LONG_NSIDES, Rest, Stack, wms_workflow
 from tests.helpers import eventually
 

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from skyscan import kube
-from skyscan.kube import core_path, scan_path
+from skyscan.io import kube
+from skyscan.io.kube import core_path, scan_path
 from skyscan.scan_record import ScanRecord
 from skyscan_local import stack as localstack
 from tests.e2e.conftest import LONG_NSIDES, Rest, scan_request

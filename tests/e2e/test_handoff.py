@@ -11,8 +11,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from skyscan import kube, names, presign
-from skyscan.kube import core_path
+from skyscan import names, presign
+from skyscan.io import kube
+from skyscan.io.kube import core_path
 from skyscan_local import stack as localstack
 from skyscan_local.task_manager_simulator import startup_url_of
 from tests.e2e.conftest import Rest, Stack

@@ -20,8 +20,8 @@ import httpx
 import pytest
 from skyreader import SkyScanResult
 
-from skyscan import kube
-from skyscan.kube import core_path
+from skyscan.io import kube
+from skyscan.io.kube import core_path
 from skyscan_local import scanner_report, skymap
 from skyscan_local import stack as localstack
 from skyscan_local.scanner_simulator import startup_json

@@ -10,8 +10,8 @@ from typing import Any
 
 from skyreader import SkyScanResult
 
-from skyscan import kube
-from skyscan.kube import core_path
+from skyscan.io import kube
+from skyscan.io.kube import core_path
 from skyscan.state import NOT_YET_REQUESTED
 from tests.e2e.conftest import Rest, Stack, follow_states, wms_workflow
 from tests.helpers import eventually

@@ -15,8 +15,9 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from skyscan import kube, logs, names
-from skyscan.kube import core_path
+from skyscan import logs, names
+from skyscan.io import kube
+from skyscan.io.kube import core_path
 from skyscan_local import processes
 from skyscan_local import stack as localstack
 from skyscan_local.task_manager_simulator import startup_url_of

@@ -11,8 +11,9 @@ from typing import Any
 import httpx
 import yaml
 
-from skyscan import crd, kube
-from skyscan.kube import Kube
+from skyscan import crd
+from skyscan.io import kube
+from skyscan.io.kube import Kube
 from skyscan_local import stack as localstack
 from tests.conftest import Cluster
 from tests.e2e.conftest import FAST, KUBECTL, REPO, scan_request

@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from skyscan import names
-from skyscan.archive import MIGRATIONS
+from skyscan.io.archive import MIGRATIONS
 from skyscan_local import audit, host, node, real_stack
 from tests.e2e.test_real_node import NODE_DIR
 

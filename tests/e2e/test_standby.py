@@ -21,7 +21,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from skyscan import kube
+from skyscan.io import kube
 from skyscan_local import processes
 from skyscan_local import stack as localstack
 from skyscan_operator.leader import EXIT_LEASE_LOST

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from skyscan import manifest
-from skyscan.archive import MIGRATION_LOCK, MIGRATIONS, Archive, migrate
+from skyscan.io.archive import MIGRATION_LOCK, MIGRATIONS, Archive, migrate
 from skyscan.scan_record import ScanRecord
 from tests.archived import record, scan_object
 from tests.helpers import eventually

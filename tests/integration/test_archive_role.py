@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import asyncpg
 import pytest
 
-from skyscan import archive_role
-from skyscan.archive import MIGRATIONS, Archive
-from skyscan.archive_role import ArchiveRoleError, provision
+from skyscan.io import archive_role
+from skyscan.io.archive import MIGRATIONS, Archive
+from skyscan.io.archive_role import ArchiveRoleError, provision
 from skyscan_local import postgres
 from tests.archived import record, scan_object
 from tests.conftest import ArchiveServer, login_dsn

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from skyscan.kube import Kube, core_path
+from skyscan.io.kube import Kube, core_path
 from tests.conftest import Cluster
 from tests.gitops import HEALTH_LUA
 

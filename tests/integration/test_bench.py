@@ -13,14 +13,14 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 
-from skyscan.kube import Kube
+from skyscan.io.kube import Kube
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "bench"))
 import harness
 import history
 
 from skyscan import manifest
-from skyscan.archive import Archive
+from skyscan.io.archive import Archive
 from tests.conftest import Cluster
 
 

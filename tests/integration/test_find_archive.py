@@ -20,8 +20,8 @@ from api_shim.find import search as find
 from api_shim.find.query import FindLimits, parse
 from api_shim.find.sql import queries, translate
 from api_shim.repository.cache import ScanCache
-from skyscan import kube
-from skyscan.archive import Archive, ArchivedScan
+from skyscan.io import kube
+from skyscan.io.archive import Archive, ArchivedScan
 from tests.helpers import find_filter
 from tests.unit.test_shim_filters import DOC, MATCH_CASES
 

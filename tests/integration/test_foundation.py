@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from skyscan import crd, kube
-from skyscan.kube import Kube, core_path, scan_path
-from skyscan.kube_errors import KubeError
+from skyscan import crd
+from skyscan.io import kube
+from skyscan.io.kube import Kube, core_path, scan_path
+from skyscan.io.kube_errors import KubeError
 from skyscan_local import control_plane as localcluster
 from tests.helpers import eventually
 from tests.unit.test_crd import minimal_spec

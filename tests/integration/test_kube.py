@@ -1,4 +1,4 @@
-"""skyscan.kube against the real API server: CRUD on Scans, raw and metadata-only reads, pages,
+"""skyscan.io.kube against the real API server: CRUD on Scans, raw and metadata-only reads, pages,
 a watch, and the API server's errors as ApiError."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from skyscan import kube, model, names
-from skyscan.kube_errors import KubeError
+from skyscan import model, names
+from skyscan.io import kube
+from skyscan.io.kube_errors import KubeError
 from tests.conftest import Cluster
 from tests.unit.test_crd import minimal_spec
 

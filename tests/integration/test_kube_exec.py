@@ -13,8 +13,8 @@ import aiohttp
 import kopf
 import pytest
 
-from skyscan import kube, kubeconfig
-from skyscan.kube_errors import KubeError
+from skyscan.io import kube, kubeconfig
+from skyscan.io.kube_errors import KubeError
 from skyscan_operator import handlers
 from skyscan_operator.controller import Controller
 from skyscan_operator.settings import OperatorSettings

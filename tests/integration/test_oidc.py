@@ -37,7 +37,7 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 from api_shim import auth, oidc
 from api_shim.app import create_app
 from api_shim.settings import ShimSettings
-from skyscan.kube import Kube, core_path
+from skyscan.io.kube import Kube, core_path
 from tests.conftest import Cluster
 
 REALM = "/realms/icecube"

@@ -1,4 +1,4 @@
-"""The scanner simulator's sidecar (the real `skyscan.sidecar` program) ends with the simulator, as a
+"""The scanner simulator's sidecar (the real `skyscan.io.sidecar` program) ends with the simulator, as a
 Pod's containers end with the Pod, even when the simulator is SIGKILLed."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _wait_for_child(pid: int, timeout: float = 30) -> int:
     while time.monotonic() < deadline:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         for child in map(int, children):
-            if "skyscan.sidecar" in " ".join(processes.command_line(child) or []):
+            if "skyscan.io.sidecar" in " ".join(processes.command_line(child) or []):
                 return child
         time.sleep(0.1)
     raise TimeoutError("the simulator started no sidecar")

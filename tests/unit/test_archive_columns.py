@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from skyscan import manifest
-from skyscan.archive import SCAN_COLUMNS, columns
+from skyscan.io.archive import SCAN_COLUMNS, columns
 from skyscan.scan_record import ScanRecord
 from tests.archived import record, scan_object
 

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from skyscan import archive_role
-from skyscan.archive import MIGRATIONS, TABLES
-from skyscan.archive_role import ArchiveRoleError, app_login, scram_verifier, verifies
+from skyscan.io import archive_role
+from skyscan.io.archive import MIGRATIONS, TABLES
+from skyscan.io.archive_role import ArchiveRoleError, app_login, scram_verifier, verifies
 
 
 def test_the_login_is_read_from_the_dsn_and_its_password_is_never_shown() -> None:

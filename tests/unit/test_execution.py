@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from skyscan import conditions as cond
-from skyscan.kube_errors import KubeError
+from skyscan.io.kube_errors import KubeError
 from skyscan_operator.actions import Action
 from skyscan_operator.execution import Execution, Stop, api_refusal
 from skyscan_operator.executor import ACTIONS

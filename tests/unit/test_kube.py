@@ -1,4 +1,4 @@
-"""skyscan.kube's pure parts (paths, query, line splitting, kubeconfig and in-cluster endpoints), and
+"""skyscan.io.kube's pure parts (paths, query, line splitting, kubeconfig and in-cluster endpoints), and
 its TLS client-certificate and token handling against a real local HTTPS server."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from skyscan import kube, kubeconfig
-from skyscan.kube_errors import KubeError
+from skyscan.io import kube, kubeconfig
+from skyscan.io.kube_errors import KubeError
 from tests import helpers
 
 

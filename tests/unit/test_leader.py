@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from skyscan import kube, kubeconfig
+from skyscan.io import kube, kubeconfig
 from skyscan_operator import leader, lease
 from skyscan_operator.lease import Move, Seen, Timing
 from skyscan_operator.settings import OperatorSettings

@@ -18,8 +18,9 @@ from api_shim import auth, oidc
 from api_shim.errors import ApiError
 from api_shim.scanner_auth import DISCOVERY_PATH, ClusterIssuer, ScannerTokens, get_json, scanner_identity
 from api_shim.wire_names import Names
-from skyscan import kube, kubeconfig, names
-from skyscan.kube_errors import KubeError
+from skyscan import names
+from skyscan.io import kube, kubeconfig
+from skyscan.io.kube_errors import KubeError
 
 NAMESPACE, SCAN = "skyscan", "0123456789abcdef0123456789abcdef"
 

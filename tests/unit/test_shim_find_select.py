@@ -17,7 +17,8 @@ from api_shim.find import search as find
 from api_shim.find.index import lookups
 from api_shim.find.query import parse
 from api_shim.repository.cache import ScanCache
-from skyscan import kube, manifest
+from skyscan import manifest
+from skyscan.io import kube
 from tests.helpers import find_filter
 from tests.unit.test_shim_view import SCAN
 

@@ -18,7 +18,7 @@ from api_shim.plumbing import parse_bool
 from api_shim.repository.cache import Gone, ScanCache
 from api_shim.routes import ROUTES
 from api_shim.settings import ShimSettings
-from skyscan.kube_errors import KubeError
+from skyscan.io.kube_errors import KubeError
 from skyscan.model import Integer
 from skyscan.scan_record import compact
 

@@ -55,7 +55,7 @@ async def start(receiver: Receiver, path: Path, *args: str, **env: str) -> async
         **env,
     }
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "skyscan.sidecar", str(path), *FAST, *args,
+        sys.executable, "-m", "skyscan.io.sidecar", str(path), *FAST, *args,
         env=environment, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
 

@@ -42,14 +42,15 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from skyscan import kube
-from skyscan.kube import Kube, core_path, scan_path
+from skyscan.io import kube
+from skyscan.io.kube import Kube, core_path, scan_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
 from api_shim.auth import make_token
-from skyscan import install, names, payloads
+from skyscan import names
+from skyscan.io import install, payloads
 from skyscan_local import processes
 from skyscan_operator import scanner_job
 

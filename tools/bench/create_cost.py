@@ -30,8 +30,8 @@ import harness
 import suite
 from harness import Server, ShimConfig
 
-from skyscan import install, kube
-from skyscan.kube import Kube, scan_path
+from skyscan.io import install, kube
+from skyscan.io.kube import Kube, scan_path
 from skyscan_local import control_plane as localcluster
 
 CONCURRENCY = suite.CONCURRENCY

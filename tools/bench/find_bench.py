@@ -51,7 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 import third_finds
 
-from skyscan import kube, model
+from skyscan import model
+from skyscan.io import kube
 
 REGEXES = [
     ("scan_id", r"^\w{8}(\w+)+!"),

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 from harness import Server, ShimConfig
 
-from skyscan import kube
+from skyscan.io import kube
 
 RUNNING = {
     "workflow": {"id": "wf-bench", "address": "http://wms.bench"},

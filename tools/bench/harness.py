@@ -30,9 +30,10 @@ import loadgen
 from aiohttp import web
 
 from api_shim.auth import make_token
-from skyscan import install, kube, model, names, payloads
-from skyscan.kube import Kube, core_path, scan_path
-from skyscan.kube_errors import KubeError
+from skyscan import model, names
+from skyscan.io import install, kube, payloads
+from skyscan.io.kube import Kube, core_path, scan_path
+from skyscan.io.kube_errors import KubeError
 from skyscan_local import control_plane as localcluster
 from skyscan_local import processes
 

@@ -1,5 +1,5 @@
 """A history of archived scans for the benchmarks, loaded with PostgreSQL COPY straight into the
-archive's tables (schema v1, made by `skyscan.archive.Archive.connect`), not through the API.
+archive's tables (schema v1, made by `skyscan.io.archive.Archive.connect`), not through the API.
 
 Rows are made from one template: a real Scan object (harness.scan_spec/scan_status, finished,
 archived) turned into its manifest and compact form by the product's own functions, serialized once;

@@ -26,8 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
-from skyscan import kube
-from skyscan.kube import scan_path
+from skyscan.io import kube
+from skyscan.io.kube import scan_path
 
 
 async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -48,7 +48,7 @@ async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:
 
             kinds = {
                 "shim GET /scan/{id}/manifest": via_shim,
-                "API server GET scan (skyscan.kube)": direct,
+                "API server GET scan (skyscan.io.kube)": direct,
             }
             got = await harness.side_by_side(kinds, args.requests, args.concurrency)
     return {

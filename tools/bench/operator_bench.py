@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
-from skyscan import kube
+from skyscan.io import kube
 
 TIMERS = {
     "SKYSCAN_BACKLOG_TICK_SECONDS": "1",

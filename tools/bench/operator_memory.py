@@ -32,8 +32,8 @@ import harness
 from operator_probe import BLOCK, PROBE_FILE, TRACE
 from suite import OPERATOR_SETTINGS
 
-from skyscan import kube
-from skyscan.kube import Kube
+from skyscan.io import kube
+from skyscan.io.kube import Kube
 
 
 async def probed(

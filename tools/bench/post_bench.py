@@ -23,9 +23,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
 
-from skyscan import kube
+from skyscan.io import kube
 
-RAW, POST = "raw Scan create (skyscan.kube)", "POST /scan through the shim"
+RAW, POST = "raw Scan create (skyscan.io.kube)", "POST /scan through the shim"
 
 
 async def bench(kubeconfig: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -37,7 +37,7 @@ import aiohttp
 import harness
 import loadgen
 
-from skyscan import kube
+from skyscan.io import kube
 
 PRODUCT = ("api_shim/", "skyscan/")
 # A part of a request: a test of one sample's frames (outermost first), each "function (file:line)".

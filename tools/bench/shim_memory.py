@@ -24,9 +24,9 @@ from typing import Any
 
 import harness
 
-from skyscan import kube
-from skyscan.kube import Kube, core_path, scan_path
-from skyscan.kube_errors import KubeError
+from skyscan.io import kube
+from skyscan.io.kube import Kube, core_path, scan_path
+from skyscan.io.kube_errors import KubeError
 
 FIND_NOTHING = {"filter": {"priority": -1}}  # matched against every manifest, answers none
 

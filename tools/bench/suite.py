@@ -45,8 +45,8 @@ from typing import Any
 
 import aiohttp
 
-from skyscan import kube, kubeconfig
-from skyscan.kube import Kube, scan_path
+from skyscan.io import kube, kubeconfig
+from skyscan.io.kube import Kube, scan_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import followers
@@ -206,7 +206,7 @@ async def find(http: aiohttp.ClientSession, base: str, flt: dict[str, Any]) -> l
 
 def api_get(b: Bench, scan: str) -> tuple[harness.Measure, str]:
     """GETs of `scan` straight from the API server, and their load client: hey with the kubeconfig's
-    bearer token, else (a client certificate, a plugin) skyscan.kube from this process."""
+    bearer token, else (a client certificate, a plugin) skyscan.io.kube from this process."""
     endpoint = kubeconfig.endpoint(b.kubeconfig)
     url = endpoint.server.rstrip("/") + scan_path(b.ns, scan)
     if endpoint.token:
@@ -216,7 +216,7 @@ def api_get(b: Bench, scan: str) -> tuple[harness.Measure, str]:
     async def direct(_: int) -> None:
         await b.api.request("GET", scan_path(b.ns, scan))
 
-    return harness.looped(direct, CONCURRENCY), f"skyscan.kube, {IN_PROCESS}"
+    return harness.looped(direct, CONCURRENCY), f"skyscan.io.kube, {IN_PROCESS}"
 
 
 async def reads(b: Bench, config: ShimConfig, shim: Server) -> None:
@@ -484,8 +484,8 @@ async def follow(b: Bench, config: ShimConfig, shim: Server) -> None:
 
 def archive_missing() -> str | None:
     """Why the archive benchmarks cannot run yet, or None."""
-    if importlib.util.find_spec("skyscan.archive") is None:
-        return "skyscan.archive (the archive) is not available yet"
+    if importlib.util.find_spec("skyscan.io.archive") is None:
+        return "skyscan.io.archive (the archive) is not available yet"
     if importlib.util.find_spec("skyscan_local.postgres") is None and not harness.external_archive_dsn():
         return "skyscan_local.postgres (a local PostgreSQL) is not available yet"
     return None
@@ -512,7 +512,7 @@ async def archived(b: Bench, config: ShimConfig) -> None:
     if why := archive_missing():
         b.report.add(Row(f"archived reads and finds, {b.size.archived:,} archived", f"skipped: {why}"))
         return
-    from skyscan.archive import Archive
+    from skyscan.io.archive import Archive
 
     async with harness.postgres() as dsn:
         b.report.phase(f"COPY {b.size.archived:,} archived scans")

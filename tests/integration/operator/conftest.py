@@ -18,9 +18,10 @@ from typing import IO, Any
 import httpx
 import pytest
 
-from skyscan import model, payloads
-from skyscan.kube import Kube, core_path, scan_path
-from skyscan.kube_errors import KubeError
+from skyscan import model
+from skyscan.io import payloads
+from skyscan.io.kube import Kube, core_path, scan_path
+from skyscan.io.kube_errors import KubeError
 from skyscan.model import new_scan_id
 from skyscan_local import control_plane as localcluster
 from skyscan_local.processes import free_port

@@ -9,10 +9,11 @@ import time
 from typing import Any
 
 from skyscan import conditions as cond
-from skyscan import kube, manifest, names, payloads
-from skyscan.archive import Archive
-from skyscan.kube import Kube, core_path, scan_path
-from skyscan.kube_errors import KubeError
+from skyscan import manifest, names
+from skyscan.io import kube, payloads
+from skyscan.io.archive import Archive
+from skyscan.io.kube import Kube, core_path, scan_path
+from skyscan.io.kube_errors import KubeError
 from skyscan_operator.archiver import Archiver
 from skyscan_operator.settings import OperatorSettings
 from tests.helpers import eventually

@@ -7,7 +7,7 @@ import asyncio
 import itertools
 from typing import Any
 
-from skyscan.kube import Kube
+from skyscan.io.kube import Kube
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from tests.integration.operator.conftest import (
     HOLD,

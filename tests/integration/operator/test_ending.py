@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from skyscan import kube
-from skyscan.kube import Kube, scan_path
-from skyscan.kube_errors import KubeError
+from skyscan.io import kube
+from skyscan.io.kube import Kube, scan_path
+from skyscan.io.kube_errors import KubeError
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from tests.helpers import eventually
 from tests.integration.operator.conftest import (

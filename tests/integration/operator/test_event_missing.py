@@ -9,9 +9,9 @@ import time
 from api_shim import view
 from api_shim.handlers.events import ended
 from skyscan import names
-from skyscan.archive import Archive
-from skyscan.kube import Kube, core_path
-from skyscan.kube_errors import KubeError
+from skyscan.io.archive import Archive
+from skyscan.io.kube import Kube, core_path
+from skyscan.io.kube_errors import KubeError
 from tests.helpers import eventually
 from tests.integration.operator.conftest import (
     OperatorFactory,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skyscan import kube, kubeconfig
+from skyscan.io import kube, kubeconfig
 from tests import helpers
 from tests.conftest import Cluster
 from tests.integration.operator.conftest import HOLD, OperatorFactory, create_scan, st, wait_scan

@@ -9,8 +9,8 @@ import asyncio
 import time
 from typing import Any
 
-from skyscan.kube import Kube, scan_path
-from skyscan.kube_errors import KubeError
+from skyscan.io.kube import Kube, scan_path
+from skyscan.io.kube_errors import KubeError
 from tests.gitops import argocd_health, kstatus
 from tests.integration.operator.conftest import (
     HOLD,

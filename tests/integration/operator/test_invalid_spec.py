@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from skyscan import names
-from skyscan.kube import Kube, core_path, path
+from skyscan.io.kube import Kube, core_path, path
 from tests.integration.operator.conftest import (
     OperatorFactory,
     Simulator,

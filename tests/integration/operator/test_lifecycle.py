@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from skyscan.kube import Kube, core_path, path, scan_path
-from skyscan.kube_errors import KubeError
+from skyscan.io.kube import Kube, core_path, path, scan_path
+from skyscan.io.kube_errors import KubeError
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from skyscan_local import control_plane as localcluster
 from tests.integration.operator.conftest import (

@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from skyscan.kube import Kube, core_path, scan_path
+from skyscan.io.kube import Kube, core_path, scan_path
 from tests.helpers import eventually
 from tests.integration.operator.conftest import (
     HOLD,

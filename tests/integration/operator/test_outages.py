@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 from api_shim import view
-from skyscan import kube
-from skyscan.kube import Kube, core_path, scan_path
+from skyscan.io import kube
+from skyscan.io.kube import Kube, core_path, scan_path
 from tests.helpers import eventually
 from tests.integration.operator.conftest import (
     OperatorFactory,

@@ -12,9 +12,10 @@ from pathlib import Path
 import httpx
 
 from api_shim.auth import make_token
-from skyscan import kube, names, payloads
-from skyscan.kube import Kube, core_path, scan_path
-from skyscan.kube_errors import KubeError
+from skyscan import names
+from skyscan.io import kube, payloads
+from skyscan.io.kube import Kube, core_path, scan_path
+from skyscan.io.kube_errors import KubeError
 from tests.conftest import Cluster
 from tests.helpers import eventually
 from tests.integration.operator.conftest import (

@@ -7,7 +7,7 @@ import asyncio
 import json
 from typing import Any
 
-from skyscan.kube import Kube, scan_path
+from skyscan.io.kube import Kube, scan_path
 from skyscan.names import WORKFLOW_FINALIZER as FINALIZER
 from tests.integration.operator.conftest import (
     HOLD,

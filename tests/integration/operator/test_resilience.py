@@ -7,8 +7,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from skyscan import kube, names
-from skyscan.kube import Kube, core_path, scan_path
+from skyscan import names
+from skyscan.io import kube
+from skyscan.io.kube import Kube, core_path, scan_path
 from skyscan_local import control_plane as localcluster
 from tests.helpers import eventually
 from tests.integration.operator.conftest import (

@@ -7,8 +7,9 @@ import asyncio
 import itertools
 from typing import Any
 
-from skyscan import kube, model, names
-from skyscan.kube import Kube, scan_path
+from skyscan import model, names
+from skyscan.io import kube
+from skyscan.io.kube import Kube, scan_path
 from tests.helpers import eventually
 from tests.integration.operator.conftest import HOLD, OperatorFactory, Simulator, create_scan, fresh_id, st
 from tests.integration.operator.test_lifecycle import recording

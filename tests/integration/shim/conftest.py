@@ -28,7 +28,7 @@ from api_shim.app import create_app
 from api_shim.plumbing import SERVER_OPTIONS, SHIM, Shim
 from api_shim.settings import ShimSettings
 from api_shim.wire_names import Names
-from skyscan.kube import Kube, scan_path
+from skyscan.io.kube import Kube, scan_path
 from skyscan_local.processes import free_port
 from tests.conftest import Cluster
 from tests.helpers import eventually

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from skyscan.archive import Archive
+from skyscan.io.archive import Archive
 from tests.helpers import eventually
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest
 from tests.integration.shim.test_shim_archive import archive_scan

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from api_shim import rest_models
 from api_shim.app import CatchAll
 from api_shim.routes import ROUTES
-from skyscan.kube import scan_path
+from skyscan.io.kube import scan_path
 from tests.helpers import eventually
 from tests.integration.shim.conftest import ShimUnderTest
 from tests.unit.test_crd import minimal_spec
@@ -224,7 +224,7 @@ async def test_reads_survive_an_unreachable_api_server_and_writes_answer_503_wit
 async def test_a_compacted_watch_position_means_relist(shim: ShimUnderTest) -> None:
     """The API server answers a watch from a resourceVersion it no longer holds with 410 Gone."""
     from api_shim.repository.cache import ScanCache
-    from skyscan.kube_errors import Gone
+    from skyscan.io.kube_errors import Gone
 
     cache = ScanCache(shim.state.scans._api, shim.namespace)
     cache.resource_version = "1"

@@ -10,10 +10,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from skyscan import manifest, names, payloads
-from skyscan.archive import Archive, ArchivedScan
-from skyscan.kube import core_path, scan_path
-from skyscan.kube_errors import KubeError
+from skyscan import manifest, names
+from skyscan.io import payloads
+from skyscan.io.archive import Archive, ArchivedScan
+from skyscan.io.kube import core_path, scan_path
+from skyscan.io.kube_errors import KubeError
 from skyscan.scan_record import ScanRecord, compact
 from skyscan_local.processes import free_port
 from tests.conftest import ArchiveServer

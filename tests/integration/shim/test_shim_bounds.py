@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from skyscan import model
-from skyscan.kube import scan_path
-from skyscan.kube_errors import KubeError
+from skyscan.io.kube import scan_path
+from skyscan.io.kube_errors import KubeError
 from tests.integration.shim.conftest import ShimUnderTest, scan_body
 from tests.integration.shim.test_shim_find_wms import play_operator_for_workers
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from api_shim.repository.cache import ScanCache
-from skyscan import kube
+from skyscan.io import kube
 from skyscan_local import control_plane
 from tests.helpers import eventually
 

@@ -15,8 +15,9 @@ import pytest
 
 from api_shim.repository import cache as cache_module
 from api_shim.repository.cache import ScanCache
-from skyscan import kube, model
-from skyscan.kube import Kube, scan_path
+from skyscan import model
+from skyscan.io import kube
+from skyscan.io.kube import Kube, scan_path
 from skyscan.scan_record import compact
 from tests.conftest import Cluster
 from tests.helpers import eventually

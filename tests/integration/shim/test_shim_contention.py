@@ -12,9 +12,10 @@ import pytest
 
 from api_shim.errors import ApiError
 from api_shim.repository.store import Change
-from skyscan import kube, names
-from skyscan.kube import scan_path
-from skyscan.kube_errors import KubeError
+from skyscan import names
+from skyscan.io import kube
+from skyscan.io.kube import scan_path
+from skyscan.io.kube_errors import KubeError
 from tests.integration.shim.conftest import ShimUnderTest
 from tests.integration.shim.test_shim_writes import EVENT_METADATA, PROGRESS
 

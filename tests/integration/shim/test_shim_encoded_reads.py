@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from api_shim.repository.versions import MIN_VERSION_HEADER
-from skyscan.kube import scan_path
+from skyscan.io.kube import scan_path
 from skyscan.manifest import of
 from tests.integration.shim.conftest import ShimUnderTest
 from tests.integration.shim.test_shim_writes import EVENT_METADATA, PROGRESS

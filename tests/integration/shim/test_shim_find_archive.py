@@ -8,8 +8,9 @@ import pytest
 
 from api_shim.find import search as find
 from api_shim.find.query import FindLimits
-from skyscan import manifest, payloads
-from skyscan.archive import ArchivedScan
+from skyscan import manifest
+from skyscan.io import payloads
+from skyscan.io.archive import ArchivedScan
 from skyscan.scan_record import compact
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest
 from tests.integration.shim.test_shim_archive import EVENT_METADATA, archive_scan, finished

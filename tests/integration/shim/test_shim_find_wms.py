@@ -14,7 +14,7 @@ import pytest
 from api_shim.find import search as find_handler
 from api_shim.find.query import FindLimits
 from skyscan import model
-from skyscan.kube import scan_path
+from skyscan.io.kube import scan_path
 from tests.helpers import eventually
 from tests.integration.shim.conftest import ShimUnderTest
 

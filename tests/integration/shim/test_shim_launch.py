@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from skyscan import model, names, payloads
-from skyscan.kube import core_path, scan_path
+from skyscan import model, names
+from skyscan.io import payloads
+from skyscan.io.kube import core_path, scan_path
 from skyscan.state import NOT_YET_REQUESTED
 from tests.helpers import eventually
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest, scan_body

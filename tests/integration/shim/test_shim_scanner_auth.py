@@ -11,7 +11,7 @@ from api_shim.auth import SYSTEM
 from api_shim.plumbing import Route
 from api_shim.routes import ROUTES
 from skyscan import names
-from skyscan.kube import core_path
+from skyscan.io.kube import core_path
 from tests.integration.shim.conftest import ShimUnderTest
 
 RUNNING = {"job": {"name": "j", "state": "Running"}}

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from api_shim import rest_models
-from skyscan import names, payloads, presign
-from skyscan.kube import core_path
+from skyscan import names, presign
+from skyscan.io import payloads
+from skyscan.io.kube import core_path
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest
 
 KEY = secrets.token_hex(32).encode()

@@ -79,7 +79,8 @@ def sidecar(url: str, token: str, startup: Path, trust: dict[str, str]) -> subpr
     env = {k: v for k, v in os.environ.items() if k not in TRUST_ENV} | trust
     env |= {"SKYSCAN_SKYDRIVER_ADDRESS": url, "SKYSCAN_SKYDRIVER_SCAN_ID": "no-such-scan"}
     env["SKYSCAN_SKYDRIVER_AUTH"] = token
-    argv = [sys.executable, "-m", "skyscan.sidecar", str(startup), "--exit-when-done", "--retry-seconds", "1"]
+    argv = [sys.executable, "-m", "skyscan.io.sidecar", str(startup), "--exit-when-done"]
+    argv += ["--retry-seconds", "1"]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 
 

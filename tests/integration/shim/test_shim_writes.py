@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from skyscan import names
-from skyscan.kube import core_path
+from skyscan.io.kube import core_path
 from tests.integration.shim.conftest import ShimUnderTest
 
 PROGRESS = {

@@ -23,8 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from api_shim.auth import make_token
 from api_shim.repository.freshness import READS_BURST, READS_PER_SECOND, WAIT_SECONDS
 from api_shim.repository.versions import MIN_VERSION_HEADER, WRITTEN_HEADER
-from skyscan import kube, model
-from skyscan.kube_errors import KubeError
+from skyscan import model
+from skyscan.io import kube
+from skyscan.io.kube_errors import KubeError
 from tests.conftest import Cluster
 from tests.helpers import eventually
 from tests.integration.shim.conftest import MakeShim, scan_body, start_shim_process

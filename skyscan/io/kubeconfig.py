@@ -2,7 +2,7 @@
 CA, its user's client certificate, bearer token, token file or exec credential plugin) or the pod's
 own service account in-cluster, read into an `Endpoint`; `Credentials` keeps the current credential
 (a token file re-read as the kubelet rotates it, a plugin's answer kept until it expires) and the TLS
-context presenting its certificate. The client (`skyscan.kube`) asks it before each request.
+context presenting its certificate. The client (`skyscan.io.kube`) asks it before each request.
 """
 
 from __future__ import annotations

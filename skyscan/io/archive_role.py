@@ -9,7 +9,7 @@ and nothing else (`skyscan-archive-role`, run with an admin login; the chart run
 - the database (the app DSN's) exists, new ones owned by the role (TEMPLATE template0); PUBLIC may
   neither connect to it nor make temporary tables there, the role may connect;
 - in it, PUBLIC may not create in schema `public`, the role has USAGE and CREATE there, and owns
-  every table of `skyscan.archive.TABLES` that exists (an install made with another login: ALTER TABLE
+  every table of `skyscan.io.archive.TABLES` that exists (an install made with another login: ALTER TABLE
   ... OWNER TO, which carries the indexes along).
 
 Names come from a DSN, so the role's and database's must match NAME (no quoting surprises, never a
@@ -35,7 +35,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 import asyncpg
 
-from skyscan.archive import TABLES
+from skyscan.io.archive import TABLES
 
 NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 ATTRIBUTES = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOINHERIT"

@@ -1,4 +1,4 @@
-"""Install the Scan CRD into a cluster (`python -m skyscan.install --kubeconfig PATH`), and the
+"""Install the Scan CRD into a cluster (`python -m skyscan.io.install --kubeconfig PATH`), and the
 scanners' ServiceAccount into a namespace (the kustomize manifests carry the same account)."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import asyncio
 import sys
 from typing import Any
 
-from skyscan import crd, kube, names
+from skyscan import crd, names
+from skyscan.io import kube
 
 
 def scanner_account() -> dict[str, Any]:

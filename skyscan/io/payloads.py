@@ -32,9 +32,10 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from skyscan import kube, names
-from skyscan.kube import Kube
-from skyscan.kube_errors import NotFound
+from skyscan import names
+from skyscan.io import kube
+from skyscan.io.kube import Kube
+from skyscan.io.kube_errors import NotFound
 
 DATA_KEY = "payload.json.gz"
 MAX_COMPRESSED_BYTES = 1_000_000

@@ -2,7 +2,7 @@
 
 One row per scan in `scans` (the compact Scan object, its REST manifest, its result payload and the
 columns searches use) and one per sensor event in `sensor_events`, shared by every scan that uses it.
-Payloads are stored exactly as the cluster stores them (`skyscan.payloads`: gzip of the JSON).
+Payloads are stored exactly as the cluster stores them (`skyscan.io.payloads`: gzip of the JSON).
 
 The schema is versioned in code: `MIGRATIONS[i]` brings the database to version i + 1. `connect`
 applies the missing ones in one transaction under an advisory lock, so processes starting together
@@ -58,7 +58,7 @@ CREATE INDEX scans_rescan_of ON scans (rescan_of) WHERE rescan_of IS NOT NULL;
 SCHEMA_V2 = "ALTER TABLE scans DROP CONSTRAINT IF EXISTS scans_sensor_event_id_fkey;"
 MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2)
 # Every table the migrations create (with their indexes): what the archive's role must own
-# (skyscan.archive_role). A migration that adds a table adds it here.
+# (skyscan.io.archive_role). A migration that adds a table adds it here.
 TABLES = ("skyscan_schema", "sensor_events", "scans")
 MIGRATION_LOCK = 0x736B797363616E  # pg_advisory_xact_lock key: "skyscan" in ASCII
 

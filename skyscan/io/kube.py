@@ -3,9 +3,9 @@
 Everything we ask of the API server is a handful of REST calls on plain dicts; a generated client
 costs the operator ~36 MiB and the shim ~0.35 s of import for nothing we use. `Kube` holds one
 aiohttp session (no `trust_env`: the API server is reached directly, and netrc/proxy lookups would
-hop to a thread on every call), authenticated as `skyscan.kubeconfig` says (a kubeconfig's context,
+hop to a thread on every call), authenticated as `skyscan.io.kubeconfig` says (a kubeconfig's context,
 or in-cluster the pod's service account). A non-2xx answer raises the case of
-`skyscan.kube_errors.KubeError` for its status.
+`skyscan.io.kube_errors.KubeError` for its status.
 
     async with await connect(kubeconfig) as kube:
         scan = await kube.request("GET", scan_path("ns", "s-1"))
@@ -26,8 +26,8 @@ from typing import Any
 import aiohttp
 
 from skyscan import model
-from skyscan.kube_errors import KubeError
-from skyscan.kubeconfig import Credentials, Endpoint, endpoint
+from skyscan.io.kube_errors import KubeError
+from skyscan.io.kubeconfig import Credentials, Endpoint, endpoint
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"

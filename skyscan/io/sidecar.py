@@ -1,4 +1,4 @@
-"""The scanner Pod's startup.json sidecar: `skyscan-sidecar [PATH]` (`python -m skyscan.sidecar`).
+"""The scanner Pod's startup.json sidecar: `skyscan-sidecar [PATH]` (`python -m skyscan.io.sidecar`).
 
 The scanner server writes `startup.json` (100-530 KB of JSON) into the volume it shares with this
 sidecar. The sidecar waits until the file is there and complete (its size and mtime unchanged for
@@ -31,7 +31,7 @@ import tenacity
 DEFAULT_PATH = "/common-space/startup.json"
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 ENV = ("SKYSCAN_SKYDRIVER_ADDRESS", "SKYSCAN_SKYDRIVER_SCAN_ID", "SKYSCAN_SKYDRIVER_AUTH")
-log = logging.getLogger("skyscan.sidecar")
+log = logging.getLogger("skyscan.io.sidecar")
 
 
 class UploadFailed(Exception):
