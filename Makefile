@@ -82,8 +82,10 @@ unexport PYTHONDONTWRITEBYTECODE
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 test: lint              ## lint, then the whole suite against a real control plane (or SKYSCAN_TEST_KUBECONFIG)
-	@# As root with apt, the real node's Debian packages come first, so its tests run (README, Tests).
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then bash tools/node/packages.sh; fi
+	@# As root with apt, the real node's Debian packages and the dashboard's browser (Debian's
+	@# chromium, which Playwright drives) come first, so their tests run (README, Tests).
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  bash tools/node/packages.sh && bash tools/debian/install.sh chromium; fi
 	bin=$$(bash tools/k8s/build.sh) && SKYSCAN_K8S_BIN_READY=$$bin $(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test-fast: venv         ## the inner loop: tests/unit and the shim's integration tests (no lint, no operator, no e2e)

@@ -24,6 +24,7 @@ from api_shim import auth, oidc, openapi
 from api_shim.access import LOGGER, AccessLogger, refused_requests_in_brief
 from api_shim.bodies import BODIES, BodyBudget, body_of
 from api_shim.errors import ApiError, error_response
+from api_shim.handlers import ui
 from api_shim.handlers.events import STREAMS, EventStreams, close_streams
 from api_shim.metrics import CATCH_ALL, METRICS, METRICS_PATH, ShimMetrics, Tally
 from api_shim.plumbing import (
@@ -278,6 +279,7 @@ async def create_app(
     # Stable: a path's methods stay together (one resource), the rest in the route table's order.
     for route in sorted(ROUTES, key=lambda r: POLLED.index(r.path) if r.path in POLLED else len(POLLED)):
         app.router.add_route(route.method, route.path, guard(route, metrics))
+    ui.add_routes(app, settings.ui_login_file)  # before the catch-all, which answers any other path
     answer_unmatched(app, metrics)
 
     async def kubernetes(app: web.Application) -> AsyncIterator[None]:

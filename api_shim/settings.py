@@ -147,6 +147,11 @@ class ShimSettings(BaseSettings, policy.PolicySettings):  # with the request pol
         description="Key file of the workers' presigned startup.json URLs (the operator's); unset: every "
         "`GET /scan/{id}/startup.json` is 403.",
     )
+    ui_login_file: Path | None = Field(
+        default=None,
+        description="The local stack's one-time dashboard login codes (`make up` writes it and prints a "
+        "link): each code's SHA-256 with the token it opens and its expiry. Unset: no login links.",
+    )
     _presign_key: bytes | None = PrivateAttr(default=None)
 
     def model_post_init(self, context: Any, /) -> None:

@@ -160,7 +160,9 @@ async def archive(archive_dsn: str) -> AsyncIterator[Archive]:
 # session's `stack` share one worker, so one stack is started rather than one a worker (each also runs
 # its timers all session), and test_cli's share one launched scan. Each group starts at once, on a worker
 # of its own while there are workers enough.
-SESSION_STACK = ("actions", "cli", "handoff", "identity", "kubectl", "lifecycle", "metrics", "stack")
+SESSION_STACK = (
+    "actions", "cli", "dashboard", "handoff", "identity", "kubectl", "lifecycle", "metrics", "stack",
+)  # fmt: skip
 TOGETHER = {
     "tests/e2e/test_real_node.py": "real_node",
     "tests/e2e/test_real_stack.py": "real_node",

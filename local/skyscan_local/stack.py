@@ -51,9 +51,17 @@ from skyscan_local.stack_provision import (
     ensure_cluster,
     ensure_presign_key,
     ensure_tokens,
+    new_login_link,
     prepare_cluster,
 )
-from skyscan_local.stack_settings import ENV_FILE, LOCK_FILE, PRESIGN_KEY_FILE, STATE_FILE, TOKEN_FILE
+from skyscan_local.stack_settings import (
+    ENV_FILE,
+    LOCK_FILE,
+    PRESIGN_KEY_FILE,
+    STATE_FILE,
+    TOKEN_FILE,
+    UI_LOGIN_FILE,
+)
 
 # The settings, which the real stack and the tests read here with the stack.
 from skyscan_local.stack_settings import ENV_KEYS as ENV_KEYS
@@ -164,6 +172,7 @@ def components(s: LocalStackSettings, state: dict[str, Any]) -> list[Component]:
                     **presign_key,
                     "SKYSCAN_PORT": str(ports["shim"]),
                     "SKYSCAN_TOKEN_FILE": str(s.dir / TOKEN_FILE),
+                    "SKYSCAN_UI_LOGIN_FILE": str(s.dir / UI_LOGIN_FILE),
                 },
                 s.overrides_for("shim"),
             ),
@@ -316,7 +325,11 @@ def _up(s: LocalStackSettings) -> dict[str, str]:
         start(s, state, component)
     values = env_lines(state, s.namespace)
     write_env(s.dir, values)
-    return values
+    # Not in the env file: a link works once, and a new `make up` makes another.
+    return {
+        **values,
+        "SKYSCAN_UI_LOGIN_LINK": new_login_link(s, state["tokens"]["user"], values["SKYSCAN_URL"]),
+    }
 
 
 def kill(s: LocalStackSettings, name: str) -> None:
@@ -396,6 +409,8 @@ def usage(values: dict[str, str], env_file: Path, simulate: bool) -> str:
     return f"""
 Skyscan is up. Scanner simulator: {sim}.
   REST API        {values["SKYSCAN_URL"]}   (spec: {values["SKYSCAN_URL"]}/openapi.json)
+  dashboard       {values["SKYSCAN_URL"]}/ui/
+  login link      {values["SKYSCAN_UI_LOGIN_LINK"]}   (once, within 15 minutes)
   WMS simulator   {values["SKYSCAN_WMS_URL"]}
   namespace       {values["SKYSCAN_NAMESPACE"]}
   archive         {_without_password(values["SKYSCAN_ARCHIVE_DSN"])}   (psql "$SKYSCAN_ARCHIVE_DSN")

@@ -14,6 +14,7 @@ from skyscan_local import postgres
 
 REPO = Path(__file__).resolve().parents[2]
 STATE_FILE, ENV_FILE, TOKEN_FILE, PRESIGN_KEY_FILE = "stack.json", "env", "tokens.json", "presign.key"
+UI_LOGIN_FILE = "ui-login.json"  # the dashboard's one-time login codes (the shim's SKYSCAN_UI_LOGIN_FILE)
 LOCK_FILE = "stack.lock"
 ENV_KEYS = (
     "SKYSCAN_URL", "SKYSCAN_USER_TOKEN", "SKYSCAN_SYSTEM_TOKEN", "SKYSCAN_REFERENCE_TOKEN", "SKYSCAN_WMS_URL",

@@ -45,6 +45,8 @@ def test_the_product_wheel_carries_no_harness(tmp_path: Path) -> None:
         if "__pycache__" not in path.parts
     }
     assert modules <= set(files), sorted(modules - set(files))
+    dashboard = {f"api_shim/ui_assets/{p.name}" for p in (REPO / "api_shim" / "ui_assets").iterdir()}
+    assert dashboard and dashboard <= set(files), sorted(dashboard - set(files))
     lines = metadata.splitlines()
     requires = [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist")]
     runtime = [r for r in requires if "extra ==" not in r]

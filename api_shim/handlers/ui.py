@@ -1,0 +1,119 @@
+"""The dashboard (`/ui/`): its files, from the package's `ui_assets`, and the local stack's login links.
+
+Every answer under /ui/ carries a Content-Security-Policy that lets the page run this origin's scripts
+and styles only (no inline script, no other host, no framing), `nosniff` and no referrer. The files
+are read once, at start, and served from memory.
+
+A login link (`make up` prints one) holds a one-time code: `POST /ui/login` exchanges it, once and before
+it expires, for the token the local stack made for its user. `SKYSCAN_UI_LOGIN_FILE` holds each code's
+SHA-256 with its token and expiry (read at each exchange, so a new link needs no restart); without it
+there are no login links. Codes are spent in this process's memory, so each works once per replica.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Annotated
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, StringConstraints
+
+from api_shim.errors import ApiError, error_response, not_found
+from api_shim.plumbing import ok, parse_body
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+INDEX = "index.html"
+
+
+class LoginBody(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    code: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+
+
+def assets() -> dict[str, tuple[bytes, str]]:
+    """The dashboard's files by name, with their content types."""
+    folder = resources.files("api_shim") / "ui_assets"
+    found = {}
+    for item in folder.iterdir():
+        kind = TYPES.get(Path(item.name).suffix)
+        if kind is not None:
+            found[item.name] = (item.read_bytes(), kind)
+    return found
+
+
+def code_hash(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+class LoginCodes:
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.spent: dict[str, float] = {}  # code hash -> its expiry (forgotten once past it)
+
+    def exchange(self, code: str) -> str:
+        """The token of a valid, unspent, unexpired code; 401 otherwise (404: no login links here)."""
+        if self.path is None:
+            raise not_found("login link")
+        now = time.time()
+        self.spent = {h: t for h, t in self.spent.items() if t > now}
+        try:
+            codes = json.loads(self.path.read_text()).get("codes", {})
+        except (OSError, ValueError, AttributeError):
+            codes = {}
+        entry = codes.get(hash_ := code_hash(code))
+        if not isinstance(entry, dict) or hash_ in self.spent or not entry.get("expires_at", 0) > now:
+            raise ApiError(
+                401, "login link not valid", "The link was used, has expired or is unknown: run `make up`."
+            )
+        self.spent[hash_] = float(entry["expires_at"])
+        return str(entry["token"])
+
+
+def add_routes(app: web.Application, login_file: Path | None) -> None:
+    files, codes = assets(), LoginCodes(login_file)
+
+    def served(name: str) -> web.Response:
+        if name not in files:
+            raise not_found("file")
+        body, kind = files[name]
+        return web.Response(body=body, content_type=kind, charset="utf-8", headers=SECURITY_HEADERS)
+
+    async def page(request: web.Request) -> web.StreamResponse:
+        try:
+            return served(request.match_info.get("name") or INDEX)
+        except ApiError as e:
+            return _secured(error_response(request, e))
+
+    async def login(request: web.Request) -> web.StreamResponse:
+        try:
+            body = await parse_body(request, LoginBody)
+            return _secured(ok({"token": codes.exchange(body.code)}))
+        except ApiError as e:
+            return _secured(error_response(request, e))
+
+    async def to_page(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPMovedPermanently("/ui/", headers=SECURITY_HEADERS)
+
+    app.router.add_get("/ui", to_page)
+    app.router.add_get("/ui/", page)
+    app.router.add_get("/ui/{name}", page)
+    app.router.add_post("/ui/login", login)
+
+
+def _secured(response: web.Response) -> web.Response:
+    response.headers.update(SECURITY_HEADERS)
+    return response

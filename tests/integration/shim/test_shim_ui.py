@@ -1,0 +1,78 @@
+"""The dashboard's files and login links (`api_shim.handlers.ui`), over real HTTP from a real shim: the
+files with their security headers, nothing else under /ui/, and a login code exchanged once, before it
+expires, for its token."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from api_shim.handlers.ui import code_hash
+from tests.integration.shim.conftest import MakeShim, ShimUnderTest
+
+CSP = "Content-Security-Policy"
+
+
+def assert_secured(headers: object) -> None:
+    csp = headers[CSP]  # type: ignore[index]
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+    assert headers["X-Content-Type-Options"] == "nosniff"  # type: ignore[index]
+    assert headers["X-Frame-Options"] == "DENY"  # type: ignore[index]
+
+
+async def test_the_page_and_its_files_are_served_with_their_types_and_security_headers(
+    shim: ShimUnderTest,
+) -> None:
+    page = await shim.call("GET", "/ui/", as_=None)
+    assert page.status == 200 and page.headers["Content-Type"].startswith("text/html")
+    assert b'<script type="module" src="app.js">' in page.body and b"<script>" not in page.body
+    assert_secured(page.headers)
+    for name, kind in (
+        ("app.js", "text/javascript"),
+        ("style.css", "text/css"),
+        ("dom.js", "text/javascript"),
+    ):
+        got = await shim.call("GET", f"/ui/{name}", as_=None)
+        assert (got.status, got.headers["Content-Type"].split(";")[0]) == (200, kind), name
+        assert_secured(got.headers)
+    moved = await shim.call("GET", "/ui", as_=None)
+    assert (moved.status, moved.headers["Location"]) == (301, "/ui/")
+
+
+async def test_nothing_else_is_served_under_ui(shim: ShimUnderTest) -> None:
+    for path in ("/ui/nope.js", "/ui/..%2Fapp.py", "/ui/login", "/ui/__init__.py"):
+        got = await shim.call("GET", path, as_=None)
+        assert got.status == 404, path
+        assert got.body["error"] == "Not Found", path
+        assert_secured(got.headers)
+
+
+async def test_without_a_login_file_there_are_no_login_links(shim: ShimUnderTest) -> None:
+    got = await shim.call("POST", "/ui/login", as_=None, json_body={"code": "anything"})
+    assert got.status == 404 and got.body["reason"] == "login link not found"
+
+
+async def test_a_login_code_opens_its_token_once_and_only_before_it_expires(
+    make_shim: MakeShim, tmp_path: Path
+) -> None:
+    login_file = tmp_path / "ui-login.json"
+    now = time.time()
+    codes = {
+        code_hash("fresh"): {"token": "the-user-token", "expires_at": now + 600},
+        code_hash("old"): {"token": "the-user-token", "expires_at": now - 1},
+    }
+    login_file.write_text(json.dumps({"codes": codes}))
+    shim = await make_shim(ui_login_file=login_file)
+    got = await shim.call("POST", "/ui/login", as_=None, json_body={"code": "fresh"})
+    assert (got.status, got.body) == (200, {"token": "the-user-token"})
+    assert_secured(got.headers)
+    for code in ("fresh", "old", "unknown"):  # spent, expired, never made
+        again = await shim.call("POST", "/ui/login", as_=None, json_body={"code": code})
+        assert (again.status, again.body["reason"]) == (401, "login link not valid"), code
+    for body in ({}, {"code": ""}, {"code": "x" * 129}, {"code": 5}, {"code": "fresh", "more": 1}):
+        refused = await shim.call("POST", "/ui/login", as_=None, json_body=body)
+        assert refused.status == 400, body
+    login_file.write_text("not json")
+    broken = await shim.call("POST", "/ui/login", as_=None, json_body={"code": "fresh"})
+    assert broken.status == 401
