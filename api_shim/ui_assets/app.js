@@ -3,10 +3,12 @@
 import { ApiFailure, exchange, token } from "./api.js";
 import { backlogPage } from "./backlog.js";
 import { el } from "./dom.js";
+import { launchPage } from "./launch.js";
+import { scanPage } from "./scan.js";
 import { scansPage } from "./scans.js";
 
-const REFRESH_MS = 10000;
-const PAGES = { scans: scansPage, backlog: backlogPage };
+const REFRESH_MS = 5000;
+const PAGES = { scans: scansPage, backlog: backlogPage, launch: launchPage, scan: scanPage };
 const main = document.getElementById("page");
 const noticeLine = document.getElementById("notice");
 let refresh = null;
@@ -42,10 +44,10 @@ async function route() {
   refresh = null;
   if (!token.get()) return loggedOut();
   document.getElementById("logout").hidden = false;
-  const name = location.hash.replace(/^#\/?/, "").split("/")[0] || "scans";
+  const [name, id] = location.hash.replace(/^#\/?/, "").split("/");
   const page = PAGES[name] || scansPage;
   try {
-    refresh = await page(main, notice);
+    refresh = (await page(main, notice, decodeURIComponent(id || ""))) || null;
   } catch (error) {
     notice.failure(error);
   }

@@ -1,0 +1,80 @@
+// One scan: its state, request, workers and result, refreshed while shown; abort and rescan, each
+// asked twice (a second, explicit button), never by a browser dialog.
+import { call } from "./api.js";
+import { age, el } from "./dom.js";
+
+const web = (url) => typeof url === "string" && /^https?:\/\//i.test(url); // never a javascript: link
+
+function fact(name, ...value) {
+  return [el("dt", { text: name }), el("dd", {}, ...value)];
+}
+
+function confirmed(label, question, act) {
+  const button = el("button", { type: "button", text: label });
+  button.addEventListener("click", () => {
+    const yes = el("button", { type: "button", class: "danger", text: question, onclick: act });
+    const no = el("button", { type: "button", text: "Cancel", onclick: () => holder.replaceChildren(button) });
+    holder.replaceChildren(yes, no);
+    yes.focus();
+  });
+  const holder = el("span", { class: "action" }, button);
+  return holder;
+}
+
+export async function scanPage(main, notice, id) {
+  const path = `/scan/${encodeURIComponent(id)}`;
+  const facts = el("dl", { class: "facts" });
+  const actions = el("p", { class: "actions" });
+  const result = el("section", { class: "result", "aria-label": "Result" });
+  main.replaceChildren(el("h1", {}, "Scan ", el("code", { text: id })), actions, facts, result);
+
+  async function refresh() {
+    const [status, scan, request] = await Promise.all([
+      call("GET", `${path}/status`),
+      call("GET", `${path}?include_deleted=true`),
+      call("GET", `/scan-request/${encodeURIComponent(id)}`),
+    ]);
+    const manifest = scan.manifest;
+    const meta = manifest.event_metadata || {};
+    const logs = status.scanner_server_logs;
+    const logUrl = typeof logs === "string" ? logs : logs?.url;
+    facts.replaceChildren(
+      ...fact("State", el("span", { class: "state", text: status.scan_state })),
+      ...fact("Deleted", status.is_deleted ? "yes" : "no"),
+      ...fact("Progress", manifest.progress?.summary || "none yet"),
+      ...fact("Run / event", meta.run_id === undefined ? "unknown yet" : `${meta.run_id} / ${meta.event_id}`),
+      ...fact("Workers", `${status.wms_workforce?.n_running ?? 0} running`, status.wms_deactivated ? ` (WMS: ${status.wms_deactivated})` : ""),
+      ...fact("Request", `${request.reco_algo}, nsides ${Object.entries(request.nsides).map(([n, p]) => `${n}:${p}`).join(" ")}, tag ${request.docker_tag}`),
+      ...fact("Priority", manifest.priority ?? ""),
+      ...fact("Created", `${age(manifest.timestamp)} ago`),
+      ...fact("Classifiers", Object.entries(manifest.classifiers || {}).map(([k, v]) => el("span", { class: "tag", text: `${k}=${typeof v === "string" ? v : JSON.stringify(v)}` }))),
+      ...fact("Logs", web(logUrl) ? el("a", { href: logUrl, rel: "noopener noreferrer", text: "scanner server logs" }) : "none"),
+    );
+    const found = scan.result?.scan_result || {};
+    result.replaceChildren(
+      el("h2", { text: scan.result?.is_final ? "Final result" : Object.keys(found).length ? "Partial result" : "No result yet" }),
+      el("ul", {}, Object.entries(found).map(([nside, pixels]) =>
+        el("li", { text: `${nside}: ${Array.isArray(pixels?.data) ? pixels.data.length : Object.keys(pixels || {}).length} entries` }))),
+    );
+    const ended = status.is_deleted || status.scan_complete;
+    actions.replaceChildren(
+      ended ? "" : confirmed("Abort", "Yes, abort this scan", () => act("DELETE", path, {})),
+      confirmed("Rescan", "Yes, start a rescan", () => act("POST", `${path}/actions/rescan`, {})),
+    );
+    notice.clear();
+  }
+
+  async function act(method, where, body) {
+    try {
+      const answer = await call(method, where, body);
+      const next = answer?.manifest?.scan_id ?? answer?.scan_id;
+      if (method === "POST" && next) location.hash = `#/scan/${encodeURIComponent(next)}`;
+      else await refresh();
+    } catch (failure) {
+      notice.failure(failure);
+    }
+  }
+
+  await refresh();
+  return refresh;
+}
