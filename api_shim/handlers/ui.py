@@ -12,9 +12,9 @@ there are no login links. Codes are spent in this process's memory, so each work
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
@@ -22,6 +22,7 @@ from typing import Annotated
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
+from api_shim.auth import token_hash
 from api_shim.errors import ApiError, error_response, not_found
 from api_shim.plumbing import ok, parse_body
 
@@ -55,10 +56,6 @@ def assets() -> dict[str, tuple[bytes, str]]:
     return found
 
 
-def code_hash(code: str) -> str:
-    return hashlib.sha256(code.encode()).hexdigest()
-
-
 class LoginCodes:
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -74,7 +71,7 @@ class LoginCodes:
             codes = json.loads(self.path.read_text()).get("codes", {})
         except (OSError, ValueError, AttributeError):
             codes = {}
-        entry = codes.get(hash_ := code_hash(code))
+        entry = codes.get(hash_ := token_hash(code))
         if not isinstance(entry, dict) or hash_ in self.spent or not entry.get("expires_at", 0) > now:
             raise ApiError(
                 401, "login link not valid", "The link was used, has expired or is unknown: run `make up`."
@@ -83,37 +80,41 @@ class LoginCodes:
         return str(entry["token"])
 
 
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def _secured(handler: Handler) -> Handler:
+    """`handler` with its refusals as the interface's Error bodies, and every answer's security headers."""
+
+    async def secured(request: web.Request) -> web.Response:
+        try:
+            response = await handler(request)
+        except ApiError as e:
+            response = error_response(request, e)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    return secured
+
+
 def add_routes(app: web.Application, login_file: Path | None) -> None:
     files, codes = assets(), LoginCodes(login_file)
 
-    def served(name: str) -> web.Response:
+    async def page(request: web.Request) -> web.Response:
+        name = request.match_info.get("name") or INDEX
         if name not in files:
             raise not_found("file")
         body, kind = files[name]
-        return web.Response(body=body, content_type=kind, charset="utf-8", headers=SECURITY_HEADERS)
+        return web.Response(body=body, content_type=kind, charset="utf-8")
 
-    async def page(request: web.Request) -> web.StreamResponse:
-        try:
-            return served(request.match_info.get("name") or INDEX)
-        except ApiError as e:
-            return _secured(error_response(request, e))
+    async def login(request: web.Request) -> web.Response:
+        body = await parse_body(request, LoginBody)
+        return ok({"token": codes.exchange(body.code)})
 
-    async def login(request: web.Request) -> web.StreamResponse:
-        try:
-            body = await parse_body(request, LoginBody)
-            return _secured(ok({"token": codes.exchange(body.code)}))
-        except ApiError as e:
-            return _secured(error_response(request, e))
-
-    async def to_page(request: web.Request) -> web.StreamResponse:
+    async def to_page(request: web.Request) -> web.Response:
         raise web.HTTPMovedPermanently("/ui/", headers=SECURITY_HEADERS)
 
     app.router.add_get("/ui", to_page)
-    app.router.add_get("/ui/", page)
-    app.router.add_get("/ui/{name}", page)
-    app.router.add_post("/ui/login", login)
-
-
-def _secured(response: web.Response) -> web.Response:
-    response.headers.update(SECURITY_HEADERS)
-    return response
+    app.router.add_get("/ui/", _secured(page))
+    app.router.add_get("/ui/{name}", _secured(page))
+    app.router.add_post("/ui/login", _secured(login))

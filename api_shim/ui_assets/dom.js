@@ -14,6 +14,13 @@ export function el(tag, attributes = {}, ...children) {
   return node;
 }
 
+// A scan's classifiers, each `key=value` as text (strings as themselves, other values as JSON).
+export function tags(classifiers) {
+  return Object.entries(classifiers || {}).map(([key, value]) =>
+    el("span", { class: "tag", text: `${key}=${typeof value === "string" ? value : JSON.stringify(value)}` }),
+  );
+}
+
 export function age(unixSeconds) {
   const seconds = Math.max(0, Date.now() / 1000 - unixSeconds);
   if (seconds < 90) return `${Math.round(seconds)} s`;

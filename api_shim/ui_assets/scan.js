@@ -1,7 +1,7 @@
 // One scan: its state, request, workers and result, refreshed while shown; abort and rescan, each
 // asked twice (a second, explicit button), never by a browser dialog.
 import { call } from "./api.js";
-import { age, el } from "./dom.js";
+import { age, el, tags } from "./dom.js";
 
 const web = (url) => typeof url === "string" && /^https?:\/\//i.test(url); // never a javascript: link
 
@@ -47,7 +47,7 @@ export async function scanPage(main, notice, id) {
       ...fact("Request", `${request.reco_algo}, nsides ${Object.entries(request.nsides).map(([n, p]) => `${n}:${p}`).join(" ")}, tag ${request.docker_tag}`),
       ...fact("Priority", manifest.priority ?? ""),
       ...fact("Created", `${age(manifest.timestamp)} ago`),
-      ...fact("Classifiers", Object.entries(manifest.classifiers || {}).map(([k, v]) => el("span", { class: "tag", text: `${k}=${typeof v === "string" ? v : JSON.stringify(v)}` }))),
+      ...fact("Classifiers", tags(manifest.classifiers)),
       ...fact("Logs", web(logUrl) ? el("a", { href: logUrl, rel: "noopener noreferrer", text: "scanner server logs" }) : "none"),
     );
     const found = scan.result?.scan_result || {};

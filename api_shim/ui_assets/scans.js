@@ -1,7 +1,7 @@
 // The scans page: a find over live and archived scans, newest first, a page of rows at a time, each
 // visible row's state read from its status.
 import { call } from "./api.js";
-import { age, el } from "./dom.js";
+import { age, el, tags } from "./dom.js";
 
 const PAGE_ROWS = 50;
 const FIELDS = ["scan_id", "timestamp", "is_deleted", "priority", "classifiers", "event_metadata", "progress"];
@@ -26,12 +26,6 @@ function filterOf(form) {
   return filter;
 }
 
-function classifiers(manifest) {
-  return Object.entries(manifest.classifiers || {}).map(([key, value]) =>
-    el("span", { class: "tag", text: `${key}=${typeof value === "string" ? value : JSON.stringify(value)}` }),
-  );
-}
-
 function row(manifest) {
   const meta = manifest.event_metadata || {};
   const state = el("td", { class: "state", text: "…" });
@@ -42,7 +36,7 @@ function row(manifest) {
     el("td", { text: meta.run_id === undefined ? "" : `${meta.run_id} / ${meta.event_id}` }),
     state,
     el("td", { text: manifest.progress?.summary || "" }),
-    el("td", {}, classifiers(manifest)),
+    el("td", {}, tags(manifest.classifiers)),
     el("td", { class: "number", text: manifest.priority ?? "" }),
     el("td", { text: age(manifest.timestamp) }),
   );

@@ -27,6 +27,16 @@ POLL_SECONDS = 0.2
 START_MARKER = "--- skyscan: started"  # the line `spawn` writes to a log before each start
 
 
+def write_private(path: Path, text: str) -> None:
+    """`text` as the whole of `path`, readable by its owner only from the first byte (mode 0600), put in
+    place at once (never seen partly written)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    tmp.replace(path)
+
+
 def kept_secret(path: Path, nbytes: int = 16) -> str:
     """The random hex secret kept in `path`, made on first use: written whole to a file of mode 0600,
     then linked into place, so it is never seen partly written and two first uses keep the same one."""

@@ -221,10 +221,7 @@ def load_state(d: Path) -> dict[str, Any]:
 
 
 def save_state(d: Path, state: dict[str, Any]) -> None:
-    tmp = d / f"{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps(state, indent=2))
-    tmp.chmod(0o600)  # it holds the local tokens
-    tmp.replace(d / STATE_FILE)
+    processes.write_private(d / STATE_FILE, json.dumps(state, indent=2))  # it holds the local tokens
 
 
 def env_lines(state: dict[str, Any], namespace: str) -> dict[str, str]:
@@ -243,10 +240,7 @@ def env_lines(state: dict[str, Any], namespace: str) -> dict[str, str]:
 
 def write_env(d: Path, values: dict[str, str]) -> Path:
     f = d / ENV_FILE
-    tmp = d / f"{ENV_FILE}.tmp"
-    tmp.write_text("".join(f"export {k}={shlex.quote(values[k])}\n" for k in ENV_KEYS))
-    tmp.chmod(0o600)
-    tmp.replace(f)
+    processes.write_private(f, "".join(f"export {k}={shlex.quote(values[k])}\n" for k in ENV_KEYS))
     return f
 
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import secrets
 import time
 from pathlib import Path
 from typing import Any
 
-from api_shim.handlers.ui import code_hash
+from api_shim.auth import token_hash
 from skyscan.io import install, kube
 from skyscan.io.kube_errors import Conflict, NotFound
 from skyscan_local import control_plane as localcluster
@@ -102,11 +101,6 @@ def new_login_link(s: LocalStackSettings, token: str, shim_url: str) -> str:
     """A one-time dashboard login link that opens `token`, for `LOGIN_LINK_SECONDS`: the code's hash, the
     token and the expiry written whole (mode 0600) where the shim reads them; an older link stops working."""
     code = secrets.token_urlsafe(24)
-    doc = {"codes": {code_hash(code): {"token": token, "expires_at": time.time() + LOGIN_LINK_SECONDS}}}
-    path = s.dir / UI_LOGIN_FILE
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f)
-    tmp.replace(path)
+    doc = {"codes": {token_hash(code): {"token": token, "expires_at": time.time() + LOGIN_LINK_SECONDS}}}
+    processes.write_private(s.dir / UI_LOGIN_FILE, json.dumps(doc))
     return f"{shim_url}/ui/#code={code}"

@@ -151,6 +151,19 @@ def stack(
         yield stack
 
 
+@contextlib.contextmanager
+def workers_held(stack: Stack) -> Iterator[None]:
+    """The stack's WMS simulator keeps taskforces from starting (its steps an hour apart), so scans wait
+    mid-way for their workers however long a test's checks take on a busy machine; then as it was."""
+    with httpx.Client(base_url=stack.wms_url, timeout=10) as wms:
+        before = wms.patch("/_sim/config", json={}).json()["step_delay"]
+        wms.patch("/_sim/config", json={"step_delay": 3600}).raise_for_status()
+        try:
+            yield
+        finally:
+            wms.patch("/_sim/config", json={"step_delay": before}).raise_for_status()
+
+
 @dataclass
 class Rest:
     """REST calls as a user (default) or as the scanner (`as_="system"`), redirects not followed."""

@@ -17,7 +17,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from skyscan_local.audit_probes import poll
 from skyscan_local.stack_provision import new_login_link
-from tests.e2e.conftest import Stack, scan_request
+from tests.e2e.conftest import Stack, scan_request, workers_held
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # As root, on a closed network: no sandbox (root), and none of the background traffic that the machine
@@ -154,14 +154,9 @@ def test_a_scan_launched_from_the_form_reaches_its_final_result_on_its_page_and_
     expect(page.locator("section.result h2")).to_have_text("Final result")
     assert page.locator("text=Abort").count() == 0  # a finished scan has nothing to abort
 
-    with httpx.Client(base_url=stack.wms_url, timeout=10) as wms:  # its workers held back: mid-way
-        before = wms.patch("/_sim/config", json={}).json()["step_delay"]
-        wms.patch("/_sim/config", json={"step_delay": 3600})
-        try:
-            running = launched(stack)
-            page.goto(f"{stack.url}/ui/#/scan/{running}")
-            page.click("text=Abort")
-            page.click("text=Yes, abort this scan")
-            expect(page.locator(".facts dd").nth(1)).to_have_text("yes")  # Deleted
-        finally:
-            wms.patch("/_sim/config", json={"step_delay": before})
+    with workers_held(stack):  # so the scan is mid-way
+        running = launched(stack)
+        page.goto(f"{stack.url}/ui/#/scan/{running}")
+        page.click("text=Abort")
+        page.click("text=Yes, abort this scan")
+        expect(page.locator(".facts dd").nth(1)).to_have_text("yes")  # Deleted

@@ -6,33 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator
 
 import httpx
 
-from tests.e2e.conftest import LONG_NSIDES, REPO, Rest, Stack, kubectl
+from tests.e2e.conftest import LONG_NSIDES, REPO, Rest, Stack, kubectl, workers_held
 from tests.e2e.test_actions import in_progress
 
 
 async def scanner_token(stack: Stack, scan_id: str) -> str:
     secret = json.loads(await kubectl(stack, "get", "secret", f"skyscan-{scan_id}-scanner", "-o", "json"))
     return base64.b64decode(secret["data"]["token"]).decode()
-
-
-@contextlib.asynccontextmanager
-async def workers_held(stack: Stack) -> AsyncIterator[None]:
-    """The WMS simulator keeps taskforces from starting (its steps an hour apart), so the scans wait
-    mid-way for their workers however long the checks take on a busy machine; then as it was."""
-    async with httpx.AsyncClient(base_url=stack.wms_url, timeout=10) as wms:
-        before = (await wms.patch("/_sim/config", json={})).json()["step_delay"]
-        await wms.patch("/_sim/config", json={"step_delay": 3600})
-        try:
-            yield
-        finally:
-            await wms.patch("/_sim/config", json={"step_delay": before})
 
 
 async def as_scanner(rest: Rest, token: str, method: str, path: str, body: object = None) -> httpx.Response:
@@ -42,7 +27,7 @@ async def as_scanner(rest: Rest, token: str, method: str, path: str, body: objec
 async def test_a_scanner_credential_works_on_its_own_scan_only_and_dies_with_it(
     rest: Rest, stack: Stack
 ) -> None:
-    async with workers_held(stack):
+    with workers_held(stack):
         await both_scanners_checked(rest, stack)
 
 

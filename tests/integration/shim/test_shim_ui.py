@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from api_shim.handlers.ui import code_hash
+from api_shim.auth import token_hash
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest
 
 CSP = "Content-Security-Policy"
@@ -59,8 +59,8 @@ async def test_a_login_code_opens_its_token_once_and_only_before_it_expires(
     login_file = tmp_path / "ui-login.json"
     now = time.time()
     codes = {
-        code_hash("fresh"): {"token": "the-user-token", "expires_at": now + 600},
-        code_hash("old"): {"token": "the-user-token", "expires_at": now - 1},
+        token_hash("fresh"): {"token": "the-user-token", "expires_at": now + 600},
+        token_hash("old"): {"token": "the-user-token", "expires_at": now - 1},
     }
     login_file.write_text(json.dumps({"codes": codes}))
     shim = await make_shim(ui_login_file=login_file)
