@@ -81,8 +81,10 @@ async def scanner_credential(stack: Stack, scan_id: str) -> str:
     async with await kube.connect(stack.kubeconfig) as api:
 
         async def token() -> str:
+            # The Secret is made first; the API server's token controller fills its token a moment later.
             path = core_path("secrets", stack.namespace, f"skyscan-{scan_id}-scanner")
-            return base64.b64decode((await api.request("GET", path))["data"]["token"]).decode()
+            data = (await api.request("GET", path)).get("data") or {}
+            return base64.b64decode(data["token"]).decode() if "token" in data else ""
 
         return await eventually(token, timeout=60)
 
