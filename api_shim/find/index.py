@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api_shim.find.match import scalar_key
-from api_shim.find.query import All, Cond, Eq, Field, In, Query
+from api_shim.find.query import All, Compare, Cond, Field, In, Query
 from skyscan import manifest
 from skyscan.scan_record import ScanRecord
 
@@ -205,12 +205,12 @@ def _equalities(conds: tuple[Cond, ...]) -> tuple[list[tuple[Any, ...]], bool]:
     complete = True
     for cond in conds:
         match cond:
-            case Eq(value) if _plain(value):
+            case Compare("$eq", value) if _plain(value):
                 found.append((value,))
             case In(values, ()) if all(_plain(v) for v in values):
                 found.append(values)
-            case All(items) if all(isinstance(i, Eq) and _plain(i.value) for i in items):
-                found += [(i.value,) for i in items if isinstance(i, Eq)]
+            case All(items) if all(isinstance(i, Compare) and _plain(i.value) for i in items):
+                found += [(i.value,) for i in items if isinstance(i, Compare)]
                 complete = False
             case _:
                 complete = False

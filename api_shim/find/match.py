@@ -13,35 +13,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from api_shim.find.query import (
-    All,
-    AnyOf,
-    Cond,
-    ElemMatch,
-    Eq,
-    Exists,
-    Field,
-    In,
-    Matches,
-    Not,
-    Order,
-    Pattern,
-    Query,
-    Size,
-)
+from api_shim.find import query as q
 from api_shim.find.regex import Regex
 
 Predicate = Callable[[Any], bool]
 Test = Callable[[list[Any]], bool]  # of the values found at a path
-Compiled = Mapping[Pattern, Regex]
+Compiled = Mapping[q.Pattern, Regex]
 # What a pattern not compiled yet costs: a program of no instructions, the least a pattern costs.
 UNCOMPILED = Regex("", 0, lambda text: False)
-_ORDER: dict[str, Callable[[Any, Any], bool]] = {
-    "$gt": operator.gt,
-    "$gte": operator.ge,
-    "$lt": operator.lt,
-    "$lte": operator.le,
-}
+_ORDER = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le}
 
 
 @dataclass(frozen=True)
@@ -77,36 +57,15 @@ def scalar_key(value: Any) -> tuple[str, Any] | None:
     return None
 
 
-def cost(node: Query | Field | AnyOf | Cond, compiled: Compiled) -> int:
-    """The work of testing `node` on one document; a pattern not in `compiled` costs `UNCOMPILED`."""
-
-    def regex(pattern: Pattern) -> int:
-        return regex_cost(compiled.get(pattern, UNCOMPILED))
-
-    match node:
-        case Query(clauses):
-            return sum(cost(c, compiled) for c in clauses)
-        case AnyOf(parts):
-            return sum(cost(p, compiled) for p in parts)
-        case Field(_, conds) | Not(conds) | ElemMatch(tuple() as conds):
-            return 1 + sum(cost(c, compiled) for c in conds)
-        case ElemMatch(Query() as query):
-            return 1 + cost(query, compiled)
-        case Eq(value):
-            return size(value)
-        case In(values, patterns):
-            others = sum(size(v) for v in values if scalar_key(v) is None)
-            return 2 + others + sum(regex(p) for p in patterns)
-        case Matches(pattern):
-            return 1 + regex(pattern)
-        case All(items):
-            return 1 + sum(cost(i, compiled) for i in items)
-    return 1  # Order, Exists, Size
+def cost(query: q.Query, compiled: Compiled) -> int:
+    """The work of testing `query` on one document; a pattern not in `compiled` costs `UNCOMPILED`."""
+    return _Tests(compiled).query(query)[1]
 
 
-def compile_filter(query: Query, compiled: Compiled) -> Filter:
+def compile_filter(query: q.Query, compiled: Compiled) -> Filter:
     """The predicate of `query` (each of its patterns in `compiled`), and its cost."""
-    return Filter(_Tests(compiled).query(query), max(1, cost(query, compiled)))
+    matches, work = _Tests(compiled).query(query)
+    return Filter(matches, max(1, work))
 
 
 def same(a: Any, b: Any) -> bool:
@@ -136,16 +95,6 @@ def _values(doc: Any, path: Sequence[str]) -> list[Any]:
                 found += _values(item, path)
         return found
     return []
-
-
-def _candidates(values: list[Any]) -> list[Any]:
-    """A value and, for arrays, each of its elements: what operators like $eq/$gt test against."""
-    out: list[Any] = []
-    for v in values:
-        out.append(v)
-        if isinstance(v, list):
-            out.extend(v)
-    return out
 
 
 def _some(values: list[Any], test: Callable[[Any], bool]) -> bool:
@@ -182,92 +131,97 @@ def _every(tests: list[Callable[[Any], bool]]) -> Callable[[Any], bool]:
 
 
 class _Tests:
+    """Each node's test and its cost (work per document), built in one walk over the tree."""
+
     def __init__(self, compiled: Compiled) -> None:
         self.compiled = compiled
 
-    def query(self, query: Query) -> Predicate:
-        costed = sorted(
-            ((cost(c, self.compiled), self.clause(c)) for c in query.clauses), key=lambda ct: ct[0]
-        )
-        return _every([test for _, test in costed]) if costed else lambda doc: True  # cheap tests first
+    def regex(self, pattern: q.Pattern) -> tuple[Callable[[str], Any], int]:
+        found = self.compiled.get(pattern, UNCOMPILED)
+        return found.search, regex_cost(found)
 
-    def clause(self, clause: Field | AnyOf) -> Predicate:
-        if isinstance(clause, AnyOf):
-            parts = [self.query(p) for p in clause.parts]
+    def query(self, query: q.Query) -> tuple[Predicate, int]:
+        costed = sorted((self.clause(c) for c in query.clauses), key=lambda tc: tc[1])  # cheap tests first
+        tests = [test for test, _ in costed]
+        return (_every(tests) if tests else lambda doc: True), sum(c for _, c in costed)
+
+    def clause(self, clause: q.Field | q.AnyOf) -> tuple[Predicate, int]:
+        if isinstance(clause, q.AnyOf):
+            built = [self.query(p) for p in clause.parts]
+            parts, work = [p for p, _ in built], sum(c for _, c in built)
             if clause.negated:
-                return lambda doc: not any(p(doc) for p in parts)
-            return lambda doc: any(p(doc) for p in parts)
-        test, path = self.conds(clause.conds), clause.path
+                return (lambda doc: not any(p(doc) for p in parts)), work
+            return (lambda doc: any(p(doc) for p in parts)), work
+        (test, work), path = self.conds(clause.conds), clause.path
         if len(path) > 1:
-            return lambda doc: test(_values(doc, path))
+            return (lambda doc: test(_values(doc, path))), work
         key = path[0]
         # The common case, `_values` for a one-key path inlined.
-        return lambda doc: test(
-            ([doc[key]] if key in doc else []) if type(doc) is dict else _values(doc, path)
-        )
+        return (
+            lambda doc: test(([doc[key]] if key in doc else []) if type(doc) is dict else _values(doc, path))
+        ), work
 
-    def conds(self, conds: tuple[Cond, ...]) -> Test:
-        return _every([self.cond(c) for c in conds])
+    def conds(self, conds: tuple[q.Cond, ...]) -> tuple[Test, int]:
+        built = [self.cond(c) for c in conds]
+        return _every([t for t, _ in built]), 1 + sum(c for _, c in built)
 
-    def cond(self, cond: Cond) -> Test:
+    def cond(self, cond: q.Cond) -> tuple[Test, int]:
         match cond:
-            case Eq(target):
-                return _equals(target)
-            case Not(conds):
-                inner = self.conds(conds)
-                return lambda values: not inner(values)
-            case Order(op, arg):
+            case q.Compare("$eq", target):
+                return _equals(target), size(target)
+            case q.Compare(op, arg):
                 cmp = _ORDER[op]
-                return lambda values: _some(values, lambda c: _comparable(c, arg) and cmp(c, arg))
-            case In():
+                return (lambda values: _some(values, lambda c: _comparable(c, arg) and cmp(c, arg))), 1
+            case q.Not(conds):
+                inner, work = self.conds(conds)
+                return (lambda values: not inner(values)), work
+            case q.In():
                 return self.within(cond)
-            case Exists(present):
-                return lambda values: bool(values) == present
-            case Matches(pattern):
-                search = self.compiled[pattern].search
-                return lambda values: _some(values, lambda c: isinstance(c, str) and search(c))
-            case All(items):
-                parts = [self.cond(i) for i in items]
-                return lambda values: bool(parts) and all(p(values) for p in parts)
-            case Size(n):
-                return lambda values: any(isinstance(v, list) and len(v) == n for v in values)
-            case ElemMatch(of):
-                if isinstance(of, Query):
-                    test = self.query(of)
-                else:
-                    inner = self.conds(of)
-                    test = lambda item: inner([item])  # noqa: E731
-                return lambda values: any(isinstance(v, list) and any(test(i) for i in v) for v in values)
-        raise AssertionError(cond)  # pragma: no cover - the parser makes no other
+            case q.Exists(present):
+                return (lambda values: bool(values) == present), 1
+            case q.Matches(pattern):
+                search, work = self.regex(pattern)
+                return (lambda values: _some(values, lambda c: isinstance(c, str) and search(c))), 1 + work
+            case q.All(items):
+                built = [self.cond(i) for i in items]
+                parts = [p for p, _ in built]
+                return (lambda values: bool(parts) and all(p(values) for p in parts)), 1 + sum(
+                    c for _, c in built
+                )
+            case q.Size(n):
+                return (lambda values: any(isinstance(v, list) and len(v) == n for v in values)), 1
+            case q.ElemMatch(q.Query() as query):
+                test, work = self.query(query)
+                work += 1
+            case q.ElemMatch(tuple() as conds):
+                inner, work = self.conds(conds)
+                test = lambda item: inner([item])  # noqa: E731
+        return (lambda values: any(isinstance(v, list) and any(test(i) for i in v) for v in values)), work
 
-    def within(self, cond: In) -> Test:
+    def within(self, cond: q.In) -> tuple[Test, int]:
         """Scalars by hashing (one test whatever their number), arrays and objects by comparison,
         patterns by searching strings; a missing field is null."""
         keys = {k for v in cond.values if (k := scalar_key(v)) is not None}
         others = [v for v in cond.values if scalar_key(v) is None]
-        searches = [self.compiled[p].search for p in cond.patterns]
+        searches = [self.regex(p) for p in cond.patterns]
 
         def test(c: Any) -> bool:
             key = scalar_key(c)
             if key is not None and key in keys:
                 return True
-            if isinstance(c, str) and any(search(c) for search in searches):
+            if isinstance(c, str) and any(search(c) for search, _ in searches):
                 return True
             return any(same(c, a) for a in others)
 
-        return lambda values: any(test(c) for c in _candidates(values) or [None])
+        work = 2 + sum(size(v) for v in others) + sum(c for _, c in searches)
+        return (lambda values: _some(values, test) if values else test(None)), work
 
 
 def _equals(target: Any) -> Test:
-    def equal(values: list[Any]) -> bool:
-        # `==` first: cheap, and implied by `same`, which then tells booleans from numbers.
-        for v in values:
-            if v == target and same(v, target):
-                return True
-            if isinstance(v, list):
-                for item in v:
-                    if item == target and same(item, target):
-                        return True
-        return target is None and not values  # MongoDB: `null` also matches a missing field
+    def equal(
+        v: Any,
+    ) -> bool:  # `==` first: cheap, and implied by `same`, which then tells booleans from numbers
+        return v == target and same(v, target)
 
-    return equal
+    # MongoDB: `null` also matches a missing field
+    return lambda values: _some(values, equal) or (target is None and not values)

@@ -42,13 +42,8 @@ class Pattern:
 
 # A condition on the values found at one path.
 @dataclass(frozen=True)
-class Eq:
-    value: Any
-
-
-@dataclass(frozen=True)
-class Order:
-    op: str  # $gt $gte $lt $lte
+class Compare:
+    op: str  # $eq $gt $gte $lt $lte
     value: Any
 
 
@@ -70,7 +65,7 @@ class Matches:
 
 @dataclass(frozen=True)
 class All:
-    items: tuple[Eq | ElemMatch, ...]
+    items: tuple[Compare | ElemMatch, ...]  # $eq or $elemMatch
 
 
 @dataclass(frozen=True)
@@ -88,7 +83,7 @@ class Not:
     conds: tuple[Cond, ...]  # $ne, $nin and $not: none of these holds (all of them do not)
 
 
-Cond = Eq | Order | In | Exists | Matches | All | Size | ElemMatch | Not
+Cond = Compare | In | Exists | Matches | All | Size | ElemMatch | Not
 
 
 @dataclass(frozen=True)
@@ -117,12 +112,11 @@ def _patterns(node: Any) -> list[Pattern]:
         return [node]
     if isinstance(node, tuple):
         return [p for item in node for p in _patterns(item)]
-    if isinstance(node, Query | Field | AnyOf | In | Matches | All | ElemMatch | Not):
+    if hasattr(node, "__dataclass_fields__"):
         return [p for value in vars(node).values() for p in _patterns(value)]
     return []
 
 
-ORDER = ("$gt", "$gte", "$lt", "$lte")
 _NUL = "strings cannot contain NUL (\\u0000)"  # no stored text holds one (PostgreSQL's cannot)
 
 
@@ -187,7 +181,7 @@ def _condition(cond: Any) -> tuple[Cond, ...]:
     if not is_operator_doc(cond):
         if isinstance(cond, Mapping) and any(str(k).startswith("$") for k in cond):
             raise FilterError("cannot mix operators and fields in one condition")
-        return (Eq(cond),)
+        return (Compare("$eq", cond),)
     if "$options" in cond and "$regex" not in cond:
         raise FilterError("$options needs $regex")
     return tuple(_operator(op, arg, cond) for op, arg in cond.items() if op != "$options")
@@ -208,12 +202,10 @@ def _array(op: str, arg: Any) -> list[Any]:
 
 
 def _operator(op: str, arg: Any, siblings: Mapping[str, Any]) -> Cond:
-    if op == "$eq":
-        return Eq(arg)
+    if op in ("$eq", "$gt", "$gte", "$lt", "$lte"):
+        return Compare(op, arg)
     if op == "$ne":
-        return Not((Eq(arg),))
-    if op in ORDER:
-        return Order(op, arg)
+        return Not((Compare("$eq", arg),))
     if op in ("$in", "$nin"):
         values, patterns = [], []
         for a in _array(op, arg):
@@ -232,7 +224,9 @@ def _operator(op: str, arg: Any, siblings: Mapping[str, Any]) -> Cond:
     if op == "$regex":
         return Matches(_pattern(arg, siblings.get("$options", "")))
     if op == "$all":
-        return All(tuple(_elem_match(a["$elemMatch"]) if _elem(a) else Eq(a) for a in _array(op, arg)))
+        return All(
+            tuple(_elem_match(a["$elemMatch"]) if _elem(a) else Compare("$eq", a) for a in _array(op, arg))
+        )
     if op == "$size":
         if isinstance(arg, bool) or not isinstance(arg, int):
             raise FilterError("$size needs an integer")

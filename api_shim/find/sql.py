@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from api_shim.find.index import CLASSIFIER, EVENT_ID, RUN_ID
 from api_shim.find.match import scalar_key
-from api_shim.find.query import All, AnyOf, Cond, Eq, Exists, Field, In, Not, Order, Query
+from api_shim.find.query import All, AnyOf, Compare, Cond, Exists, Field, In, Not, Query
 
 BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
 SAFE_NUMBER = 2**53  # below it a number's JSON text orders and equals as the number does (see `_safe`)
@@ -147,18 +147,18 @@ class Translation:
 
     def cond(self, tests: _Tests, cond: Cond) -> Sql:
         match cond:
-            case Eq(value):
+            case Compare("$eq", value):
                 return tests.equals(value)
             case Not(conds):
                 return _not(_and([self.cond(tests, c) for c in conds]))
-            case Order(op, value):
+            case Compare(op, value):
                 return tests.order(op, value)
             case In(values, patterns):
                 return _or([*(tests.equals(v) for v in values), *(UNTRANSLATED for _ in patterns)])
             case Exists(present):
                 return tests.exists(present)
-            case All(items) if all(isinstance(i, Eq) for i in items):
-                return _and([tests.equals(i.value) for i in items if isinstance(i, Eq)]) if items else FALSE
+            case All(items) if all(isinstance(i, Compare) for i in items):
+                return _and([tests.equals(i.value) for i in items if isinstance(i, Compare)]) if items else FALSE
         return UNTRANSLATED  # $regex, $size, $elemMatch, $all of $elemMatch
 
     def _tests(self, path: str) -> _Tests:

@@ -4,7 +4,7 @@ the element's own (never renamed as a manifest's fields)."""
 
 from __future__ import annotations
 
-from api_shim.find.query import ElemMatch, Eq, Field, Query, parse
+from api_shim.find.query import Compare, ElemMatch, Field, Query, parse
 from tests.helpers import matcher
 
 
@@ -26,8 +26,8 @@ def test_an_elem_match_documents_keys_are_the_elements_not_renamed() -> None:
     # of the array's elements, which is read as given.
     query = {"items": {"$elemMatch": {"i3_event_id": 1}}, "i3_event_id": 2}
     (items, renamed) = parse(query).clauses
-    assert items == Field(("items",), (ElemMatch(Query((Field(("i3_event_id",), (Eq(1),)),))),))
-    assert renamed == Field(("sensor_event_id",), (Eq(2),))
+    assert items == Field(("items",), (ElemMatch(Query((Field(("i3_event_id",), (Compare("$eq", 1),)),))),))
+    assert renamed == Field(("sensor_event_id",), (Compare("$eq", 2),))
     matches = matcher(query)
     assert matches({"items": [{"i3_event_id": 1}], "sensor_event_id": 2})
     assert not matches({"items": [{"sensor_event_id": 1}], "sensor_event_id": 2})
