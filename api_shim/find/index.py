@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from api_shim.find.match import scalar_key
 from api_shim.find.query import All, Compare, Cond, Field, In, Query
@@ -154,17 +154,22 @@ class FindIndex:
                 found.add(names)
         return found
 
-    def selected(
-        self, lookups: Iterable[tuple[str, Iterable[Any]]], deleted: Collection[bool]
-    ) -> tuple[set[str] | None, set[str] | None]:
-        """The scans listed for each (path, values) of `lookups` whose soft deletion is one of `deleted`:
-        (the names kept, or None for all; the names left out, or None for none), each a new set. The
-        scans selected are those of `in_order()` kept and not left out."""
+    def among(self, lookups: Iterable[tuple[str, Iterable[Any]]]) -> set[str] | None:
+        """The scans listed for each (path, values) of `lookups` (a `Lookup`), a new set; None: no
+        lookup, so any scan."""
         keep: set[str] | None = None
         for path, values in lookups:
             names = self.names(path, values)
             keep = names if keep is None else keep & names
-        drop: set[str] | None = None
+        return keep
+
+    def selected(
+        self, lookups: Iterable[tuple[str, Iterable[Any]]], deleted: Collection[bool]
+    ) -> tuple[set[str] | None, set[str] | None]:
+        """The scans `among` the lookups whose soft deletion is one of `deleted`: (the names kept, or
+        None for all; the names left out, or None for none), each a new set. The scans selected are
+        those of `in_order()` kept and not left out."""
+        keep, drop = self.among(lookups), None
         if not deleted:
             keep = set()
         elif False not in deleted:
@@ -186,8 +191,7 @@ class FindIndex:
 # value of `$all`) bounds the candidates to the scans the index lists for them.
 
 
-@dataclass(frozen=True)
-class Lookup:
+class Lookup(NamedTuple):
     """A matching document has, at `path`, one of `values` or an array with one of them."""
 
     path: str
@@ -238,7 +242,6 @@ class Exact:
 def exact(query: Query) -> Exact | None:
     """The lookups that are all of `query`, when they are (equalities on indexed paths and on
     `is_deleted`, the manifest's boolean): its matches are the scans they select; else None."""
-    found: list[Lookup] = []
     deleted = frozenset((False, True))
     for clause in query.clauses:
         path = ".".join(clause.path) if isinstance(clause, Field) else ""
@@ -247,9 +250,7 @@ def exact(query: Query) -> Exact | None:
         equalities, complete = _equalities(clause.conds)
         if not complete:
             return None
-        if path != DELETED:
-            found += [Lookup(path, values) for values in equalities]
-            continue
-        for values in equalities:  # a boolean field: True and False only (1 is not True)
-            deleted &= frozenset(v for v in values if isinstance(v, bool))
-    return Exact(found, deleted)
+        if path == DELETED:  # a boolean field: True and False only (1 is not True)
+            for values in equalities:
+                deleted &= frozenset(v for v in values if isinstance(v, bool))
+    return Exact(lookups(query), deleted)

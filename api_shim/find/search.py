@@ -206,16 +206,6 @@ async def compile_in_slices(asked: Asked, examined: int) -> Filter:
     return found
 
 
-def candidates(live: Live, lookups: list[index.Lookup]) -> set[str] | None:
-    """The live scans that can match a filter by its `lookups` (its clauses on indexed paths); None: any
-    can."""
-    found: set[str] | None = None
-    for lookup in lookups:
-        names = live.find_index.names(lookup.path, lookup.values)
-        found = names if found is None else found & names
-    return found
-
-
 async def select(live: Live, matches: Predicate, names: set[str] | None = None) -> Iterator[Found]:
     """The manifests of the live Scans (of `names`, or all) that `matches` accepts, in scan id order."""
     found: list[Found] = []
@@ -293,7 +283,7 @@ async def _batches(
 async def select_ids(found_in: FindIndex, exact: index.Exact) -> list[str]:
     """The names of the scans `exact` selects, in id order, from the index alone: a few sorted at once,
     more read off the index's order (a snapshot) `ORDER_RUN` at a time, a slice at a time."""
-    keep, drop = found_in.selected([(lookup.path, lookup.values) for lookup in exact.lookups], exact.deleted)
+    keep, drop = found_in.selected(exact.lookups, exact.deleted)
     if keep is not None and len(keep) <= SORT_RUN:
         return sorted(keep)
     order, found, turn = found_in.in_order(), list[str](), _Slice()
@@ -374,7 +364,7 @@ async def answer(
     """The answer to `asked`, in `names`, as the parts of its JSON body."""
     finds, exact = _of(live), asked.exact
     async with finds.turn:  # the CPU work; a client reading slowly does not hold a turn
-        within = candidates(live, asked.lookups)
+        within = live.find_index.among(asked.lookups)
         examined = len(live) if within is None else len(within)
         compiled = await compile_in_slices(asked, examined)
         if exact is not None:

@@ -88,7 +88,7 @@ def _safe(value: Any) -> bool:
     return True
 
 
-def _join(parts: Sequence[Sql], op: Literal["AND", "OR"]) -> Sql:
+def _join(op: Literal["AND", "OR"], parts: Sequence[Sql]) -> Sql:
     """`parts` joined by AND or OR, constants folded: a part equal to the operator's absorbing constant
     (FALSE for AND, TRUE for OR) decides the whole, one equal to its identity drops out."""
     identity, absorbing = ("TRUE", "FALSE") if op == "AND" else ("FALSE", "TRUE")
@@ -101,24 +101,12 @@ def _join(parts: Sequence[Sql], op: Literal["AND", "OR"]) -> Sql:
     return Sql(texts[0] if len(texts) == 1 else f" {op} ".join(f"({t})" for t in texts), exact)
 
 
-def _and(parts: Sequence[Sql]) -> Sql:
-    return _join(parts, "AND")
-
-
-def _or(parts: Sequence[Sql]) -> Sql:
-    return _join(parts, "OR")
-
-
 def _not(part: Sql) -> Sql:
     if not part.exact:
         return UNTRANSLATED
     if part.text in ("TRUE", "FALSE"):
         return FALSE if part.text == "TRUE" else TRUE
     return Sql(f"({part.text}) IS NOT TRUE", True)  # NULL (no value) counts as not holding
-
-
-def _jsonpath(path: list[str]) -> str:
-    return "$" + "".join("." + json.dumps(key) for key in path)
 
 
 _PARAM = re.compile("\x00([0-9]+)\x00")
@@ -136,29 +124,33 @@ class Translation:
         return f"\x00{len(self.params) - 1}\x00::{cast}"
 
     def filter(self, query: Query) -> Sql:
-        return _and([self.clause(c) for c in query.clauses])
+        return _join("AND", [self.clause(c) for c in query.clauses])
 
     def clause(self, clause: Field | AnyOf) -> Sql:
         if isinstance(clause, AnyOf):
-            any_of = _or([self.filter(p) for p in clause.parts])
+            any_of = _join("OR", [self.filter(p) for p in clause.parts])
             return _not(any_of) if clause.negated else any_of
         tests = self._tests(".".join(clause.path))
-        return _and([self.cond(tests, c) for c in clause.conds])
+        return _join("AND", [self.cond(tests, c) for c in clause.conds])
 
     def cond(self, tests: _Tests, cond: Cond) -> Sql:
         match cond:
             case Compare("$eq", value):
                 return tests.equals(value)
             case Not(conds):
-                return _not(_and([self.cond(tests, c) for c in conds]))
+                return _not(_join("AND", [self.cond(tests, c) for c in conds]))
             case Compare(op, value):
                 return tests.order(op, value)
             case In(values, patterns):
-                return _or([*(tests.equals(v) for v in values), *(UNTRANSLATED for _ in patterns)])
+                return _join("OR", [*(tests.equals(v) for v in values), *(UNTRANSLATED for _ in patterns)])
             case Exists(present):
                 return tests.exists(present)
             case All(items) if all(isinstance(i, Compare) for i in items):
-                return _and([tests.equals(i.value) for i in items if isinstance(i, Compare)]) if items else FALSE
+                return (
+                    _join("AND", [tests.equals(i.value) for i in items if isinstance(i, Compare)])
+                    if items
+                    else FALSE
+                )
         return UNTRANSLATED  # $regex, $size, $elemMatch, $all of $elemMatch
 
     def _tests(self, path: str) -> _Tests:
@@ -305,7 +297,8 @@ class _ManifestTests(_Tests):
         self.indexes = any(key.isdigit() for key in path)  # an array index, or a key: not translated
 
     def _exists(self, predicate: str, value: Any = None) -> Sql:
-        jsonpath = self.sql.param(f"lax {_jsonpath(self.path)}{predicate}", "text::jsonpath")
+        path = "".join("." + json.dumps(key) for key in self.path)
+        jsonpath = self.sql.param(f"lax ${path}{predicate}", "text::jsonpath")
         variables = self.sql.param({"v": value}, "jsonb")
         return Sql(f"jsonb_path_exists(manifest, {jsonpath}, {variables}, true)", False)
 

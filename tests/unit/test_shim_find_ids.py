@@ -115,7 +115,7 @@ def random_filters(n: int) -> list[dict[str, Any]]:
 async def slow(cache: ScanCache, query: dict[str, Any], fields: set[str]) -> bytes:
     """The general path: each candidate's manifest matched, then projected and JSON-encoded."""
     live = await find.select(
-        cache, find_filter(query).matches, find.candidates(cache, find_index.lookups(parse(query)))
+        cache, find_filter(query).matches, cache.find_index.among(find_index.lookups(parse(query)))
     )
     return b"".join(await find.encode_manifests(live, fields))
 

@@ -127,10 +127,10 @@ async def test_a_narrowed_select_finds_what_the_full_one_finds(cache: ScanCache)
         {"classifiers.i": 99},
     ]
     for query in queries:
-        names = find.candidates(cache, lookups(parse(query)))
+        names = cache.find_index.among(lookups(parse(query)))
         assert names is not None and len(names) < len(cache)
         matches = find_filter(query).matches
         narrowed = [m["scan_id"] for _, m in await find.select(cache, matches, names)]
         assert narrowed == [m["scan_id"] for _, m in await find.select(cache, matches)], query
-    assert find.candidates(cache, lookups(parse({"priority": 1}))) is None
+    assert cache.find_index.among(lookups(parse({"priority": 1}))) is None
     assert len(list(await find.select(cache, find_filter({"event_metadata.run_id": 0}).matches))) == 14
