@@ -39,23 +39,27 @@ _UNSUPPORTED = (
     "possessive quantifiers, recursion and conditionals"
 )
 _PERL_ONLY = ("invalid perl operator", "invalid escape sequence", "bad repetition operator")
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False  # refused patterns are the client's business, not the shim's log
-_RE2_OPTIONS.max_mem = 2 << 20  # per compiled pattern: its program and its automaton cache
-_RE2_OPTIONS.never_capture = True  # only whether it matches counts: groups cost time
 _TOO_LARGE = "pattern too large"  # RE2's refusal of a program beyond its memory budget
 
 
 @functools.cache
+def _options(max_mem: int) -> Any:
+    """RE2's options with a memory budget per compiled pattern (its program and its automaton cache)."""
+    options = re2.Options()
+    options.log_errors = False  # refused patterns are the client's business, not the shim's log
+    options.never_capture = True  # only whether it matches counts: groups cost time
+    options.max_mem = max_mem
+    return options
+
+
+_RE2_OPTIONS = _options(2 << 20)
+
+
 def _sizing(max_program: int) -> Any:
     """Options under which RE2 compiles a program of up to about 16 x `max_program` instructions and
     stops early past that (a fuzz of 10,000 patterns within 1,000 instructions: the same programs as
     under `_RE2_OPTIONS`)."""
-    options = re2.Options()
-    options.log_errors = False
-    options.never_capture = True
-    options.max_mem = max(256 * max_program, 64 << 10)
-    return options
+    return _options(max(256 * max_program, 64 << 10))
 
 
 class RegexError(ValueError):

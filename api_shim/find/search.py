@@ -162,11 +162,14 @@ class _Slice:
             self._until = time.perf_counter() + SLICE_SECONDS
 
 
-def too_costly(cost: int, examined: int, *, at_least: bool = False) -> ApiError:
+def too_costly(cost: int, examined: int, *, at_least: bool = False, archived: bool = False) -> ApiError:
+    scans = f"{examined} scans (live and archived)" if archived else f"{examined} scans"
     return bad_request(
-        f"filter too costly: {'at least ' if at_least else ''}{cost} per scan * {examined} scans exceeds the "
-        f"work budget of {LIMITS.max_work}",
-        "Simplify the filter (fewer conditions, $in over values, fewer or simpler $regex patterns).",
+        f"filter too costly: {'at least ' if at_least else ''}{cost} per scan * {scans} exceeds the work "
+        f"budget of {LIMITS.max_work}",
+        NARROW
+        if archived
+        else "Simplify the filter (fewer conditions, $in over values, fewer or simpler $regex patterns).",
     )
 
 
@@ -248,11 +251,7 @@ async def select_archived(
                     f"filter too broad: it selects more than {LIMITS.max_archived} archived scans", NARROW
                 )
             if compiled.cost * (examined + archived) > LIMITS.max_work:
-                raise bad_request(
-                    f"filter too costly: {compiled.cost} per scan * {examined + archived} scans (live and "
-                    f"archived) exceeds the work budget of {LIMITS.max_work}",
-                    NARROW,
-                )
+                raise too_costly(compiled.cost, examined + archived, archived=True)
             turn = _Slice()
             async for rows in _batches(conn, candidates_sql, [namespace, *params], archived <= ARCHIVE_BATCH):
                 for (document,) in rows:

@@ -183,3 +183,16 @@ def test_the_shape_is_checked_before_anything_else() -> None:
     )
     hint = "Simplify the filter (fewer conditions, $in over values, fewer or simpler $regex patterns)."
     assert find.too_costly(3, 4).message == hint
+
+
+def test_a_find_too_costly_over_the_archive_says_so_and_how_to_narrow_it() -> None:
+    refused = find.too_costly(3, 40, archived=True)
+    budget = find.LIMITS.max_work
+    assert (
+        refused.reason
+        == f"filter too costly: 3 per scan * 40 scans (live and archived) exceeds the work budget of {budget}"
+    )
+    assert refused.message == find.NARROW
+    assert find.too_costly(3, 40, at_least=True).reason.startswith(
+        "filter too costly: at least 3 per scan * 40 scans exceeds"
+    )
