@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 from aiohttp.http_exceptions import HttpProcessingError
 
-from api_shim.auth import SYSTEM, USER, Identity
+from api_shim.auth import PEOPLE, SYSTEM, USER, Identity
 from api_shim.metrics import UNMATCHED, method_name, template
 from api_shim.plumbing import IDENTITY
 from skyscan import logs
@@ -25,12 +25,13 @@ LOGGER = "api_shim.access"
 
 
 def principal(identity: Identity | None) -> str:
-    """The kind of caller: none authenticated, a scanner's own credential, a person, or the system."""
+    """The kind of caller: none authenticated, a scanner's own credential, a person (`user`, a viewer
+    too), or the system."""
     if identity is None:
         return "anonymous"
     if identity.scan_id is not None:
         return "scanner"
-    return USER if USER in identity.roles else SYSTEM
+    return USER if identity.roles & PEOPLE else SYSTEM
 
 
 def _matched(request: web.BaseRequest) -> web.UrlMappingMatchInfo | None:

@@ -43,7 +43,7 @@ from api_shim.plumbing import (
     unvouched,
 )
 from api_shim.repository import Scans
-from api_shim.routes import ROUTES
+from api_shim.routes import ROUTES, SCAN_ID
 from api_shim.scanner_auth import ScannerTokens
 from api_shim.settings import ShimSettings
 from api_shim.wire_names import Names
@@ -162,7 +162,7 @@ async def _identify(request: web.Request, route: Route, roles: frozenset[str]) -
     its copy of the Scans), noted on the request with the wire names its answer speaks."""
     if stale := unvouched(request.app[SHIM]):
         raise ApiError(503, "kubernetes API unavailable", stale)
-    identity = await auth.identify(request.app[AUTHENTICATORS], request.headers.get("Authorization"))
+    identity = await _caller(request)
     if identity is None:
         raise ApiError(
             401, "authentication failed", "Send a valid bearer token.", {"WWW-Authenticate": "Bearer"}
@@ -176,12 +176,27 @@ async def _identify(request: web.Request, route: Route, roles: frozenset[str]) -
     return identity
 
 
+async def _caller(request: web.Request) -> auth.Identity | None:
+    return await auth.identify(request.app[AUTHENTICATORS], request.headers.get("Authorization"))
+
+
+def _page_actions(routes: tuple[Route, ...]) -> dict[str, frozenset[str]]:
+    """The roles each of the dashboard's actions needs, as the route table declares them."""
+    by_route = {(r.method, r.path): r.roles or frozenset() for r in routes}
+    return {
+        "launch": by_route["POST", "/scan"],
+        "abort": by_route["DELETE", SCAN_ID],
+        "rescan": by_route["POST", SCAN_ID + "/actions/rescan"],
+        "add_workers": by_route["POST", SCAN_ID + "/actions/add-workers"],
+    }
+
+
 def _to_check(request: web.Request, route: Route, identity: auth.Identity) -> bool:
     """Whether a caller's request waits for freshness or may be redirected: a read of a live scan that
     was not replaced, the most common, is known by one lookup."""
     if Scans.asks_version(request):
         return True
-    if not route.redirect or auth.USER not in identity.roles or identity.scan_id is not None:
+    if not route.redirect or not identity.is_person:
         return False
     return not request.app[SHIM].scans.live_and_current(request.match_info["scan_id"])
 
@@ -191,7 +206,7 @@ async def _check(request: web.Request, route: Route, identity: auth.Identity) ->
     person's request about a replaced scan."""
     if Scans.asks_version(request):
         await request.app[SHIM].scans.reach(request)
-    if route.redirect and auth.USER in identity.roles and identity.scan_id is None:
+    if route.redirect and identity.is_person:
         await _maybe_redirect(request, route)
 
 
@@ -279,7 +294,8 @@ async def create_app(
     # Stable: a path's methods stay together (one resource), the rest in the route table's order.
     for route in sorted(ROUTES, key=lambda r: POLLED.index(r.path) if r.path in POLLED else len(POLLED)):
         app.router.add_route(route.method, route.path, guard(route, metrics))
-    ui.add_routes(app, settings.ui_login_file)  # before the catch-all, which answers any other path
+    # Before the catch-all, which answers any other path.
+    ui.add_routes(app, settings.ui_login_file, _caller, _page_actions(ROUTES))
     answer_unmatched(app, metrics)
 
     async def kubernetes(app: web.Application) -> AsyncIterator[None]:
@@ -368,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     make = sub.add_parser("make-token", help="add a bearer token to a static token file and print it")
     make.add_argument("--file", type=Path, required=True)
     make.add_argument("--name", required=True)
-    make.add_argument("--roles", default="user", help="comma-separated: user,system")
+    make.add_argument("--roles", default="user", help="comma-separated: user,system,viewer")
     make.add_argument(
         "--names",
         type=Names,

@@ -1,7 +1,8 @@
 """Who is calling: pluggable authenticators (OIDC for people, a static token file for local use).
 
 An `Authenticator` turns a bearer token into an `Identity` (name + roles) or None. The roles are
-the reference service's: `user` (people, clients) and `system` (the scanner, the operator).
+the reference service's, `user` (people, clients) and `system` (the scanner, the operator), and
+`viewer`: people who may read everything a user may and change nothing (a shifter who follows scans).
 None means "not authenticated" (401); an Identity without roles is authenticated but may use no
 route (403).
 
@@ -30,7 +31,9 @@ from api_shim.wire_names import Names
 
 USER = "user"
 SYSTEM = "system"
-ROLES = (USER, SYSTEM)
+VIEWER = "viewer"
+ROLES = (USER, SYSTEM, VIEWER)
+PEOPLE = frozenset({USER, VIEWER})
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,11 @@ class Identity:
     roles: frozenset[str]
     scan_id: str | None = None  # set: the identity acts only on this scan (a scanner's credential)
     names: Names = Names.INTERFACE  # the wire names its answers speak (`api_shim.wire_names`)
+
+    @property
+    def is_person(self) -> bool:
+        """A person's identity (a user or a viewer), not a scanner's credential nor the system alone."""
+        return self.scan_id is None and bool(self.roles & PEOPLE)
 
 
 class Authenticator(Protocol):

@@ -74,7 +74,7 @@ _EC_CURVES = {"P-256": "ES256", "P-384": "ES384", "P-521": "ES512"}
 _OKP_CURVES = frozenset({"Ed25519", "Ed448"})
 MAX_DOCUMENT_BYTES = 1024 * 1024  # a discovery document or JWKS larger than this is refused
 FETCH_TIMEOUT = 10.0
-Role = Literal["user", "system"]  # auth.ROLES
+Role = Literal["user", "system", "viewer"]  # auth.ROLES
 
 
 def _checked_url(url: str) -> str:
@@ -122,7 +122,7 @@ class IssuerConfig(BaseModel):
 
 
 def _default_roles() -> dict[Role, list[str]]:
-    return {"user": ["skyscan-user"], "system": ["skyscan-system"]}
+    return {"user": ["skyscan-user"], "system": ["skyscan-system"], "viewer": ["skyscan-viewer"]}
 
 
 class RoleGrant(BaseModel):
@@ -136,7 +136,7 @@ class RoleGrant(BaseModel):
 
 
 class PeopleIssuerConfig(IssuerConfig):
-    """An issuer of people's tokens: which claims carry roles, and which values grant `user`/`system`.
+    """An issuer of people's tokens: which claims carry roles, which values grant `user`, `system`, `viewer`.
 
     A claim path is dot-separated (`realm_access.roles`, `resource_access.skyscan.roles`, `groups`,
     `sub`); a key that itself contains dots is matched whole. A claim may be a string or a list of

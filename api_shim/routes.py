@@ -12,7 +12,7 @@ import dataclasses
 from pydantic import BaseModel
 
 from api_shim import metrics, rest_models
-from api_shim.auth import SYSTEM, USER
+from api_shim.auth import SYSTEM, USER, VIEWER
 from api_shim.handlers import events, find, manifest, results, scan, service, startup, wms
 from api_shim.plumbing import Handler, Query, Route
 from api_shim.wire_names import REFERENCE_PATHS, Names
@@ -23,6 +23,8 @@ PROJECTION = Query("projection", "string", "`*` or pipe-delimited Manifest field
 EXPIRES = Query("expires", "integer", "Presigned URL: its expiry (Unix seconds).", required=True)
 SIGNATURE = Query("signature", "string", "Presigned URL: HMAC-SHA256 of scan id and expiry.", required=True)
 U, S, US = frozenset({USER}), frozenset({SYSTEM}), frozenset({USER, SYSTEM})
+# Reads: a viewer may read all a user may (and change nothing).
+R, RS = U | {VIEWER}, US | {VIEWER}
 SCAN_ID = "/scan/{scan_id}"
 
 
@@ -45,7 +47,7 @@ def scan_read(
 
 
 INTERFACE_ROUTES: tuple[Route, ...] = (
-    Route("GET", "/", service.root, "Service root.", U, rest_models.Empty),
+    Route("GET", "/", service.root, "Service root.", R, rest_models.Empty),
     Route("GET", "/openapi.json", service.openapi_json, "This API description (OpenAPI 3.1).", None, None),
     Route(
         "GET",
@@ -71,13 +73,13 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         "/scans/find",
         find.find_scans,
         "Find manifests matching a MongoDB-style filter.",
-        U,
+        R,
         rest_models.FindResponse,
         body=rest_models.FindBody,
         errors=(400, 503),
     ),
     Route(
-        "GET", "/scans/backlog", find.backlog, "Scans waiting on the backlog.", U, rest_models.BacklogResponse
+        "GET", "/scans/backlog", find.backlog, "Scans waiting on the backlog.", R, rest_models.BacklogResponse
     ),
     Route(
         "POST",
@@ -94,7 +96,7 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         "/scan-request/{scan_id}",
         scan.get_scan_request,
         "The request that started a scan.",
-        U,
+        R,
         rest_models.ScanRequestObj,
         errors=(404, 503),
     ),
@@ -122,7 +124,7 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         errors=(400, 404, 422, 500, 503, 504),
         redirect=True,
     ),
-    scan_read("", scan.get_scan, "Manifest and result.", US, rest_models.ManifestAndResult, INCLUDE_DELETED),
+    scan_read("", scan.get_scan, "Manifest and result.", RS, rest_models.ManifestAndResult, INCLUDE_DELETED),
     Route(
         "DELETE",
         SCAN_ID,
@@ -139,7 +141,7 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         "/manifest",
         manifest.get_manifest,
         "The manifest.",
-        US,
+        RS,
         rest_models.ManifestView,
         INCLUDE_DELETED,
         PROJECTION,
@@ -158,14 +160,14 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         "/sensor-event",
         results.get_sensor_event,
         "The scan's sensor event.",
-        US,
+        RS,
         rest_models.SensorEventResponse,
     ),
     scan_read(
         "/result",
         results.get_result,
         "The stored result, or {}.",
-        U,
+        R,
         rest_models.ResultOrEmpty,
         INCLUDE_DELETED,
     ),
@@ -199,22 +201,22 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         query=(EXPIRES, SIGNATURE),
         errors=(403, 404, 503),
     ),
-    scan_read("/status", scan.get_status, "Aggregated scan status.", US, rest_models.StatusResponse),
+    scan_read("/status", scan.get_status, "Aggregated scan status.", RS, rest_models.StatusResponse),
     Route(
         "GET",
         SCAN_ID + "/events",
         events.scan_events,
         "Follow the scan: its state, then each change, as Server-Sent Events until it ends.",
-        US,
+        RS,
         None,
         query=(NO_REDIRECT,),
         errors=(404, 503),
         redirect=True,
         content_type="text/event-stream",
     ),
-    scan_read("/logs", scan.get_logs, "Log URLs.", U, rest_models.LogsResponse),
+    scan_read("/logs", scan.get_logs, "Log URLs.", R, rest_models.LogsResponse),
     scan_read(
-        "/wms/workflow-id", wms.get_workflow_id, "The WMS workflow id.", US, rest_models.WorkflowIdResponse
+        "/wms/workflow-id", wms.get_workflow_id, "The WMS workflow id.", RS, rest_models.WorkflowIdResponse
     ),
     Route(
         "POST",
@@ -227,13 +229,13 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         errors=(400, 404, 503),
     ),
     scan_read(
-        "/wms/workforce", wms.get_workforce, "Workers of the scan's workflow.", US, rest_models.Workforce
+        "/wms/workforce", wms.get_workforce, "Workers of the scan's workflow.", RS, rest_models.Workforce
     ),
     scan_read(
         "/wms/taskforces",
         wms.get_taskforces,
         "Batch submissions of the scan.",
-        US,
+        RS,
         rest_models.TaskforcesResponse,
     ),
 )

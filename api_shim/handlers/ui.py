@@ -8,6 +8,10 @@ A login link (`make up` prints one) holds a one-time code: `POST /ui/login` exch
 it expires, for the token the local stack made for its user. `SKYSCAN_UI_LOGIN_FILE` holds each code's
 SHA-256 with its token and expiry (read at each exchange, so a new link needs no restart); without it
 there are no login links. Codes are spent in this process's memory, so each works once per replica.
+
+`GET /ui/session` tells the page who its token is and which actions the route table lets it take, so
+the page offers no button the service would refuse. It refuses what is not a person's token (a
+scanner's credential, the system's), with 403: the page is for people.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Annotated
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
-from api_shim.auth import token_hash
+from api_shim.auth import Identity, token_hash
 from api_shim.errors import ApiError, error_response, not_found
 from api_shim.plumbing import ok, parse_body
 
@@ -81,6 +85,21 @@ class LoginCodes:
 
 
 Handler = Callable[[web.Request], Awaitable[web.Response]]
+Identify = Callable[[web.Request], Awaitable[Identity | None]]
+
+
+def session(identity: Identity | None, actions: dict[str, frozenset[str]]) -> dict[str, object]:
+    """What the page may show `identity`: its name, its roles and the actions (by name) it may take."""
+    if identity is None:
+        raise ApiError(
+            401, "authentication failed", "Send a valid bearer token.", {"WWW-Authenticate": "Bearer"}
+        )
+    if not identity.is_person:
+        raise ApiError(
+            403, "authorization failed", "The dashboard is for people: this token is not a person's."
+        )
+    may = sorted(name for name, roles in actions.items() if roles & identity.roles)
+    return {"name": identity.name, "roles": sorted(identity.roles), "may": may}
 
 
 def _secured(handler: Handler) -> Handler:
@@ -97,7 +116,10 @@ def _secured(handler: Handler) -> Handler:
     return secured
 
 
-def add_routes(app: web.Application, login_file: Path | None) -> None:
+def add_routes(
+    app: web.Application, login_file: Path | None, identify: Identify, actions: dict[str, frozenset[str]]
+) -> None:
+    """The dashboard's routes; `actions`: the roles each of the page's actions needs (the route table's)."""
     files, codes = assets(), LoginCodes(login_file)
 
     async def page(request: web.Request) -> web.Response:
@@ -111,10 +133,14 @@ def add_routes(app: web.Application, login_file: Path | None) -> None:
         body = await parse_body(request, LoginBody)
         return ok({"token": codes.exchange(body.code)})
 
+    async def who(request: web.Request) -> web.Response:
+        return ok(session(await identify(request), actions))
+
     async def to_page(request: web.Request) -> web.Response:
         raise web.HTTPMovedPermanently("/ui/", headers=SECURITY_HEADERS)
 
     app.router.add_get("/ui", to_page)
     app.router.add_get("/ui/", _secured(page))
+    app.router.add_get("/ui/session", _secured(who))  # before /ui/{name}, which would take it
     app.router.add_get("/ui/{name}", _secured(page))
     app.router.add_post("/ui/login", _secured(login))

@@ -16,14 +16,20 @@ export const token = {
   clear: () => sessionStorage.removeItem(TOKEN_KEY),
 };
 
-export async function call(method, path, body) {
-  const headers = { Accept: "application/json" };
+// A request's headers: what it accepts, and the tab's token.
+export function headers(accept) {
+  const found = { Accept: accept };
   const held = token.get();
-  if (held) headers.Authorization = `Bearer ${held}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (held) found.Authorization = `Bearer ${held}`;
+  return found;
+}
+
+export async function call(method, path, body) {
+  const sent = headers("application/json");
+  if (body !== undefined) sent["Content-Type"] = "application/json";
   const response = await fetch(path, {
     method,
-    headers,
+    headers: sent,
     body: body === undefined ? undefined : JSON.stringify(body),
     credentials: "omit",
     redirect: "follow",
@@ -38,3 +44,18 @@ export async function exchange(code) {
   const answer = await call("POST", "/ui/login", { code });
   token.set(answer.token);
 }
+
+// Who this tab's token is, and what the service lets it do (`GET /ui/session`): the pages offer only
+// the actions it may take. A token that is not a person's is refused there (403).
+let who = null;
+export const session = {
+  async load() {
+    who = await call("GET", "/ui/session");
+    return who;
+  },
+  may: (action) => Boolean(who?.may.includes(action)),
+  name: () => who?.name ?? "",
+  clear() {
+    who = null;
+  },
+};

@@ -1,17 +1,16 @@
-// The dashboard: a login link's one-time code exchanged for this tab's token, then the page the
-// location's hash names, refreshed while it is shown.
-import { ApiFailure, exchange, token } from "./api.js";
+// The dashboard: a login link's one-time code exchanged for this tab's token, who that token is, then
+// the page the location's hash names, live while it is shown (each page returns how to leave it).
+import { ApiFailure, exchange, session, token } from "./api.js";
 import { backlogPage } from "./backlog.js";
 import { el } from "./dom.js";
 import { launchPage } from "./launch.js";
 import { scanPage } from "./scan.js";
 import { scansPage } from "./scans.js";
 
-const REFRESH_MS = 5000;
 const PAGES = { scans: scansPage, backlog: backlogPage, launch: launchPage, scan: scanPage };
 const main = document.getElementById("page");
 const noticeLine = document.getElementById("notice");
-let refresh = null;
+let leave = () => {};
 
 const notice = {
   show(text) {
@@ -24,16 +23,26 @@ const notice = {
   },
   failure(error) {
     if (error instanceof ApiFailure && error.status === 401) {
-      token.clear();
-      loggedOut("Your session ended: open a new login link.");
+      logOut("Your session ended: log in again.");
       return;
     }
     notice.show(error instanceof ApiFailure ? error.message : `The service cannot be reached (${error.message}).`);
   },
+  // A page's stream: its loss shown until it is back.
+  connection: {
+    up: () => notice.clear(),
+    lost: () => notice.show("The connection to the service was lost: reconnecting…"),
+    failed: (error) => notice.failure(error),
+  },
 };
 
-function loggedOut(text) {
+function logOut(text) {
+  leave();
+  leave = () => {};
+  token.clear();
+  session.clear();
   document.getElementById("logout").hidden = true;
+  document.getElementById("launch-link").hidden = true;
   main.replaceChildren(
     el("h1", { text: "Log in" }),
     el("p", { text: text || "Open the login link `make up` printed (it works once, for a few minutes)." }),
@@ -41,13 +50,21 @@ function loggedOut(text) {
 }
 
 async function route() {
-  refresh = null;
-  if (!token.get()) return loggedOut();
+  leave();
+  leave = () => {};
+  if (!token.get()) return logOut();
+  try {
+    if (!session.name()) await session.load();
+  } catch (error) {
+    if (error instanceof ApiFailure && error.status === 403) return logOut(error.message);
+    return notice.failure(error);
+  }
   document.getElementById("logout").hidden = false;
+  document.getElementById("launch-link").hidden = !session.may("launch");
   const [name, id] = location.hash.replace(/^#\/?/, "").split("/");
   const page = PAGES[name] || scansPage;
   try {
-    refresh = (await page(main, notice, decodeURIComponent(id || ""))) || null;
+    leave = (await page(main, notice, decodeURIComponent(id || ""))) || (() => {});
   } catch (error) {
     notice.failure(error);
   }
@@ -63,14 +80,8 @@ async function start() {
       notice.show(error instanceof ApiFailure ? error.message : "The login failed.");
     }
   }
-  document.getElementById("logout").addEventListener("click", () => {
-    token.clear();
-    loggedOut("Logged out.");
-  });
+  document.getElementById("logout").addEventListener("click", () => logOut("Logged out."));
   window.addEventListener("hashchange", route);
-  setInterval(() => {
-    if (refresh && document.visibilityState === "visible") refresh().catch(notice.failure);
-  }, REFRESH_MS);
   await route();
 }
 

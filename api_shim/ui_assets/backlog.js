@@ -1,6 +1,9 @@
-// The backlog: waiting scans in admission order, with their priority.
+// The backlog: waiting scans in admission order, with their priority, read again every few seconds
+// while shown (a small answer: the backlog is what waits, not every scan).
 import { call } from "./api.js";
 import { age, el } from "./dom.js";
+
+const REFRESH_MS = 5000;
 
 export async function backlogPage(main, notice) {
   const body = el("tbody");
@@ -21,5 +24,8 @@ export async function backlogPage(main, notice) {
     notice.clear();
   }
   await refresh();
-  return refresh;
+  const timer = setInterval(() => {
+    if (document.visibilityState === "visible") refresh().catch(notice.failure);
+  }, REFRESH_MS);
+  return () => clearInterval(timer);
 }

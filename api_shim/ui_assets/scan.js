@@ -1,7 +1,9 @@
-// One scan: its state, request, workers and result, refreshed while shown; abort and rescan, each
-// asked twice (a second, explicit button), never by a browser dialog.
-import { call } from "./api.js";
+// One scan: its state, request, workers and result, read again at each change its event stream
+// announces; the actions its viewer may take (abort, rescan, add workers), each asked twice (a second,
+// explicit button or a small form), never by a browser dialog.
+import { call, session } from "./api.js";
 import { age, el, tags } from "./dom.js";
+import { follow } from "./stream.js";
 
 const web = (url) => typeof url === "string" && /^https?:\/\//i.test(url); // never a javascript: link
 
@@ -18,6 +20,33 @@ function confirmed(label, question, act) {
     yes.focus();
   });
   const holder = el("span", { class: "action" }, button);
+  return holder;
+}
+
+// Add workers: a small form (how many, where) whose submit button is the confirmation.
+function workersForm(add) {
+  const open = el("button", { type: "button", text: "Add workers" });
+  const holder = el("span", { class: "action" }, open);
+  open.addEventListener("click", () => {
+    const n = el("input", { name: "n_workers", type: "number", min: "1", step: "1", value: "10", required: true, "aria-label": "Number of workers" });
+    const where = el("input", { name: "cluster_location", value: "osg", required: true, size: 10, "aria-label": "Cluster" });
+    const form = el(
+      "form",
+      { class: "inline", "aria-label": "Add workers" },
+      n,
+      " on ",
+      where,
+      " ",
+      el("button", { type: "submit", class: "danger", text: "Yes, add workers" }),
+      el("button", { type: "button", text: "Cancel", onclick: () => holder.replaceChildren(open) }),
+    );
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      add({ n_workers: Number(n.value), cluster_location: where.value.trim() }).then((done) => done && holder.replaceChildren(open));
+    });
+    holder.replaceChildren(form);
+    n.focus();
+  });
   return holder;
 }
 
@@ -56,25 +85,53 @@ export async function scanPage(main, notice, id) {
       el("ul", {}, Object.entries(found).map(([nside, pixels]) =>
         el("li", { text: `${nside}: ${Array.isArray(pixels?.data) ? pixels.data.length : Object.keys(pixels || {}).length} entries` }))),
     );
-    const ended = status.is_deleted || status.scan_complete;
+    showActions(Boolean(status.is_deleted || status.scan_complete));
+  }
+
+  let shown = null; // whether the actions shown are an ended scan's: redrawn only when that changes
+  function showActions(ended) {
+    if (ended === shown) return; // an open confirmation or form survives the page's refreshes
+    shown = ended;
     actions.replaceChildren(
-      ended ? "" : confirmed("Abort", "Yes, abort this scan", () => act("DELETE", path, {})),
-      confirmed("Rescan", "Yes, start a rescan", () => act("POST", `${path}/actions/rescan`, {})),
+      !ended && session.may("abort") ? confirmed("Abort", "Yes, abort this scan", () => act("DELETE", path, {})) : "",
+      session.may("rescan") ? confirmed("Rescan", "Yes, start a rescan", () => act("POST", `${path}/actions/rescan`, {})) : "",
+      !ended && session.may("add_workers") ? workersForm((body) => act("POST", `${path}/actions/add-workers`, body)) : "",
     );
-    notice.clear();
   }
 
   async function act(method, where, body) {
     try {
       const answer = await call(method, where, body);
       const next = answer?.manifest?.scan_id ?? answer?.scan_id;
-      if (method === "POST" && next) location.hash = `#/scan/${encodeURIComponent(next)}`;
+      if (method === "POST" && next && next !== id) location.hash = `#/scan/${encodeURIComponent(next)}`;
       else await refresh();
+      notice.clear();
+      return true;
     } catch (failure) {
       notice.failure(failure);
+      return false;
     }
   }
 
+  // One read at a time: changes announced while one runs are read by one more after it.
+  let reading = null;
+  let again = false;
+  function changed() {
+    if (reading) {
+      again = true;
+      return;
+    }
+    reading = refresh()
+      .catch(notice.failure)
+      .finally(() => {
+        reading = null;
+        if (again) {
+          again = false;
+          changed();
+        }
+      });
+  }
+
   await refresh();
-  return refresh;
+  return follow(`${path}/events`, changed, notice.connection);
 }

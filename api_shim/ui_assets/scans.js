@@ -103,5 +103,8 @@ export async function scansPage(main, notice) {
     find().catch(notice.failure);
   });
   await find();
-  return find; // the page's refresh
+  const timer = setInterval(() => {
+    if (document.visibilityState === "visible") find().catch(notice.failure);
+  }, 5000);
+  return () => clearInterval(timer);
 }

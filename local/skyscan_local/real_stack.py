@@ -396,6 +396,7 @@ def up(
         "SKYSCAN_USER_TOKEN": state["tokens"]["user"],
         "SKYSCAN_SYSTEM_TOKEN": state["tokens"]["system"],
         "SKYSCAN_REFERENCE_TOKEN": state["tokens"]["reference"],
+        "SKYSCAN_VIEWER_TOKEN": state["tokens"]["viewer"],
         "SKYSCAN_WMS_URL": f"http://{wms['spec']['clusterIP']}:8081",
         "KUBECONFIG": cluster.kubeconfig,
         "SKYSCAN_NAMESPACE": NAMESPACE,

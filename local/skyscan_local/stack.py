@@ -230,6 +230,7 @@ def env_lines(state: dict[str, Any], namespace: str) -> dict[str, str]:
         "SKYSCAN_USER_TOKEN": state["tokens"]["user"],
         "SKYSCAN_SYSTEM_TOKEN": state["tokens"]["system"],
         "SKYSCAN_REFERENCE_TOKEN": state["tokens"]["reference"],
+        "SKYSCAN_VIEWER_TOKEN": state["tokens"]["viewer"],
         "SKYSCAN_WMS_URL": f"http://127.0.0.1:{state['ports']['wms']}",
         "KUBECONFIG": state["kubeconfig"],
         "SKYSCAN_NAMESPACE": namespace,

@@ -76,7 +76,7 @@ def ensure_tokens(s: LocalStackSettings, state: dict[str, Any]) -> dict[str, str
     from api_shim.wire_names import Names
 
     token_file = s.dir / TOKEN_FILE
-    if {"user", "system", "reference"} <= set(state.get("tokens") or {}) and token_file.exists():
+    if {"user", "system", "reference", "viewer"} <= set(state.get("tokens") or {}) and token_file.exists():
         return dict(state["tokens"])
     token_file.unlink(missing_ok=True)
     return {
@@ -84,6 +84,8 @@ def ensure_tokens(s: LocalStackSettings, state: dict[str, Any]) -> dict[str, str
         "system": auth.make_token(token_file, "local-scanner", [auth.SYSTEM]),
         # A user answered in the reference's names: what IceCube's own scripts read.
         "reference": auth.make_token(token_file, "local-icecube-client", [auth.USER], Names.REFERENCE),
+        # A person who may read and change nothing (the dashboard shows them no action).
+        "viewer": auth.make_token(token_file, "local-viewer", [auth.VIEWER]),
     }
 
 

@@ -57,6 +57,7 @@ class Stack:
     url: str
     user_token: str
     system_token: str
+    viewer_token: str
     wms_url: str
     operator_metrics_url: str
     kubeconfig: str
@@ -90,6 +91,7 @@ class Stack:
             url=env["SKYSCAN_URL"],
             user_token=env["SKYSCAN_USER_TOKEN"],
             system_token=env["SKYSCAN_SYSTEM_TOKEN"],
+            viewer_token=env["SKYSCAN_VIEWER_TOKEN"],
             wms_url=env["SKYSCAN_WMS_URL"],
             operator_metrics_url=env["SKYSCAN_OPERATOR_METRICS_URL"],
             kubeconfig=env["KUBECONFIG"],

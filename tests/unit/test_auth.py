@@ -60,7 +60,7 @@ async def test_without_a_bearer_token_no_authenticator_but_allow_all_is_asked() 
         assert await auth.identify([alice], header) is None, header
     assert alice.asked == 0
     anonymous = await auth.identify([alice, auth.AllowAll()], None)
-    assert anonymous == auth.Identity("anonymous", frozenset({auth.USER, auth.SYSTEM}))
+    assert anonymous == auth.Identity("anonymous", frozenset({auth.USER, auth.SYSTEM, auth.VIEWER}))
 
 
 async def test_authenticators_are_asked_in_order_until_one_knows_the_token() -> None:
@@ -123,7 +123,7 @@ def test_a_new_token_is_stored_only_as_its_hash_readable_by_its_owner_only(tmp_p
         auth.token_hash(second): {"name": "bob", "roles": ["system", "user"]},
     }
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    with pytest.raises(ValueError, match=r"unknown roles: \['admin'\] \(known: user, system\)"):
+    with pytest.raises(ValueError, match=r"unknown roles: \['admin'\] \(known: user, system, viewer\)"):
         auth.make_token(path, "eve", ["user", "admin"])
     assert len(json.loads(path.read_text())) == 2
 

@@ -38,6 +38,7 @@ LOGS = "https://grafana.test/d?var-namespace={namespace}&var-container=skyscan-s
 TOKENS = {
     "user": auth.Identity("alice", frozenset({auth.USER})),
     "system": auth.Identity("scanner", frozenset({auth.SYSTEM})),
+    "viewer": auth.Identity("shifter", frozenset({auth.VIEWER})),
     # SkyDriver's clients and IceCube's scanner: answered in the reference's names.
     "icecube": auth.Identity("skydriver-client", frozenset({auth.USER}), names=Names.REFERENCE),
     "icecube-system": auth.Identity("skymap-scanner", frozenset({auth.SYSTEM}), names=Names.REFERENCE),

@@ -76,3 +76,40 @@ async def test_a_login_code_opens_its_token_once_and_only_before_it_expires(
     login_file.write_text("not json")
     broken = await shim.call("POST", "/ui/login", as_=None, json_body={"code": "fresh"})
     assert broken.status == 401
+
+
+async def test_the_session_names_a_person_and_the_actions_the_route_table_lets_them_take(
+    shim: ShimUnderTest,
+) -> None:
+    user = await shim.call("GET", "/ui/session")
+    assert (user.status, user.body) == (
+        200,
+        {"name": "alice", "roles": ["user"], "may": ["abort", "add_workers", "launch", "rescan"]},
+    )
+    assert_secured(user.headers)
+    viewer = await shim.call("GET", "/ui/session", as_="viewer")
+    assert (viewer.status, viewer.body) == (200, {"name": "shifter", "roles": ["viewer"], "may": []})
+    system = await shim.call("GET", "/ui/session", as_="system")
+    assert (system.status, system.body["reason"]) == (403, "authorization failed")
+    for who in (None, "not-a-token"):
+        nobody = await shim.call("GET", "/ui/session", as_=who)
+        assert (nobody.status, nobody.headers["WWW-Authenticate"]) == (401, "Bearer"), who
+
+
+async def test_a_viewer_reads_what_a_user_reads_and_changes_nothing(shim: ShimUnderTest) -> None:
+    scan_id = (await shim.launch())["scan_id"]
+    for path in (f"/scan/{scan_id}", f"/scan/{scan_id}/status", f"/scan-request/{scan_id}", "/scans/backlog"):
+        read = await shim.call("GET", path, as_="viewer")
+        assert read.status == 200, path
+    found = await shim.call("POST", "/scans/find", as_="viewer", json_body={"filter": {"scan_id": scan_id}})
+    assert [m["scan_id"] for m in found.body["manifests"]] == [scan_id]
+    for method, path, body in (
+        ("POST", "/scan", {}),
+        ("DELETE", f"/scan/{scan_id}", {}),
+        ("POST", f"/scan/{scan_id}/actions/rescan", {}),
+        ("POST", f"/scan/{scan_id}/actions/add-workers", {"n_workers": 1, "cluster_location": "osg"}),
+        ("PATCH", f"/scan/{scan_id}/manifest", {"progress": {}}),
+    ):
+        refused = await shim.call(method, path, as_="viewer", json_body=body)
+        assert (refused.status, refused.body["reason"]) == (403, "authorization failed"), path
+    assert (await shim.call("GET", f"/scan/{scan_id}/status")).body["is_deleted"] is False
