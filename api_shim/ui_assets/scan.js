@@ -4,6 +4,7 @@
 import { call, session } from "./api.js";
 import { age, el, tags } from "./dom.js";
 import { follow } from "./stream.js";
+import { resultTable, skymapFigure } from "./skymap.js";
 
 const web = (url) => typeof url === "string" && /^https?:\/\//i.test(url); // never a javascript: link
 
@@ -82,8 +83,8 @@ export async function scanPage(main, notice, id) {
     const found = scan.result?.scan_result || {};
     result.replaceChildren(
       el("h2", { text: scan.result?.is_final ? "Final result" : Object.keys(found).length ? "Partial result" : "No result yet" }),
-      el("ul", {}, Object.entries(found).map(([nside, pixels]) =>
-        el("li", { text: `${nside}: ${Array.isArray(pixels?.data) ? pixels.data.length : Object.keys(pixels || {}).length} entries` }))),
+      resultTable(found),
+      skymapFigure(result, scan.result),
     );
     showActions(Boolean(status.is_deleted || status.scan_complete));
   }
