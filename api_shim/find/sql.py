@@ -20,11 +20,12 @@ run or event id is an integer or absent (NULL), timestamps are numbers, `is_dele
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from api_shim.find.index import CLASSIFIER, EVENT_ID, RUN_ID
@@ -34,15 +35,18 @@ from api_shim.find.query import All, AnyOf, Compare, Cond, Exists, Field, In, No
 BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
 SAFE_NUMBER = 2**53  # below it a number's JSON text orders and equals as the number does (see `_safe`)
 _SQL_ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+P = "\x00"  # a parameter's place in a condition's text, numbered once the final text is known
 
 
 @dataclass(frozen=True)
 class Sql:
     """A condition; `exact` when it holds for a row exactly when the matcher accepts its manifest
-    (otherwise it holds at least then). It may evaluate to NULL where it does not hold."""
+    (otherwise it holds at least then). It may evaluate to NULL where it does not hold. `params`: the
+    values of its `P` marks, in order (a part that folds to TRUE or FALSE drops its own with its text)."""
 
     text: str
     exact: bool
+    params: tuple[Any, ...] = ()
 
 
 TRUE = Sql("TRUE", True)
@@ -92,13 +96,14 @@ def _join(op: Literal["AND", "OR"], parts: Sequence[Sql]) -> Sql:
     """`parts` joined by AND or OR, constants folded: a part equal to the operator's absorbing constant
     (FALSE for AND, TRUE for OR) decides the whole, one equal to its identity drops out."""
     identity, absorbing = ("TRUE", "FALSE") if op == "AND" else ("FALSE", "TRUE")
-    texts = [p.text for p in parts if p.text != identity]
+    kept = [p for p in parts if p.text != identity]
     exact = all(p.exact for p in parts)
-    if absorbing in texts:
+    if any(p.text == absorbing for p in kept):
         return Sql(absorbing, exact)
-    if not texts:
+    if not kept:
         return Sql(identity, exact)
-    return Sql(texts[0] if len(texts) == 1 else f" {op} ".join(f"({t})" for t in texts), exact)
+    text = kept[0].text if len(kept) == 1 else f" {op} ".join(f"({p.text})" for p in kept)
+    return Sql(text, exact, tuple(itertools.chain.from_iterable(p.params for p in kept)))
 
 
 def _not(part: Sql) -> Sql:
@@ -106,93 +111,70 @@ def _not(part: Sql) -> Sql:
         return UNTRANSLATED
     if part.text in ("TRUE", "FALSE"):
         return FALSE if part.text == "TRUE" else TRUE
-    return Sql(f"({part.text}) IS NOT TRUE", True)  # NULL (no value) counts as not holding
+    return Sql(f"({part.text}) IS NOT TRUE", True, part.params)  # NULL (no value) counts as not holding
 
 
-_PARAM = re.compile("\x00([0-9]+)\x00")
+def _filter(query: Query) -> Sql:
+    return _join("AND", [_clause(c) for c in query.clauses])
 
 
-@dataclass
-class Translation:
-    """The parameters of a condition; each is marked in the text until `translate` numbers those the
-    final text still uses (a part that became TRUE or FALSE drops its own)."""
-
-    params: list[Any] = field(default_factory=list)
-
-    def param(self, value: Any, cast: str) -> str:
-        self.params.append(value)
-        return f"\x00{len(self.params) - 1}\x00::{cast}"
-
-    def filter(self, query: Query) -> Sql:
-        return _join("AND", [self.clause(c) for c in query.clauses])
-
-    def clause(self, clause: Field | AnyOf) -> Sql:
-        if isinstance(clause, AnyOf):
-            any_of = _join("OR", [self.filter(p) for p in clause.parts])
-            return _not(any_of) if clause.negated else any_of
-        tests = self._tests(".".join(clause.path))
-        return _join("AND", [self.cond(tests, c) for c in clause.conds])
-
-    def cond(self, tests: _Tests, cond: Cond) -> Sql:
-        match cond:
-            case Compare("$eq", value):
-                return tests.equals(value)
-            case Not(conds):
-                return _not(_join("AND", [self.cond(tests, c) for c in conds]))
-            case Compare(op, value):
-                return tests.order(op, value)
-            case In(values, patterns):
-                return _join("OR", [*(tests.equals(v) for v in values), *(UNTRANSLATED for _ in patterns)])
-            case Exists(present):
-                return tests.exists(present)
-            case All(items) if all(isinstance(i, Compare) for i in items):
-                return (
-                    _join("AND", [tests.equals(i.value) for i in items if isinstance(i, Compare)])
-                    if items
-                    else FALSE
-                )
-        return UNTRANSLATED  # $regex, $size, $elemMatch, $all of $elemMatch
-
-    def _tests(self, path: str) -> _Tests:
-        if path in COLUMNS:
-            return _ColumnTests(self, COLUMNS[path])
-        if path == "classifiers":
-            return _ClassifiersTests(self)
-        if path.startswith(CLASSIFIER) and "." not in path[len(CLASSIFIER) :]:
-            return _ClassifierTests(self, path[len(CLASSIFIER) :])
-        return _ManifestTests(self, path.split("."))
+def _clause(clause: Field | AnyOf) -> Sql:
+    if isinstance(clause, AnyOf):
+        any_of = _join("OR", [_filter(p) for p in clause.parts])
+        return _not(any_of) if clause.negated else any_of
+    return _conds(_tests(".".join(clause.path)), clause.conds)
 
 
-class _Tests:
-    """The translations of the tests on one path (each kind of path its own subclass)."""
-
-    def __init__(self, sql: Translation) -> None:
-        self.sql = sql
-
-    def equals(self, value: Any) -> Sql:
-        return UNTRANSLATED
-
-    def order(self, op: str, value: Any) -> Sql:
-        return UNTRANSLATED
-
-    def exists(self, present: bool) -> Sql:
-        return UNTRANSLATED
+def _conds(tests: _Tests, conds: tuple[Cond, ...]) -> Sql:
+    return _join("AND", [_cond(tests, c) for c in conds])
 
 
-class _ColumnTests(_Tests):
-    def __init__(self, sql: Translation, column: Column) -> None:
-        super().__init__(sql)
-        self.column = column
+def _cond(tests: _Tests, cond: Cond) -> Sql:
+    match cond:
+        case Compare("$eq", value):
+            return tests.equals(value)
+        case Compare(op, value):
+            return tests.order(op, value)
+        case Not(conds):
+            return _not(_conds(tests, conds))
+        case In(values, patterns):
+            return _join("OR", [*(tests.equals(v) for v in values), *(UNTRANSLATED for _ in patterns)])
+        case Exists(present):
+            return tests.exists(present)
+        case All(items) if all(isinstance(i, Compare) for i in items):
+            return (
+                _join("AND", [tests.equals(i.value) for i in items if isinstance(i, Compare)])
+                if items
+                else FALSE
+            )
+    return UNTRANSLATED  # $regex, $size, $elemMatch, $all of $elemMatch
 
-    def _kind(self, value: Any) -> str | None:
-        """The column kind a value of this type can equal or order with."""
-        if isinstance(value, bool):
-            return "boolean"
-        if _number(value):
-            return "number"
-        if isinstance(value, str):
-            return "text"
-        return None
+
+def _tests(path: str) -> _Tests:
+    """The translations of the tests on `path`, by the kind of path."""
+    if path in COLUMNS:
+        return _ColumnTests(COLUMNS[path])
+    if path == "classifiers":
+        return _ClassifiersTests()
+    if path.startswith(CLASSIFIER) and "." not in path[len(CLASSIFIER) :]:
+        return _ClassifierTests(path[len(CLASSIFIER) :])
+    return _ManifestTests(tuple(path.split(".")))
+
+
+def _kind(value: Any) -> str | None:
+    """The column kind a value of this type can equal or order with."""
+    if isinstance(value, bool):
+        return "boolean"
+    if _number(value):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    return None
+
+
+@dataclass(frozen=True)
+class _ColumnTests:
+    column: Column
 
     def equals(self, value: Any) -> Sql:
         col = self.column
@@ -200,25 +182,25 @@ class _ColumnTests(_Tests):
             return UNTRANSLATED
         if value is None:
             return Sql(f"{col.name} IS NULL", True) if col.nullable else FALSE
-        kind = self._kind(value)
+        kind = _kind(value)
         if kind == "number" and col.kind == "bigint":
             if not (value == int(value) and BIGINT_MIN <= value <= BIGINT_MAX):
                 return FALSE
-            return Sql(f"{col.name} = {self.sql.param(int(value), 'bigint')}", True)
+            return Sql(f"{col.name} = {P}::bigint", True, (int(value),))
         if kind == "number" and col.kind == "float8":
             if isinstance(value, int) and abs(value) >= SAFE_NUMBER:
                 return UNTRANSLATED  # not one float: compared exactly by Python, rounded by SQL
-            return Sql(f"{col.name} = {self.sql.param(float(value), 'float8')}", True)
+            return Sql(f"{col.name} = {P}::float8", True, (float(value),))
         if kind == col.kind == "boolean":
             return Sql(col.name if value else f"NOT {col.name}", True)
         if kind == col.kind == "text":
-            return Sql(f"{col.name} = {self.sql.param(value, 'text')}", True)
+            return Sql(f"{col.name} = {P}::text", True, (value,))
         return FALSE  # another type, an array or an object: never equal to this column's scalar
 
     def order(self, op: str, value: Any) -> Sql:
-        col, kind = self.column, self._kind(value)
+        col, kind = self.column, _kind(value)
         if kind == "text" and col.kind == "text":
-            return Sql(f'{col.name} COLLATE "C" {_SQL_ORDER[op]} {self.sql.param(value, "text")}', True)
+            return Sql(f'{col.name} COLLATE "C" {_SQL_ORDER[op]} {P}::text', True, (value,))
         if kind != "number" or col.kind not in ("bigint", "float8"):
             return FALSE  # no ordering across types
         if _infinite(value):
@@ -226,7 +208,7 @@ class _ColumnTests(_Tests):
         if col.kind == "float8":
             if isinstance(value, int) and abs(value) >= SAFE_NUMBER:
                 return UNTRANSLATED
-            return Sql(f"{col.name} {_SQL_ORDER[op]} {self.sql.param(float(value), 'float8')}", True)
+            return Sql(f"{col.name} {_SQL_ORDER[op]} {P}::float8", True, (float(value),))
         return self._integer_order(op, value)
 
     def _integer_order(self, op: str, value: float) -> Sql:
@@ -239,7 +221,7 @@ class _ColumnTests(_Tests):
         if below or above:  # every id is on one side of it
             every = (below and op in ("$gt", "$gte")) or (above and op in ("$lt", "$lte"))
             return Sql(f"{col.name} IS NOT NULL", True) if every else FALSE
-        return Sql(f"{col.name} {_SQL_ORDER[op]} {self.sql.param(bound, 'bigint')}", True)
+        return Sql(f"{col.name} {_SQL_ORDER[op]} {P}::bigint", True, (bound,))
 
     def exists(self, present: bool) -> Sql:
         if self.column.nullable:
@@ -247,60 +229,63 @@ class _ColumnTests(_Tests):
         return TRUE if present else FALSE
 
 
-class _ClassifierTests(_Tests):
+@dataclass(frozen=True)
+class _ClassifierTests:
     """`classifiers.<key>`: any JSON value under a key of the `classifiers` object."""
 
-    def __init__(self, sql: Translation, key: str) -> None:
-        super().__init__(sql)
-        self.key = key
-
-    def _contains(self, value: Any) -> str:
-        return f"classifiers @> {self.sql.param({self.key: value}, 'jsonb')}"
+    key: str
 
     def equals(self, value: Any) -> Sql:
         if not _safe(value) or scalar_key(value) is None:
             return UNTRANSLATED  # an array or object: containment is not equality
         # The value itself or an array holding it (containment does not look into nested arrays,
         # and neither does the matcher).
-        equal = f"{self._contains(value)} OR {self._contains([value])}"
+        equal = f"classifiers @> {P}::jsonb OR classifiers @> {P}::jsonb"
+        params: tuple[Any, ...] = ({self.key: value}, {self.key: [value]})
         if value is None:  # null also matches a missing key
-            equal += f" OR NOT classifiers ? {self.sql.param(self.key, 'text')}"
-        return Sql(equal, True)
+            equal, params = f"{equal} OR NOT classifiers ? {P}::text", (*params, self.key)
+        return Sql(equal, True, params)
 
     def order(self, op: str, value: Any) -> Sql:
-        return _ManifestTests(self.sql, ["classifiers", self.key]).order(op, value)
+        return _ManifestTests(("classifiers", self.key)).order(op, value)
 
     def exists(self, present: bool) -> Sql:
-        has = f"classifiers ? {self.sql.param(self.key, 'text')}"
-        return Sql(has if present else f"NOT {has}", True)
+        return Sql(f"{'' if present else 'NOT '}classifiers ? {P}::text", True, (self.key,))
 
 
-class _ClassifiersTests(_Tests):
+class _ClassifiersTests:
     """`classifiers` itself: always an object."""
 
     def equals(self, value: Any) -> Sql:
         if not isinstance(value, Mapping) or not _safe(value):
             return FALSE if _safe(value) else UNTRANSLATED
-        return Sql(f"classifiers = {self.sql.param(dict(value), 'jsonb')}", True)
+        return Sql(f"classifiers = {P}::jsonb", True, (dict(value),))
+
+    def order(self, op: str, value: Any) -> Sql:
+        return UNTRANSLATED
 
     def exists(self, present: bool) -> Sql:
         return TRUE if present else FALSE
 
 
-class _ManifestTests(_Tests):
+@dataclass(frozen=True)
+class _ManifestTests:
     """Any other path: a lax jsonpath over the manifest (arrays on the way and at the end unwrapped,
     as the matcher does, and more: nested arrays too), so only a superset of the matches."""
 
-    def __init__(self, sql: Translation, path: list[str]) -> None:
-        super().__init__(sql)
-        self.path = path
-        self.indexes = any(key.isdigit() for key in path)  # an array index, or a key: not translated
+    path: tuple[str, ...]
+
+    @property
+    def indexes(self) -> bool:
+        return any(key.isdigit() for key in self.path)  # an array index, or a key: not translated
 
     def _exists(self, predicate: str, value: Any = None) -> Sql:
-        path = "".join("." + json.dumps(key) for key in self.path)
-        jsonpath = self.sql.param(f"lax ${path}{predicate}", "text::jsonpath")
-        variables = self.sql.param({"v": value}, "jsonb")
-        return Sql(f"jsonb_path_exists(manifest, {jsonpath}, {variables}, true)", False)
+        jsonpath = "lax $" + "".join("." + json.dumps(key) for key in self.path) + predicate
+        return Sql(
+            f"jsonb_path_exists(manifest, {P}::text::jsonpath, {P}::jsonb, true)",
+            False,
+            (jsonpath, {"v": value}),
+        )
 
     def equals(self, value: Any) -> Sql:
         if self.indexes or value is None or scalar_key(value) is None or not _safe(value):
@@ -316,17 +301,13 @@ class _ManifestTests(_Tests):
         return self._exists("") if present and not self.indexes else UNTRANSLATED
 
 
+_Tests = _ColumnTests | _ClassifierTests | _ClassifiersTests | _ManifestTests
+
+
 def translate(query: Query, first_param: int = 1) -> tuple[Sql, list[Any]]:
     """The condition for a (checked) filter, and its parameters numbered from `first_param`."""
-    translation = Translation()
-    where = translation.filter(query)
-    used: list[Any] = []
-
-    def number(marker: re.Match[str]) -> str:
-        used.append(translation.params[int(marker[1])])
-        return f"${first_param + len(used) - 1}"
-
-    return Sql(_PARAM.sub(number, where.text), where.exact), used
+    where, numbers = _filter(query), itertools.count(first_param)
+    return Sql(re.sub(P, lambda _: f"${next(numbers)}", where.text), where.exact), list(where.params)
 
 
 def queries(where: str, first_param: int) -> tuple[str, str]:
