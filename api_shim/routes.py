@@ -82,6 +82,19 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         "GET", "/scans/backlog", find.backlog, "Scans waiting on the backlog.", R, rest_models.BacklogResponse
     ),
     Route(
+        "GET",
+        "/scans/events",
+        events.scans_events,
+        "Follow a page of scans (the dashboard's table): each named scan's row as it changes, `gone` when "
+        f"one leaves the cluster, `new` when scans arrive; Server-Sent Events (at most {events.MAX_ROWS} "
+        f"scans, a message per scan per {events.ROWS_EVERY} s at most).",
+        R,
+        None,
+        query=(Query("scan_id", "string", "A scan to follow (repeated: one per scan)."),),
+        errors=(400, 503),
+        content_type="text/event-stream",
+    ),
+    Route(
         "POST",
         "/scan",
         scan.launch_scan,

@@ -10,13 +10,19 @@ Each message is `id: <resourceVersion>`, `event: scan`, `data: <one JSON line>`;
 an end (a final result, or a failed, aborted or deleted scan that has nothing left to do) comes
 `event: end` and the stream closes. A scan that leaves the cluster is read once more from the archive.
 A stream that closes without `end` (the shim stops, a client stalled) is to be followed anew.
+
+GET /scans/events: one stream for a page of scans (the dashboard's table). It follows the scans the
+query names (`scan_id`, up to `MAX_ROWS`) and sends each one's row (`event: scan`, the table's fields
+and its state) as it changes, at most one message per scan per `ROWS_EVERY` seconds (a burst of changes
+sends the latest), `event: gone` when one leaves the cluster, and `event: new` (`{"count": n}`) when
+scans arrive, for the page to read its first rows again. It never ends by itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +30,7 @@ from typing import Any
 from aiohttp import web
 
 from api_shim import view
-from api_shim.errors import ApiError
+from api_shim.errors import ApiError, bad_request
 from api_shim.metrics import METRICS
 from api_shim.plumbing import FOUND, SHIM, Shim, scan_for
 from api_shim.repository import Scans
@@ -35,6 +41,9 @@ from skyscan.scan_record import ScanRecord, resource_version
 KEEPALIVE = b": keepalive\n\n"
 END = b"event: end\ndata: {}\n\n"
 STALLED_SECONDS = 60.0  # a write the client has not taken in after this long ends its stream
+MAX_ROWS = 200  # scans one /scans/events stream follows
+ROWS_EVERY = 0.5  # seconds between a rows stream's messages: a busy scan costs its viewers 2 a second
+ROW_FIELDS = ("scan_id", "timestamp", "is_deleted", "priority", "classifiers", "event_metadata", "progress")
 HEADERS = {
     "Content-Type": "text/event-stream",
     "Cache-Control": "no-cache",
@@ -106,6 +115,7 @@ class EventStreams:
         self.open = 0
         self.closing = False
         self._channels: dict[str, Channel] = {}
+        self.tables: set[Rows] = set()  # the open /scans/events streams' changes
 
     @contextmanager
     def channel(self, scans: Scans, name: str) -> Iterator[Channel]:
@@ -128,6 +138,8 @@ class EventStreams:
         self.closing = True
         for channel in self._channels.values():
             channel.wake()
+        for rows in self.tables:
+            rows.changed.set()
 
 
 STREAMS = web.AppKey("event_streams", EventStreams)
@@ -148,11 +160,9 @@ async def _followed(request: web.Request) -> tuple[str, Message | None]:
     return name, None if shim.scans.is_live(name) else message(scan, _logs_url(shim, scan))
 
 
-async def scan_events(request: web.Request) -> web.StreamResponse:
-    shim, streams = request.app[SHIM], request.app[STREAMS]
-    name, archived = await _followed(request)
+def _admit(streams: EventStreams) -> None:
     if streams.closing:
-        raise ApiError(503, "shutting down", "This shim is stopping; follow the scan again.")
+        raise ApiError(503, "shutting down", "This shim is stopping; follow again.")
     if streams.open >= streams.limit:
         raise ApiError(
             503,
@@ -160,14 +170,17 @@ async def scan_events(request: web.Request) -> web.StreamResponse:
             f"This shim serves at most {streams.limit} event streams at once; poll GET /scan/{{id}}/status.",
             {"Retry-After": "30"},
         )
-    gauge = request.app[METRICS].event_streams
+
+
+@contextmanager
+def _open(request: web.Request) -> Iterator[web.StreamResponse]:
+    """A stream's response, counted while open; a client that left or stopped reading ends it."""
+    streams, gauge = request.app[STREAMS], request.app[METRICS].event_streams
     response = web.StreamResponse(headers=HEADERS)
     streams.open += 1
     gauge.inc()
     try:
-        with streams.channel(shim.scans, name) as channel:
-            await response.prepare(request)
-            await _follow(response, channel, shim, streams, archived)
+        yield response
     except ConnectionError:  # the client left
         pass
     except TimeoutError:  # the client stopped reading: its connection goes, unflushed
@@ -176,6 +189,20 @@ async def scan_events(request: web.Request) -> web.StreamResponse:
     finally:
         streams.open -= 1
         gauge.dec()
+
+
+async def _send(response: web.StreamResponse, data: bytes) -> None:
+    async with asyncio.timeout(STALLED_SECONDS):
+        await response.write(data)
+
+
+async def scan_events(request: web.Request) -> web.StreamResponse:
+    shim, streams = request.app[SHIM], request.app[STREAMS]
+    name, archived = await _followed(request)
+    _admit(streams)
+    with _open(request) as response, streams.channel(shim.scans, name) as channel:
+        await response.prepare(request)
+        await _follow(response, channel, shim, streams, archived)
     return response
 
 
@@ -189,8 +216,7 @@ async def _follow(
     """Send the current state, then each change, until the scan ends (`end`) or the shim stops."""
 
     async def send(data: bytes) -> None:
-        async with asyncio.timeout(STALLED_SECONDS):
-            await response.write(data)
+        await _send(response, data)
 
     sent = -1
     changed = channel.changed  # taken with the state it follows: a change while sending is not missed
@@ -219,3 +245,89 @@ async def _follow(
         changed = channel.changed
         latest = channel.latest(shim)
     await send(END)
+
+
+def row(scan: dict[str, Any]) -> dict[str, Any]:
+    """A scan as the dashboard's table shows it: the manifest's `ROW_FIELDS` and the scan's state."""
+    return {**view.project(manifest.of(scan), ROW_FIELDS), "scan_state": view.state(scan)}
+
+
+def _sse(event: str, body: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(body, separators=(',', ':'))}\n\n".encode()
+
+
+class Rows:
+    """What changed, for one rows stream, since it last sent: the followed scans that did, and how many
+    scans arrived."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.changed = asyncio.Event()
+        self.dirty: set[str] = set(names)  # all of them at first: the stream opens with their rows
+        self.arrived = 0
+        self.wakes = {name: self._waker(name) for name in names}
+
+    def _waker(self, name: str) -> Callable[[], None]:
+        def wake() -> None:
+            self.dirty.add(name)
+            self.changed.set()
+
+        return wake
+
+    def new(self) -> None:
+        self.arrived += 1
+        self.changed.set()
+
+    def take(self) -> tuple[set[str], int]:
+        taken = self.dirty, self.arrived
+        self.dirty, self.arrived = set(), 0
+        self.changed.clear()
+        return taken
+
+
+@contextmanager
+def _watching(scans: Scans, streams: EventStreams, rows: Rows) -> Iterator[Rows]:
+    for name, wake in rows.wakes.items():
+        scans.follow(name, wake)
+    scans.follow_new(rows.new)
+    streams.tables.add(rows)
+    try:
+        yield rows
+    finally:
+        streams.tables.discard(rows)
+        scans.unfollow_new(rows.new)
+        for name, wake in rows.wakes.items():
+            scans.unfollow(name, wake)
+
+
+def _names(request: web.Request) -> list[str]:
+    names = list(dict.fromkeys(request.query.getall("scan_id", [])))
+    if len(names) > MAX_ROWS:
+        raise bad_request(f"scan_id: at most {MAX_ROWS} scans per stream", "Follow fewer scans.")
+    if any(not 0 < len(name) <= 253 for name in names):
+        raise bad_request("scan_id: a scan id has 1 to 253 characters", "Name each scan by its id.")
+    return names
+
+
+async def scans_events(request: web.Request) -> web.StreamResponse:
+    shim, streams = request.app[SHIM], request.app[STREAMS]
+    rows = Rows(_names(request))
+    rows.dirty = {name for name in rows.dirty if shim.scans.is_live(name)}  # the page has the others' rows
+    _admit(streams)
+    with _open(request) as response, _watching(shim.scans, streams, rows):
+        await response.prepare(request)
+        while not streams.closing:
+            changed, arrived = rows.take()
+            for name in sorted(changed):
+                scan = shim.scans.live(name)
+                await _send(
+                    response, _sse("gone", {"scan_id": name}) if scan is None else _sse("scan", row(scan))
+                )
+            if arrived:
+                await _send(response, _sse("new", {"count": arrived}))
+            await asyncio.sleep(ROWS_EVERY)  # the pace of a busy table: changes meanwhile wait to be sent
+            try:
+                async with asyncio.timeout(streams.keepalive):
+                    await rows.changed.wait()
+            except TimeoutError:
+                await _send(response, KEEPALIVE)
+    return response

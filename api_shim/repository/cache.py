@@ -88,6 +88,7 @@ class ScanCache:
             str, tuple[Held, bytes]
         ] = {}  # name -> (a version of a Scan, its manifest's values)
         self._followers: dict[str, set[Callable[[], None]]] = {}  # name -> called when that Scan changes
+        self._newcomers: set[Callable[[], None]] = set()  # called when a Scan not held before is taken
         self.find_index = FindIndex()  # run/event ids and classifiers -> scans, for selective finds
         self._changed = asyncio.Event()
         self.synced = asyncio.Event()
@@ -189,6 +190,13 @@ class ScanCache:
         for wake in tuple(self._followers.get(name, ())):
             wake()
 
+    def follow_new(self, wake: Callable[[], None]) -> None:
+        """Call `wake()` each time a Scan the cache did not hold is taken in, until `unfollow_new`."""
+        self._newcomers.add(wake)
+
+    def unfollow_new(self, wake: Callable[[], None]) -> None:
+        self._newcomers.discard(wake)
+
     # ------------------------------------------------------------------------------ writing
     def observe(self, obj: Obj) -> None:
         """Take a newer version of one Scan (from a write or a watch event)."""
@@ -221,6 +229,9 @@ class ScanCache:
         if record.in_backlog:
             self._backlog.add(name)
         self._wake(name)
+        if old is None:
+            for wake in tuple(self._newcomers):
+                wake()
         return True
 
     def _unindex(self, name: str, held: Held | None, *, replaced: bool = False) -> None:

@@ -146,6 +146,13 @@ class Scans:
     def unfollow(self, scan_id: str, wake: Callable[[], None]) -> None:
         self._cache.unfollow(scan_id, wake)
 
+    def follow_new(self, wake: Callable[[], None]) -> None:
+        """Call `wake` whenever a scan the live copy did not hold arrives, until `unfollow_new`."""
+        self._cache.follow_new(wake)
+
+    def unfollow_new(self, wake: Callable[[], None]) -> None:
+        self._cache.unfollow_new(wake)
+
     def backlog(self) -> list[Obj]:
         """The live scans waiting for admission."""
         return self._cache.backlog()

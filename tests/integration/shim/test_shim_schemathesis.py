@@ -87,6 +87,7 @@ def call(case: Any, shim: Shim, role: str) -> None:
 def test_the_shim_keeps_its_documented_contract(running_shim: Shim, role: str) -> None:
     document = httpx.get(f"{running_shim.url}/openapi.json", timeout=30).json()
     del document["paths"]["/scan/{scan_id}/events"]  # lasts as long as its scan runs: test_events.py
+    del document["paths"]["/scans/events"]  # never ends by itself: test_scans_events.py
     operations = [result.ok() for result in schemathesis.openapi.from_dict(document).get_all_operations()]
     assert len(operations) >= 20
     failures = []
