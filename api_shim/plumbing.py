@@ -67,7 +67,7 @@ def encode(doc: Any) -> bytes:
 @dataclass(frozen=True)
 class Query:
     name: str
-    kind: str  # "boolean" | "string" | "integer"
+    kind: str  # "boolean" | "string" | "integer" | "number"
     description: str
     required: bool = False
 

@@ -206,6 +206,24 @@ class BacklogResponse(BaseModel):
     entries: list[BacklogEntry]
 
 
+class TableRow(BaseModel):
+    """A scan as the dashboard's table shows it (`view.table_row`)."""
+
+    scan_id: str
+    timestamp: float
+    is_deleted: bool
+    priority: int
+    classifiers: ClassifiersOut
+    event_metadata: EventMetadata | None
+    progress: Progress | None
+    scan_state: str
+
+
+class TableResponse(BaseModel):
+    scans: list[TableRow]
+    next: str | None  # the next page's `before`; null: the last page
+
+
 class ScanRequestObj(BaseModel):
     scan_id: str
     rescan_ids: list[str]

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from api_shim import metrics, rest_models
 from api_shim.auth import SYSTEM, USER, VIEWER
-from api_shim.handlers import events, find, manifest, results, scan, service, startup, wms
+from api_shim.handlers import events, find, manifest, results, scan, service, startup, table, wms
 from api_shim.plumbing import Handler, Query, Route
 from api_shim.wire_names import REFERENCE_PATHS, Names
 
@@ -80,6 +80,28 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
     ),
     Route(
         "GET", "/scans/backlog", find.backlog, "Scans waiting on the backlog.", R, rest_models.BacklogResponse
+    ),
+    Route(
+        "GET",
+        "/scans",
+        table.scans_table,
+        "The dashboard's table: a page of scans (their state and key fields), newest first; the next page "
+        "is asked with `before` = this one's `next`.",
+        R,
+        rest_models.TableResponse,
+        query=(
+            Query("run_id", "integer", "Only this run's scans."),
+            Query("event_id", "integer", "Only this event's scans."),
+            Query("classifier", "string", "`key=value` (repeated): only scans with each classifier."),
+            Query("since", "number", "Only scans created at or after (Unix seconds)."),
+            Query("until", "number", "Only scans created before (Unix seconds)."),
+            Query("state", "string", "A state or either half of one (repeated: any of them)."),
+            Query("archived", "boolean", "Archived scans too."),
+            Query("deleted", "boolean", "Deleted scans too."),
+            Query("before", "string", "Only scans whose id sorts before this (a page's `next`)."),
+            Query("limit", "integer", f"Rows (1 to {table.MAX_ROWS}, {table.DEFAULT_ROWS} by default)."),
+        ),
+        errors=(400, 503),
     ),
     Route(
         "GET",

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from api_shim.wire_names import field_names
-from skyscan import model
+from skyscan import manifest, model
 from skyscan.manifest import MANIFEST_FIELDS, spec_of
 from skyscan.scan_record import ScanRecord
 from skyscan.scanner_args import sorted_nsides
@@ -107,6 +107,23 @@ def workforce(scan: Scan) -> dict[str, Any]:
 
 def state(scan: Scan) -> str:
     return ScanRecord(scan).scan_state
+
+
+TABLE_FIELDS = ("scan_id", "timestamp", "is_deleted", "priority", "classifiers", "event_metadata", "progress")
+
+
+def table_row(scan: Scan) -> dict[str, Any]:
+    """A scan as the dashboard's table shows it: the manifest's `TABLE_FIELDS` and the scan's state."""
+    return {**project(manifest.of(scan), TABLE_FIELDS), "scan_state": state(scan)}
+
+
+def in_states(scan: Scan, states: frozenset[str]) -> bool:
+    """Whether the scan's state is one of `states`, each a whole state or either half of one
+    (`ABORTED`, `PENDING`, `WAITING_ON_FIRST_PIXEL_RECO`...); no states: any."""
+    if not states:
+        return True
+    current = state(scan)
+    return current in states or bool(set(current.split("__")) & states)
 
 
 def scan_status(scan: Scan, logs: str | None) -> dict[str, Any]:

@@ -12,10 +12,10 @@ an end (a final result, or a failed, aborted or deleted scan that has nothing le
 A stream that closes without `end` (the shim stops, a client stalled) is to be followed anew.
 
 GET /scans/events: one stream for a page of scans (the dashboard's table). It follows the scans the
-query names (`scan_id`, up to `MAX_ROWS`) and sends each one's row (`event: scan`, the table's fields
-and its state) as it changes, at most one message per scan per `ROWS_EVERY` seconds (a burst of changes
-sends the latest), `event: gone` when one leaves the cluster, and `event: new` (`{"count": n}`) when
-scans arrive, for the page to read its first rows again. It never ends by itself.
+query names (`scan_id`, up to `MAX_ROWS`) and sends each one's row (`event: scan`, `view.table_row`)
+as it changes, at most one message per scan per `ROWS_EVERY` seconds (a burst of changes sends the
+latest), `event: gone` when one leaves the cluster, and `event: new` (`{"count": n}`) when scans
+arrive, for the page to read its first rows again. It never ends by itself.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ END = b"event: end\ndata: {}\n\n"
 STALLED_SECONDS = 60.0  # a write the client has not taken in after this long ends its stream
 MAX_ROWS = 200  # scans one /scans/events stream follows
 ROWS_EVERY = 0.5  # seconds between a rows stream's messages: a busy scan costs its viewers 2 a second
-ROW_FIELDS = ("scan_id", "timestamp", "is_deleted", "priority", "classifiers", "event_metadata", "progress")
 HEADERS = {
     "Content-Type": "text/event-stream",
     "Cache-Control": "no-cache",
@@ -247,11 +246,6 @@ async def _follow(
     await send(END)
 
 
-def row(scan: dict[str, Any]) -> dict[str, Any]:
-    """A scan as the dashboard's table shows it: the manifest's `ROW_FIELDS` and the scan's state."""
-    return {**view.project(manifest.of(scan), ROW_FIELDS), "scan_state": view.state(scan)}
-
-
 def _sse(event: str, body: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(body, separators=(',', ':'))}\n\n".encode()
 
@@ -320,7 +314,8 @@ async def scans_events(request: web.Request) -> web.StreamResponse:
             for name in sorted(changed):
                 scan = shim.scans.live(name)
                 await _send(
-                    response, _sse("gone", {"scan_id": name}) if scan is None else _sse("scan", row(scan))
+                    response,
+                    _sse("gone", {"scan_id": name}) if scan is None else _sse("scan", view.table_row(scan)),
                 )
             if arrived:
                 await _send(response, _sse("new", {"count": arrived}))

@@ -25,7 +25,7 @@ from aiohttp import web
 
 from api_shim.errors import ARCHIVE_ERRORS, ApiError, archive_unavailable, bad_request, not_found
 from api_shim.find import search
-from api_shim.repository import versions
+from api_shim.repository import table, versions
 from api_shim.repository.cache import ScanCache
 from api_shim.repository.encoded import EncodedForms, Form, Kept
 from api_shim.repository.freshness import Freshness
@@ -206,6 +206,11 @@ class Scans:
     async def find(self, asked: search.Asked, names: Names) -> list[bytes]:
         """The answer to a find over the live scans and the archive, in `names`: the parts of its body."""
         return await search.answer(self._cache, self._archive, self._namespace, asked, names)
+
+    async def table(self, ask: table.TableAsk) -> table.TablePage:
+        """A page of the dashboard's table: scans newest first below `ask.before`, archived ones too
+        when asked and kept."""
+        return await table.page(self._cache, self._archive, self._namespace, ask)
 
     # --- reads -----------------------------------------------------------------------------------
 

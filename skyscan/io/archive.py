@@ -56,7 +56,9 @@ CREATE INDEX scans_rescan_of ON scans (rescan_of) WHERE rescan_of IS NOT NULL;
 # A scan failed because its sensor event was never stored is archived without one: its event id no
 # longer has to name a stored event (GET /i3-event answers 404 for it, as in the cluster).
 SCHEMA_V2 = "ALTER TABLE scans DROP CONSTRAINT IF EXISTS scans_sensor_event_id_fkey;"
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2)
+# The dashboard's table pages by scan id, newest first, within a namespace (`ORDER BY scan_id COLLATE "C"`).
+SCHEMA_V3 = 'CREATE INDEX IF NOT EXISTS scans_newest ON scans (namespace, scan_id COLLATE "C");'
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3)
 # Every table the migrations create (with their indexes): what the archive's role must own
 # (skyscan.io.archive_role). A migration that adds a table adds it here.
 TABLES = ("skyscan_schema", "sensor_events", "scans")
