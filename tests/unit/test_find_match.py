@@ -22,6 +22,12 @@ def test_all_costs_a_pattern_inside_it_as_compiled() -> None:
     assert inside == find_filter({"a": {"$elemMatch": {"$regex": LARGE}}}).cost + 1
 
 
+def test_exists_size_and_ordering_cost_one_test() -> None:
+    # The field and the one test.
+    for condition in ({"$exists": True}, {"$size": 2}, {"$gt": 1}):
+        assert cost(parse({"a": condition}), {}) == 1 + 1, condition
+
+
 def test_elem_match_of_documents_costs_one_and_its_query() -> None:
     # The field, $elemMatch, and each of the element's two fields with its equality.
     assert cost(parse({"a": {"$elemMatch": {"k": 1, "v": 2}}}), {}) == 1 + 1 + 2 + 2
