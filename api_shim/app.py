@@ -19,6 +19,7 @@ from typing import NoReturn, TypedDict
 
 from aiohttp import web
 from aiohttp.web_urldispatcher import _InfoDict
+from pydantic import ValidationError
 
 from api_shim import auth, oidc, openapi
 from api_shim.access import LOGGER, AccessLogger, refused_requests_in_brief
@@ -280,6 +281,21 @@ def authenticators(settings: ShimSettings) -> list[auth.Authenticator]:
     return found
 
 
+def dashboard_login(settings: ShimSettings, found: list[auth.Authenticator]) -> ui.OIDCLogin | None:
+    """The dashboard's OIDC client (SKYSCAN_UI_OIDC_*), sharing its issuer's discovery with the verifier
+    of people's tokens where that verifies the issuer's tokens."""
+    if settings.ui_oidc_issuer is None or settings.ui_oidc_client_id is None:
+        return None
+    for authenticator in found:
+        if isinstance(authenticator, auth.OIDCPeople):
+            issuer = authenticator.verifier.issuers.get(settings.ui_oidc_issuer)
+            if issuer is not None:
+                return ui.OIDCLogin(issuer, settings.ui_oidc_client_id, settings.ui_oidc_scopes)
+    config = next(i for i in settings.oidc_issuers if i.issuer == settings.ui_oidc_issuer)
+    issuer = oidc.Issuer(config, refetch_interval=settings.oidc_jwks_refetch_seconds)
+    return ui.OIDCLogin(issuer, settings.ui_oidc_client_id, settings.ui_oidc_scopes)
+
+
 async def create_app(
     settings: ShimSettings, authenticators_: list[auth.Authenticator] | None = None
 ) -> web.Application:
@@ -295,7 +311,13 @@ async def create_app(
     for route in sorted(ROUTES, key=lambda r: POLLED.index(r.path) if r.path in POLLED else len(POLLED)):
         app.router.add_route(route.method, route.path, guard(route, metrics))
     # Before the catch-all, which answers any other path.
-    ui.add_routes(app, settings.ui_login_file, _caller, _page_actions(ROUTES))
+    ui.add_routes(
+        app,
+        settings.ui_login_file,
+        _caller,
+        _page_actions(ROUTES),
+        dashboard_login(settings, app[AUTHENTICATORS]),
+    )
     answer_unmatched(app, metrics)
 
     async def kubernetes(app: web.Application) -> AsyncIterator[None]:
@@ -400,7 +422,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "openapi":
         json.dump(openapi.document(ROUTES), sys.stdout, indent=2)
         return 0
-    settings = ShimSettings()
+    try:
+        settings = ShimSettings()
+    except ValidationError as e:  # one line a setting, naming it: no traceback
+        raise SystemExit(f"skyscan-shim: the settings are not valid: {e}") from None
     logs.configure(settings.log_format, settings.log_level, batched=True)  # a line a request: off the loop
     logging.getLogger("aiohttp.server").addFilter(refused_requests_in_brief)
     asyncio.run(serve(settings))

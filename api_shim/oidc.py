@@ -93,6 +93,15 @@ def _checked_url(url: str) -> str:
     raise ValueError(f"{url!r}: an issuer URL must be https (http only to a loopback address)")
 
 
+def document_url(document: Mapping[str, Any], name: str) -> str | None:
+    """The URL a discovery document gives under `name`, if it gives one as `_checked_url` allows."""
+    url = document.get(name)
+    try:
+        return _checked_url(url) if isinstance(url, str) else None
+    except ValueError:
+        return None
+
+
 class IssuerConfig(BaseModel):
     """One trusted issuer and how to reach it (verification only; no roles)."""
 
@@ -268,6 +277,8 @@ class Issuer:
         self._keys: _KeySet | None = None
         self._attempted_at: float | None = None
         self._lock = asyncio.Lock()
+        self._document: Mapping[str, Any] | None = None  # the discovery document, once fetched
+        self._discovered_at: float | None = None  # the last attempt of `discovery()`
         self.fetches = 0
 
     async def key(self, kid: str | None, alg: str) -> jwt.PyJWK | None:
@@ -290,17 +301,44 @@ class Issuer:
             self._attempted_at = now
             try:
                 if self._jwks_uri is None:
-                    self._jwks_uri = self._jwks_uri_of(await self._get_json(self.config.discovery))
+                    self._document = self._document or self._discovered(
+                        await self._get_json(self.config.discovery)
+                    )
+                    self._jwks_uri = self._jwks_uri_of(self._document)
                 self._keys = _KeySet.parse(await self._get_json(self._jwks_uri), now)
             except (httpx.HTTPError, OSError, ValueError) as e:
                 log.warning("OIDC issuer %s: cannot fetch its keys: %s", self.config.issuer, e)
 
-    def _jwks_uri_of(self, discovery: Any) -> str:
-        if not isinstance(discovery, dict):
+    async def discovery(self) -> Mapping[str, Any] | None:
+        """The issuer's discovery document (read-only; it names this issuer), fetched once and kept; None
+        while it cannot be fetched (tried again at most once per `refetch_interval`). The keys' own
+        fetch shares it."""
+        if self._document is None:
+            seen = self._discovered_at
+            async with self._lock:
+                now = self._clock()
+                if self._document is not None or self._discovered_at != seen:
+                    return self._document  # another task tried while this one waited
+                if seen is not None and now - seen < self.refetch_interval:
+                    return None
+                self._discovered_at = now
+                try:
+                    self._document = self._discovered(await self._get_json(self.config.discovery))
+                except (httpx.HTTPError, OSError, ValueError) as e:
+                    log.warning(
+                        "OIDC issuer %s: cannot fetch its discovery document: %s", self.config.issuer, e
+                    )
+        return self._document
+
+    def _discovered(self, discovery: Any) -> Mapping[str, Any]:
+        if not isinstance(discovery, Mapping):
             raise ValueError("the discovery document is not a JSON object")
         if discovery.get("issuer") != self.config.issuer:
             raise ValueError(f"the discovery document names issuer {discovery.get('issuer')!r}")
-        uri = discovery.get("jwks_uri")
+        return MappingProxyType(discovery)
+
+    def _jwks_uri_of(self, discovery: Any) -> str:
+        uri = self._discovered(discovery).get("jwks_uri")
         if not isinstance(uri, str):
             raise ValueError("the discovery document has no jwks_uri")
         return _checked_url(uri)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api_shim.oidc import PeopleIssuerConfig
@@ -152,7 +152,35 @@ class ShimSettings(BaseSettings, policy.PolicySettings):  # with the request pol
         description="The local stack's one-time dashboard login codes (`make up` writes it and prints a "
         "link): each code's SHA-256 with the token it opens and its expiry. Unset: no login links.",
     )
+    ui_oidc_issuer: str | None = Field(
+        default=None,
+        description="The dashboard's login: people log in at this issuer, one of SKYSCAN_OIDC_ISSUERS' "
+        "(the authorization-code flow with PKCE; docs: Operating, The dashboard). Unset: no login button.",
+    )
+    ui_oidc_client_id: str | None = Field(
+        default=None,
+        description="The dashboard's client at SKYSCAN_UI_OIDC_ISSUER: public (no secret), standard flow, "
+        "PKCE S256, redirect URI `https://<shim>/ui/`.",
+    )
+    ui_oidc_scopes: str = Field(
+        default="openid profile", description="The scopes the dashboard asks for (space-separated)."
+    )
     _presign_key: bytes | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _dashboard_issuer(self) -> ShimSettings:
+        """The dashboard logs people in only where the shim verifies their tokens."""
+        if self.ui_oidc_issuer is None:
+            return self
+        issuers = [i.issuer for i in self.oidc_issuers]
+        if self.ui_oidc_issuer not in issuers:
+            raise ValueError(
+                f"SKYSCAN_UI_OIDC_ISSUER {self.ui_oidc_issuer!r} is not one of SKYSCAN_OIDC_ISSUERS' issuers "
+                f"({', '.join(map(repr, issuers)) or 'none is configured'}): the shim would refuse its tokens"
+            )
+        if not self.ui_oidc_client_id:
+            raise ValueError("SKYSCAN_UI_OIDC_ISSUER needs SKYSCAN_UI_OIDC_CLIENT_ID, the dashboard's client")
+        return self
 
     def model_post_init(self, context: Any, /) -> None:
         """The key is read once, at start-up: a missing or short key file stops the shim right away."""

@@ -9,6 +9,12 @@ it expires, for the token the local stack made for its user. `SKYSCAN_UI_LOGIN_F
 SHA-256 with its token and expiry (read at each exchange, so a new link needs no restart); without it
 there are no login links. Codes are spent in this process's memory, so each works once per replica.
 
+`GET /ui/config` (public) tells the page how people log in: whether login links exist here, and,
+with SKYSCAN_UI_OIDC_ISSUER, the issuer's authorization and token endpoints (from its discovery
+document), the dashboard's public client id and scopes, for the authorization-code flow with PKCE the
+page runs itself (`login.js`). The CSP's `connect-src` then names the token endpoint's origin too, so
+the page may exchange its code there; nothing else is loosened.
+
 `GET /ui/session` tells the page who its token is and which actions the route table lets it take, so
 the page offers no button the service would refuse. It refuses what is not a person's token (a
 scanner's credential, the system's), with 403: the page is for people.
@@ -16,25 +22,29 @@ scanner's credential, the system's), with 403: the page is for people.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, StringConstraints
 
+from api_shim import oidc
 from api_shim.auth import Identity, token_hash
 from api_shim.errors import ApiError, error_response, not_found
 from api_shim.plumbing import ok, parse_body
 
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src {connect}; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-    ),
+    "Content-Security-Policy": CSP.format(connect="'self'"),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",
@@ -84,6 +94,56 @@ class LoginCodes:
         return str(entry["token"])
 
 
+class OIDCLogin:
+    """The dashboard's OIDC client: where the page sends people to log in and exchanges their code, read
+    from the issuer's discovery document (fetched once, on the first need)."""
+
+    def __init__(self, issuer: oidc.Issuer, client_id: str, scopes: str) -> None:
+        self.issuer, self.client_id, self.scopes = issuer, client_id, scopes
+        self.token_origin: str | None = None  # the token endpoint's, once known: the CSP lets the page in
+
+    async def config(self) -> dict[str, str]:
+        """What the page needs for the authorization-code flow; 503 while the issuer cannot tell."""
+        document = await self.issuer.discovery()
+        endpoints = {
+            name: oidc.document_url(document, name) if document is not None else None
+            for name in ("authorization_endpoint", "token_endpoint", "end_session_endpoint")
+        }
+        authorize, exchange = endpoints["authorization_endpoint"], endpoints["token_endpoint"]
+        if authorize is None or exchange is None:
+            raise ApiError(
+                503,
+                "login unavailable",
+                f"The OIDC issuer {self.issuer.config.issuer} cannot be reached or names no authorization "
+                "and token endpoints: try again in a minute.",
+            )
+        parts = urlsplit(exchange)
+        self.token_origin = f"{parts.scheme}://{parts.netloc}"
+        # The code in the fragment never reaches a server's access log; an issuer that cannot answer
+        # there answers in the query, which the page removes at once. Unlisted: OIDC's default, both.
+        modes = document.get("response_modes_supported", ["query", "fragment"]) if document else []
+        found = {
+            "issuer": self.issuer.config.issuer,
+            "authorization_endpoint": authorize,
+            "token_endpoint": exchange,
+            "client_id": self.client_id,
+            "scopes": self.scopes,
+            "response_mode": "fragment" if "fragment" in modes else "query",
+        }
+        if endpoints["end_session_endpoint"] is not None:
+            found["end_session_endpoint"] = endpoints["end_session_endpoint"]
+        return found
+
+    def headers(self) -> dict[str, str]:
+        """The security headers, the token endpoint's origin among those the page may connect to."""
+        if self.token_origin is None:
+            return SECURITY_HEADERS
+        return {
+            **SECURITY_HEADERS,
+            "Content-Security-Policy": CSP.format(connect=f"'self' {self.token_origin}"),
+        }
+
+
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 Identify = Callable[[web.Request], Awaitable[Identity | None]]
 
@@ -102,32 +162,43 @@ def session(identity: Identity | None, actions: dict[str, frozenset[str]]) -> di
     return {"name": identity.name, "roles": sorted(identity.roles), "may": may}
 
 
-def _secured(handler: Handler) -> Handler:
-    """`handler` with its refusals as the interface's Error bodies, and every answer's security headers."""
-
-    async def secured(request: web.Request) -> web.Response:
-        try:
-            response = await handler(request)
-        except ApiError as e:
-            response = error_response(request, e)
-        response.headers.update(SECURITY_HEADERS)
-        return response
-
-    return secured
-
-
 def add_routes(
-    app: web.Application, login_file: Path | None, identify: Identify, actions: dict[str, frozenset[str]]
+    app: web.Application,
+    login_file: Path | None,
+    identify: Identify,
+    actions: dict[str, frozenset[str]],
+    people: OIDCLogin | None = None,
 ) -> None:
-    """The dashboard's routes; `actions`: the roles each of the page's actions needs (the route table's)."""
+    """The dashboard's routes; `actions`: the roles each of the page's actions needs (the route table's);
+    `people`: the dashboard's OIDC client, if people log in at an issuer."""
     files, codes = assets(), LoginCodes(login_file)
+
+    def _secured(handler: Handler) -> Handler:
+        """`handler` with its refusals as the interface's Error bodies, and every answer's security
+        headers."""
+
+        async def secured(request: web.Request) -> web.Response:
+            try:
+                response = await handler(request)
+            except ApiError as e:
+                response = error_response(request, e)
+            response.headers.update(people.headers() if people is not None else SECURITY_HEADERS)
+            return response
+
+        return secured
 
     async def page(request: web.Request) -> web.Response:
         name = request.match_info.get("name") or INDEX
         if name not in files:
             raise not_found("file")
+        if name == INDEX and people is not None and people.token_origin is None:
+            with contextlib.suppress(ApiError):  # the page's CSP names the token endpoint, once known
+                await people.config()
         body, kind = files[name]
         return web.Response(body=body, content_type=kind, charset="utf-8")
+
+    async def config(request: web.Request) -> web.Response:
+        return ok({"login_links": login_file is not None, "oidc": await people.config() if people else None})
 
     async def login(request: web.Request) -> web.Response:
         body = await parse_body(request, LoginBody)
@@ -142,5 +213,6 @@ def add_routes(
     app.router.add_get("/ui", to_page)
     app.router.add_get("/ui/", _secured(page))
     app.router.add_get("/ui/session", _secured(who))  # before /ui/{name}, which would take it
+    app.router.add_get("/ui/config", _secured(config))
     app.router.add_get("/ui/{name}", _secured(page))
     app.router.add_post("/ui/login", _secured(login))

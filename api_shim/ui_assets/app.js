@@ -1,9 +1,11 @@
-// The dashboard: a login link's one-time code exchanged for this tab's token, who that token is, then
-// the page the location's hash names, live while it is shown (each page returns how to leave it).
+// The dashboard: a login at the OIDC issuer (login.js) or a login link's one-time code exchanged for
+// this tab's token, who that token is, then the page the location's hash names, live while it is shown
+// (each page returns how to leave it).
 import { ApiFailure, exchange, session, token } from "./api.js";
 import { backlogPage } from "./backlog.js";
 import { el } from "./dom.js";
 import { launchPage } from "./launch.js";
+import { finishLogin, forgetLogin, keepFresh, logIn, loginConfig } from "./login.js";
 import { scanPage } from "./scan.js";
 import { scansPage } from "./scans.js";
 
@@ -11,6 +13,7 @@ const PAGES = { scans: scansPage, backlog: backlogPage, launch: launchPage, scan
 const main = document.getElementById("page");
 const noticeLine = document.getElementById("notice");
 let leave = () => {};
+let login = null; // how people log in here (GET /ui/config)
 
 const notice = {
   show(text) {
@@ -36,16 +39,23 @@ const notice = {
   },
 };
 
-function logOut(text) {
+// `atIssuer`: the person chose to log out, so their session at the issuer ends too (its page asks).
+function logOut(text, atIssuer = false) {
   leave();
   leave = () => {};
+  const issuerLogout = forgetLogin(login?.oidc);
   token.clear();
   session.clear();
-  document.getElementById("logout").hidden = true;
-  document.getElementById("launch-link").hidden = true;
+  for (const id of ["logout", "launch-link", "who"]) document.getElementById(id).hidden = true;
+  if (atIssuer && issuerLogout) return location.assign(issuerLogout);
+  const oidc = login?.oidc;
+  const hint = oidc
+    ? "Log in with your account at your organisation's identity provider."
+    : "Open the login link `make up` printed (it works once, for a few minutes).";
   main.replaceChildren(
     el("h1", { text: "Log in" }),
-    el("p", { text: text || "Open the login link `make up` printed (it works once, for a few minutes)." }),
+    el("p", { text: text || hint }),
+    oidc ? el("button", { type: "button", class: "login", text: "Log in", onclick: () => logIn(oidc) }) : "",
   );
 }
 
@@ -61,6 +71,7 @@ async function route() {
   }
   document.getElementById("logout").hidden = false;
   document.getElementById("launch-link").hidden = !session.may("launch");
+  Object.assign(document.getElementById("who"), { textContent: session.name(), hidden: false });
   const [name, id] = location.hash.replace(/^#\/?/, "").split("/");
   const page = PAGES[name] || scansPage;
   try {
@@ -71,6 +82,19 @@ async function route() {
 }
 
 async function start() {
+  try {
+    login = await loginConfig();
+  } catch (error) {
+    notice.failure(error); // the issuer cannot be reached: said, and login links still work
+  }
+  if (login?.oidc) {
+    try {
+      await finishLogin(login.oidc);
+    } catch (error) {
+      notice.show(`The login failed: ${error.message}`);
+    }
+    keepFresh(login.oidc, (text) => logOut(text));
+  }
   const code = new URLSearchParams(location.hash.slice(1)).get("code");
   if (code) {
     history.replaceState(null, "", `${location.pathname}#/scans`); // the code leaves the address bar
@@ -80,7 +104,7 @@ async function start() {
       notice.show(error instanceof ApiFailure ? error.message : "The login failed.");
     }
   }
-  document.getElementById("logout").addEventListener("click", () => logOut("Logged out."));
+  document.getElementById("logout").addEventListener("click", () => logOut("Logged out.", true));
   window.addEventListener("hashchange", route);
   await route();
 }

@@ -42,6 +42,9 @@ CHART_OWNED = frozenset(
         "SKYSCAN_LEASE_IDENTITY",  # the Pod's name
         "SKYSCAN_SCANNER_SERVICE_ACCOUNT",  # the release's scanner ServiceAccount
         "SKYSCAN_OIDC_ISSUERS",  # oidc.issuers
+        "SKYSCAN_UI_OIDC_ISSUER",  # oidc.dashboard
+        "SKYSCAN_UI_OIDC_CLIENT_ID",
+        "SKYSCAN_UI_OIDC_SCOPES",
         "SKYSCAN_WMS_ADDRESS",  # wms.*
         "SKYSCAN_WMS_OIDC_ISSUER",
         "SKYSCAN_WMS_CLIENT_ID",

@@ -50,7 +50,12 @@ EVERYTHING: Doc = {
     "oidc": {
         "issuers": [
             {"issuer": "https://kc.example.org/realms/r", "audience": "skyscan", "names": "reference"}
-        ]
+        ],
+        "dashboard": {
+            "issuer": "https://kc.example.org/realms/r",
+            "clientId": "skyscan-dashboard",
+            "scopes": "openid profile email",
+        },
     },
     "wms": {"address": "https://wms.example.org", "oidcIssuer": "", "credentialsSecret": "wms-client"},
     "archive": {"dsnSecret": "archive-dsn", "adminDsnSecret": "archive-admin"},
@@ -200,6 +205,21 @@ def test_the_chart_lints(tmp_path: Path) -> None:
         ({"image": {"tag": "1.0:latest"}}, "/image/tag"),
         ({"shim": {"service": {"clusterIP": "auto"}}}, "/shim/service/clusterIP"),
         ({"tokens": {"secretName": ""}}, "the shim needs people's credentials"),
+        # The dashboard logs people in only where the shim verifies their tokens.
+        (
+            {"oidc": {"dashboard": {"issuer": "https://kc.example.org/realms/r", "clientId": "d"}}},
+            "oidc.dashboard.issuer https://kc.example.org/realms/r is not one of oidc.issuers",
+        ),
+        (
+            {
+                "oidc": {
+                    "issuers": [{"issuer": "https://kc.example.org/realms/r", "audience": "skyscan"}],
+                    "dashboard": {"issuer": "https://kc.example.org/realms/r"},
+                }
+            },
+            "oidc.dashboard.clientId",
+        ),
+        ({"oidc": {"dashboard": {"issuer": "kc.example.org"}}}, "/oidc/dashboard/issuer"),
         (
             {"tokens": {"secretName": ""}, "settings": {"SKYSCAN_AUTH_DISABLED": "false"}},
             "the shim needs people's credentials",
@@ -257,6 +277,9 @@ def test_the_values_show_in_what_the_chart_renders(tmp_path: Path) -> None:
         "SKYSCAN_SIDECAR_IMAGE": "registry.example.org/skyscan:9.9.9",
         "SKYSCAN_SCANNER_SERVICE_ACCOUNT": "prod-skyscan-scanner",
         "SKYSCAN_OIDC_ISSUERS": EVERYTHING["oidc"]["issuers"],
+        "SKYSCAN_UI_OIDC_ISSUER": "https://kc.example.org/realms/r",
+        "SKYSCAN_UI_OIDC_CLIENT_ID": "skyscan-dashboard",
+        "SKYSCAN_UI_OIDC_SCOPES": "openid profile email",
         "SKYSCAN_WMS_ADDRESS": "https://wms.example.org",
         "SKYSCAN_PRESIGN_KEY_FILE": "/etc/skyscan/presign/key",
     }

@@ -49,6 +49,11 @@ app.kubernetes.io/component: {{ . }}
 {{- with .Values.wms.address }}{{ $_ := set $out "SKYSCAN_WMS_ADDRESS" . }}{{ end }}
 {{- with .Values.wms.oidcIssuer }}{{ $_ := set $out "SKYSCAN_WMS_OIDC_ISSUER" . }}{{ end }}
 {{- with .Values.oidc.issuers }}{{ $_ := set $out "SKYSCAN_OIDC_ISSUERS" (toJson .) }}{{ end }}
+{{- with .Values.oidc.dashboard }}{{ if .issuer }}
+{{- $_ := set $out "SKYSCAN_UI_OIDC_ISSUER" .issuer }}
+{{- $_ := set $out "SKYSCAN_UI_OIDC_CLIENT_ID" .clientId }}
+{{- $_ := set $out "SKYSCAN_UI_OIDC_SCOPES" .scopes }}
+{{- end }}{{ end }}
 {{- if .Values.tokens.secretName }}
 {{- $_ := set $out "SKYSCAN_TOKEN_FILE" "/etc/skyscan/tokens/tokens.json" }}
 {{- end }}
