@@ -98,7 +98,8 @@ def _values(doc: Any, path: Sequence[str]) -> list[Any]:
 
 
 def _some(values: list[Any], test: Callable[[Any], bool]) -> bool:
-    """Whether `test` holds for one of `_candidates(values)` (without building them: the hot loop)."""
+    """Whether `test` holds for a value or, for an array, one of its elements (MongoDB tests both; no list
+    is built: the hot loop)."""
     for v in values:
         if test(v):
             return True

@@ -33,7 +33,15 @@ import re2
 OPTIONS = frozenset("imsx")
 _WHITESPACE = frozenset(" \t\n\r\f\v")
 _END = r"(?:\n?\z)"  # PCRE's `$` (without m) and `\Z`: end of text or before a final newline
-_FLAG_GROUP = re.compile(r"\(\?([A-Za-z]*)(?:-([A-Za-z]*))?([:)])")
+_TOKEN = re.compile(  # what `translate` reads as one piece of a pattern; groups 1-3: a flag group's parts
+    r"\(\?([A-Za-z]*)(?:-([A-Za-z]*))?([:)])"  # a flag group: (?on-off) or (?on-off:
+    r"|\\Q.*?(?:\\E|\Z)"  # quoted literal text, up to \E (or the end)
+    r"|\\.?"  # an escape
+    r"|\[\^?\]?(?:\\.|\[:.*?:\]|[^\]])*?(?:\]|\Z)"  # a class: a `]` first is literal; [:alpha:] inside
+    r"|\(\?#[^)]*\)?"  # a (?#...) comment
+    r"|.",
+    re.DOTALL,
+)
 _UNSUPPORTED = (
     "the linear-time engine refuses backreferences, lookahead/lookbehind, atomic groups, "
     "possessive quantifiers, recursion and conditionals"
@@ -100,25 +108,6 @@ class _Scope:
     extended: bool
 
 
-def _class_end(pattern: str, start: int) -> int:
-    """The index after the character class opening at `start` (a `]` first in it is literal)."""
-    i = start + 1
-    if pattern.startswith("^", i):
-        i += 1
-    if pattern.startswith("]", i):
-        i += 1
-    while i < len(pattern):
-        if pattern[i] == "\\":
-            i += 2
-        elif pattern.startswith("[:", i) and (close := pattern.find(":]", i + 2)) >= 0:
-            i = close + 2  # a POSIX class such as [:alpha:]
-        elif pattern[i] == "]":
-            return i + 1
-        else:
-            i += 1
-    return len(pattern)  # unterminated: RE2 reports it
-
-
 def _flag_group(match: re.Match[str], scope: _Scope) -> tuple[str, _Scope]:
     """Apply `(?on-off)` / `(?on-off:`; return the group as RE2 should see it (without `x`) and the
     flags after it."""
@@ -142,52 +131,33 @@ def translate(pattern: str, options: str = "") -> str:
     stack: list[_Scope] = []
     flags = "".join(sorted(set(options) - {"x"}))
     out = [f"(?{flags})" if flags else ""]
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if pattern.startswith("\\Q", i):  # quoted literal text, up to \E (or the end)
-            close = pattern.find("\\E", i + 2)
-            stop = n if close < 0 else close + 2
-            out.append(pattern[i:stop])
-            i = stop
-        elif c == "\\":
-            out.append(_END if pattern.startswith("Z", i + 1) else pattern[i : i + 2])
-            i += 2
-        elif c == "[":
-            stop = _class_end(pattern, i)
-            out.append(pattern[i:stop])
-            i = stop
-        elif pattern.startswith("(?#", i):
-            close = pattern.find(")", i)
-            if close < 0:
-                raise RegexError("missing ) after a (?# comment")
-            i = close + 1
-        elif c == "(" and (group := _FLAG_GROUP.match(pattern, i)):
-            text, after = _flag_group(group, scope)
-            if group.group(3) == ":":
+    i = 0
+    while i < len(pattern):
+        token = _TOKEN.match(pattern, i)
+        assert token is not None  # its last alternative takes any character
+        text, i = token[0], token.end()
+        if token[3]:
+            flagged, after = _flag_group(token, scope)
+            if token[3] == ":":
                 stack.append(scope)
             scope = after
-            out.append(text)
-            i = group.end()
-        elif c == "(":
+            out.append(flagged)
+        elif text.startswith("(?#"):
+            if not text.endswith(")"):
+                raise RegexError("missing ) after a (?# comment")
+        elif text == "(":
             stack.append(scope)
-            out.append(c)
-            i += 1
-        elif c == ")":
+            out.append(text)
+        elif text == ")":
             scope = stack.pop() if stack else scope  # unbalanced: RE2 reports it
-            out.append(c)
-            i += 1
-        elif scope.extended and c in _WHITESPACE:
-            i += 1
-        elif scope.extended and c == "#":
+            out.append(text)
+        elif scope.extended and text == "#":  # a comment to the line's end
             close = pattern.find("\n", i)
-            i = n if close < 0 else close + 1
-        elif c == "$" and not scope.multiline:
+            i = len(pattern) if close < 0 else close + 1
+        elif text == "\\Z" or (text == "$" and not scope.multiline):
             out.append(_END)
-            i += 1
-        else:
-            out.append(c)
-            i += 1
+        elif not (scope.extended and text in _WHITESPACE):
+            out.append(text)
     return "".join(out)
 
 
