@@ -1,46 +1,39 @@
-// The scans page: a find over live and archived scans, newest first, a page of rows at a time, each
-// visible row's state read from its status.
+// The scans page: the service's table of scans (GET /scans), newest first, a page at a time, filtered
+// by the form; one stream (GET /scans/events) keeps the shown rows live and tells of new scans.
 import { call } from "./api.js";
 import { age, el, tags } from "./dom.js";
+import { follow } from "./stream.js";
 
 const PAGE_ROWS = 50;
-const FIELDS = ["scan_id", "timestamp", "is_deleted", "priority", "classifiers", "event_metadata", "progress"];
+const NEW_SCANS_EVERY_MS = 2000; // the first page is read again at most this often while scans arrive
+const STATES = ["", "PENDING", "IN_PROGRESS", "SCAN_HAS_FINAL_RESULT", "ABORTED", "FINISHED"];
+const COLUMNS = ["Scan", "Run / event", "State", "Progress", "Classifiers", "Priority", "Age"];
 
-function filterOf(form) {
-  const filter = {};
-  const number = (name) => form.elements[name].value.trim();
-  if (number("run_id")) filter["event_metadata.run_id"] = Number(number("run_id"));
-  if (number("event_id")) filter["event_metadata.event_id"] = Number(number("event_id"));
-  const classifier = form.elements.classifier.value.trim();
-  if (classifier) {
-    const [key, ...rest] = classifier.split("=");
-    const text = rest.join("=");
-    let value = text;
-    try {
-      value = JSON.parse(text); // numbers and booleans as themselves
-    } catch {
-      // a string
-    }
-    filter[`classifiers.${key.trim()}`] = value;
-  }
-  return filter;
+const seconds = (text) => (text ? String(Date.parse(text) / 1000) : "");
+
+function query(form, before) {
+  const v = (name) => form.elements[name].value.trim();
+  const params = new URLSearchParams({ limit: String(PAGE_ROWS) });
+  for (const name of ["run_id", "event_id", "classifier", "state"]) if (v(name)) params.set(name, v(name));
+  if (v("since")) params.set("since", seconds(v("since")));
+  if (v("until")) params.set("until", seconds(v("until")));
+  if (form.elements.archived.checked) params.set("archived", "true");
+  if (form.elements.deleted.checked) params.set("deleted", "true");
+  if (before) params.set("before", before);
+  return params;
 }
 
-function row(manifest) {
-  const meta = manifest.event_metadata || {};
-  const state = el("td", { class: "state", text: "…" });
-  const tr = el(
-    "tr",
-    { "data-scan-id": manifest.scan_id },
-    el("td", {}, el("a", { href: `#/scan/${encodeURIComponent(manifest.scan_id)}`, text: manifest.scan_id })),
+function cells(row) {
+  const meta = row.event_metadata || {};
+  return [
+    el("td", {}, el("a", { href: `#/scan/${encodeURIComponent(row.scan_id)}`, text: row.scan_id })),
     el("td", { text: meta.run_id === undefined ? "" : `${meta.run_id} / ${meta.event_id}` }),
-    state,
-    el("td", { text: manifest.progress?.summary || "" }),
-    el("td", {}, tags(manifest.classifiers)),
-    el("td", { class: "number", text: manifest.priority ?? "" }),
-    el("td", { text: age(manifest.timestamp) }),
-  );
-  return { tr, state };
+    el("td", { class: "state", text: row.scan_state + (row.is_deleted ? " (deleted)" : "") }),
+    el("td", { text: row.progress?.summary || "" }),
+    el("td", {}, tags(row.classifiers)),
+    el("td", { class: "number", text: row.priority }),
+    el("td", { text: age(row.timestamp) }),
+  ];
 }
 
 export async function scansPage(main, notice) {
@@ -50,6 +43,10 @@ export async function scansPage(main, notice) {
     el("label", {}, "Run ", el("input", { name: "run_id", inputmode: "numeric", size: 8 })),
     el("label", {}, "Event ", el("input", { name: "event_id", inputmode: "numeric", size: 8 })),
     el("label", {}, "Classifier ", el("input", { name: "classifier", placeholder: "key=value", size: 16 })),
+    el("label", {}, "State ", el("select", { name: "state" }, STATES.map((s) => el("option", { value: s, text: s || "any" })))),
+    el("label", {}, "From ", el("input", { name: "since", type: "datetime-local" })),
+    el("label", {}, "to ", el("input", { name: "until", type: "datetime-local" })),
+    el("label", {}, el("input", { name: "archived", type: "checkbox" }), " archived too"),
     el("label", {}, el("input", { name: "deleted", type: "checkbox" }), " deleted too"),
     el("button", { type: "submit", text: "Find" }),
   );
@@ -57,54 +54,68 @@ export async function scansPage(main, notice) {
   const table = el(
     "table",
     { class: "scans" },
-    el("thead", {}, el("tr", {}, ["Scan", "Run / event", "State", "Progress", "Classifiers", "Priority", "Age"].map(
-      (name) => el("th", { scope: "col", text: name }),
-    ))),
+    el("thead", {}, el("tr", {}, COLUMNS.map((name) => el("th", { scope: "col", text: name })))),
     body,
   );
   const pager = el("p", { class: "pager" });
   main.replaceChildren(el("h1", { text: "Scans" }), form, table, pager);
-  let found = [];
-  let first = 0;
 
-  async function show() {
-    const rows = found.slice(first, first + PAGE_ROWS).map(row);
-    body.replaceChildren(...rows.map((r) => r.tr));
-    const last = Math.min(first + PAGE_ROWS, found.length);
+  const cursors = []; // each shown page's `before` (none for the first)
+  let next = null;
+  let stop = () => {};
+  let followed = "";
+  let reread = null;
+
+  function show(rows) {
+    body.replaceChildren(...rows.map((row) => el("tr", { "data-scan-id": row.scan_id }, cells(row))));
     pager.replaceChildren(
-      el("button", { type: "button", disabled: first === 0, text: "Newer", onclick: () => { first -= PAGE_ROWS; show(); } }),
-      ` ${found.length ? first + 1 : 0}–${last} of ${found.length} `,
-      el("button", { type: "button", disabled: last >= found.length, text: "Older", onclick: () => { first += PAGE_ROWS; show(); } }),
+      el("button", { type: "button", disabled: !cursors.length, text: "Newer", onclick: () => newer().catch(notice.failure) }),
+      el("button", { type: "button", disabled: !next, text: "Older", onclick: () => turn(next).catch(notice.failure) }),
     );
-    await Promise.all(rows.map(async (r) => {
-      const id = r.tr.dataset.scanId;
-      try {
-        r.state.textContent = (await call("GET", `/scan/${encodeURIComponent(id)}/status`)).scan_state;
-      } catch (failure) {
-        r.state.textContent = failure.status === 404 ? "gone" : "?";
-      }
-    }));
+    const ids = rows.map((row) => row.scan_id);
+    if (ids.join() !== followed) {
+      followed = ids.join();
+      stop();
+      const path = `/scans/events?${new URLSearchParams(ids.map((id) => ["scan_id", id]))}`;
+      stop = follow(path, changed, notice.connection);
+    }
   }
 
-  async function find() {
-    const answer = await call("POST", "/scans/find", {
-      filter: filterOf(form),
-      include_deleted: form.elements.deleted.checked,
-      manifest_projection: FIELDS,
-    });
-    found = answer.manifests.reverse(); // newest first: scan ids begin with their creation time
-    first = 0;
-    notice.clear();
-    await show();
+  function changed(kind, data) {
+    if (kind === "scan") {
+      const tr = body.querySelector(`tr[data-scan-id="${CSS.escape(data.scan_id)}"]`);
+      if (tr) tr.replaceChildren(...cells(data));
+    } else if (kind === "gone") {
+      const state = body.querySelector(`tr[data-scan-id="${CSS.escape(data.scan_id)}"] td.state`);
+      if (state) state.textContent = "archived";
+    } else if (kind === "new" && !cursors.length && !reread) {
+      reread = setTimeout(() => {
+        reread = null;
+        turn(null).catch(notice.failure);
+      }, NEW_SCANS_EVERY_MS);
+    }
+  }
+
+  async function turn(before) {
+    const found = await call("GET", `/scans?${query(form, before)}`);
+    if (before) cursors.push(before);
+    next = found.next;
+    show(found.scans);
+  }
+
+  function newer() {
+    cursors.pop(); // this page's
+    return turn(cursors.pop() ?? null); // the one before it (pushed again as it is shown)
   }
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    find().catch(notice.failure);
+    cursors.length = 0;
+    turn(null).then(() => notice.clear(), notice.failure);
   });
-  await find();
-  const timer = setInterval(() => {
-    if (document.visibilityState === "visible") find().catch(notice.failure);
-  }, 5000);
-  return () => clearInterval(timer);
+  await turn(null);
+  return () => {
+    clearTimeout(reread);
+    stop();
+  };
 }

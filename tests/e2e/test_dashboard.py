@@ -117,6 +117,13 @@ def test_a_login_link_opens_the_scans_table_once_and_finds_scans_showing_their_s
     expect(page.locator(f'table.scans tr[data-scan-id="{other}"]')).to_have_count(0)
     assert marked in rows(page)
 
+    # A scan launched now joins the table, and its row follows it to its final result: no reload.
+    arriving = launched(stack, classifiers={"suite": "dashboard"}, nsides={"8": 0})
+    state = page.locator(f'table.scans tr[data-scan-id="{arriving}"] td.state')
+    expect(state).to_have_count(1, timeout=30_000)
+    expect(state).to_have_text("SCAN_HAS_FINAL_RESULT", timeout=90_000)
+    assert page.evaluate("performance.getEntriesByType('navigation').length") == 1  # the same page load
+
     meta = event_metadata(stack, marked)  # as the scan's event gives them
     page.fill("input[name=classifier]", "")
     page.fill("input[name=run_id]", str(meta["run_id"]))
@@ -157,6 +164,44 @@ def test_a_scan_launched_from_the_form_reaches_its_final_result_on_its_page_and_
     with workers_held(stack):  # so the scan is mid-way
         running = launched(stack)
         page.goto(f"{stack.url}/ui/#/scan/{running}")
+        taskforces = f"{stack.url}/scan/{running}/wms/taskforces"
+        headers = {"Authorization": f"Bearer {stack.user_token}"}
+        assert poll(lambda: httpx.get(taskforces, headers=headers, timeout=30).json()["taskforces"], 60)
+        before = len(httpx.get(taskforces, headers=headers, timeout=30).json()["taskforces"])
+        page.click("text=Add workers")
+        page.fill("input[name=n_workers]", "3")
+        page.click("text=Yes, add workers")
+        expect(page.locator("form[aria-label='Add workers']")).to_have_count(0)  # done: the form closes
+        added = poll(
+            lambda: len(httpx.get(taskforces, headers=headers, timeout=30).json()["taskforces"]) > before, 60
+        )
+        assert added, "no taskforce for the added workers after 60 s"
+        assert page.locator("#notice").is_hidden()
         page.click("text=Abort")
         page.click("text=Yes, abort this scan")
         expect(page.locator(".facts dd").nth(1)).to_have_text("yes")  # Deleted
+
+
+def test_a_viewer_sees_no_action_and_a_scanners_token_is_refused(stack: Stack, page: Page) -> None:
+    with workers_held(stack):  # so the scan is running, with every action open to a user
+        running = launched(stack)
+        page.goto(new_login_link(stack.settings, stack.viewer_token, stack.url))
+        page.locator("table.scans").wait_for()
+        assert page.locator("#launch-link").is_hidden()
+        page.goto(f"{stack.url}/ui/#/scan/{running}")
+        expect(page.locator(".facts .state")).not_to_be_empty()
+        for action in ("Abort", "Rescan", "Add workers"):
+            assert page.get_by_role("button", name=action).count() == 0, action
+
+        user = page.context.new_page()  # a user, in another tab (a tab's token is its own)
+        user.goto(new_login_link(stack.settings, stack.user_token, stack.url))
+        user.locator("table.scans").wait_for()
+        user.goto(f"{stack.url}/ui/#/scan/{running}")
+        expect(user.get_by_role("button", name="Abort")).to_be_visible()
+        user.close()
+
+    scanner = page.context.new_page()
+    scanner.goto(new_login_link(stack.settings, stack.system_token, stack.url))
+    scanner.get_by_text("The dashboard is for people").wait_for()
+    assert scanner.evaluate("sessionStorage.getItem('skyscan.token')") is None
+    scanner.close()
