@@ -23,7 +23,6 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
-from operator import itemgetter
 from typing import Any, Protocol, TypeVar
 from weakref import WeakKeyDictionary
 
@@ -54,7 +53,6 @@ KEPT_BODY_BYTES = 4096  # a body kept is at most this large
 NARROW = "Narrow the filter: name a run or event id, a classifier value, or a time range."
 KEPT_ANSWER_BYTES = 256 << 10  # manifests kept encoded per Scan version, for finds of a few scans
 FEW = 8  # a find answering at most this many live scans answers their kept bytes
-_SCAN_ID = itemgetter("scan_id")
 T = TypeVar("T")
 Found = tuple[int, dict[str, Any]]  # a manifest and the version of its Scan (0: archived)
 
@@ -332,9 +330,7 @@ async def encode_ids(ids: list[str], projected: bool) -> list[bytes]:
     parts, turn = [b'{"manifests": ['], _Slice()
     for start in range(0, len(ids), ID_PART):
         run = ids[start : start + ID_PART]
-        if projected and _plain("".join(run)):  # each encodes as itself in quotes (Kubernetes names do)
-            text = '{"scan_id": "' + '"}, {"scan_id": "'.join(run) + '"}'
-        elif projected:
+        if projected:
             text = '{"scan_id": ' + '}, {"scan_id": '.join(map(encode_basestring_ascii, run)) + "}"
         else:
             text = ", ".join(["{}"] * len(run))
@@ -342,14 +338,6 @@ async def encode_ids(ids: list[str], projected: bool) -> list[bytes]:
         await turn.end_if_due()
     parts.append(b"]}")
     return parts
-
-
-_UNESCAPED = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')  # what json writes as itself
-
-
-def _plain(text: str) -> bool:
-    """Whether json encodes `text` as itself in quotes (ASCII, none of it escaped)."""
-    return text.isascii() and not text.encode().translate(None, _UNESCAPED)
 
 
 def ids_only(fields: Collection[str]) -> bool:
@@ -375,7 +363,7 @@ async def answer(
         archived = await select_archived(archive, namespace, asked.query, compiled, live, examined)
     if exact is not None:
         if archived:
-            ids = list(merge(ids, [_SCAN_ID(m) for m in archived], str))
+            ids = list(merge(ids, [m["scan_id"] for m in archived], str))
         async with finds.turn:
             return await encode_ids(ids, "scan_id" in asked.fields)
     if archived:
