@@ -40,9 +40,8 @@ export function pix2ang(nside, pix) {
 
 export function zphi2pix(nside, z, phi) {
   const za = Math.abs(z);
-  let tt = (phi % TWO_PI) / (Math.PI / 2);
-  if (tt < 0) tt += 4;
-  if (tt >= 4) tt -= 4;
+  let tt = phi * (2 / Math.PI); // in [0, 4) once wrapped
+  if (tt < 0 || tt >= 4) tt -= 4 * Math.floor(tt / 4);
   if (za <= 2 / 3) { // equatorial belt
     const t1 = nside * (0.5 + tt);
     const t2 = nside * z * 0.75;
@@ -114,13 +113,84 @@ export function readResult(scanResult) {
   return { layers, count, best, max };
 }
 
-// -2 ΔlnL in the direction (z = sin dec, phi = RA), the finest nside's first; NaN where not scanned.
-function valueAt(layers, z, phi) {
-  for (const layer of layers) {
-    const value = layer.values.get(zphi2pix(layer.nside, z, phi));
-    if (value !== undefined) return value;
+// The result's pixels as slots (one per pixel of any nside, `values` their -2 ΔlnL) and, per nside
+// from the coarsest, each pixel's slot and whether a finer nside has pixels inside it (`deeper`).
+function slots(layers) {
+  const coarseFirst = layers.slice().reverse();
+  const values = new Float32Array(coarseFirst.reduce((n, layer) => n + layer.values.size, 0));
+  let next = 0;
+  const steps = coarseFirst.map((layer, k) => {
+    const npix = 12 * layer.nside * layer.nside;
+    const small = npix <= 1 << 20; // up to nside 256: arrays; finer: a Map and a Set
+    const step = { nside: layer.nside, slot: small ? new Int32Array(npix).fill(-1) : null,
+      map: small ? null : new Map(), deeper: small ? new Uint8Array(npix) : null, set: small ? null : new Set() };
+    for (const [pixel, value] of layer.values) {
+      values[next] = value;
+      if (small) step.slot[pixel] = next++;
+      else step.map.set(pixel, next++);
+    }
+    for (const finer of coarseFirst.slice(k + 1)) {
+      for (const pixel of finer.values.keys()) {
+        const [z, phi] = pix2zphi(finer.nside, pixel);
+        const inside = zphi2pix(layer.nside, z, phi);
+        if (small) step.deeper[inside] = 1;
+        else step.set.add(inside);
+      }
+    }
+    return step;
+  });
+  return { values, steps };
+}
+
+// The slot in direction (z = sin dec, phi = RA) into found[0], -1 where not scanned, and into found[1]
+// the path to it (the finest pixel visited, and how deep): the nsides from the coarsest, going finer only
+// where a finer nside has pixels inside this one (nsides are powers of two: a finer pixel lies in one
+// coarser pixel), so most of the sky costs one pixel lookup.
+function walk(steps, z, phi, found) {
+  let slot = -1;
+  let path = 0;
+  for (let l = 0; l < steps.length; l++) {
+    const step = steps[l];
+    const pixel = zphi2pix(step.nside, z, phi);
+    const here = step.slot !== null ? step.slot[pixel] : (step.map.get(pixel) ?? -1);
+    if (here >= 0) slot = here;
+    path = pixel * 16 + l;
+    if (step.deeper !== null ? step.deeper[pixel] === 0 : !step.set.has(pixel)) break;
   }
-  return NaN;
+  found[0] = slot;
+  found[1] = path;
+}
+
+// Each canvas pixel's slot (zs[k] = sin dec, NaN off the sky; phis[k] = RA), row by row, into `out`
+// (-2 off the sky). Where the pixels RUN apart along a row took the same path, every pixel between them
+// did: along a row of constant z (the Mollweide's) a pixel's HEALPix indices only grow with phi, so a
+// pixel met twice spans what lies between; in the zoom's few degrees, within a pixel's curvature.
+const RUN = 6;
+function locate(sky, width, zs, phis, out) {
+  const { steps } = sky;
+  const a = new Float64Array(2);
+  const b = new Float64Array(2);
+  for (let k = 0; k < zs.length; k++) {
+    if (Number.isNaN(zs[k])) {
+      out[k] = -2;
+      continue;
+    }
+    walk(steps, zs[k], phis[k], a);
+    out[k] = a[0];
+    const end = k + RUN;
+    if ((k % width) + RUN >= width || Number.isNaN(zs[end])) continue;
+    walk(steps, zs[end], phis[end], b);
+    if (a[1] === b[1]) {
+      out.fill(a[0], k + 1, end + 1);
+    } else {
+      for (let i = k + 1; i < end; i++) {
+        walk(steps, zs[i], phis[i], a);
+        out[i] = a[0];
+      }
+      out[end] = b[0];
+    }
+    k = end;
+  }
 }
 
 // The zoom's half-width, radians: the 90 % region's reach from the best fit with room around it.
@@ -194,49 +264,61 @@ const ZOOM = { x: 680, y: 34, size: 310 };
 const BAR = { y: 384, h: 12 };
 const ZOOM_TOP = 20; // the zoom's colour bar ends here: -2 ΔlnL above it is its brightest colour
 
-// Fills `image` (one panel) from `directions(i, j)` -> [z, phi] or null, and outlines the regions.
-function raster(image, width, height, sky, scale, directions) {
-  const values = new Float32Array(width * height).fill(Infinity); // Infinity: outside the panel
+// Fills `image` (one panel) with the directions of its pixels (zs: sin dec, NaN off the sky; phis: RA),
+// each slot in its colour (`scale`: -2 ΔlnL -> 0..1), then outlines the regions: their pixels with a
+// neighbour outside.
+function raster(image, width, height, sky, scale, zs, phis) {
+  const colour = Uint16Array.from(sky.values, (value) => Math.round(255 * scale(value)) * 3);
+  // Per slot, the first region it is in (0: 50 %, 1: 90 %, LEVELS.length: none).
+  const region = Uint8Array.from(sky.values, (value) => {
+    const at = LEVELS.findIndex((level) => value <= level.value);
+    return at < 0 ? LEVELS.length : at;
+  });
+  const panel = new Int32Array(width * height);
+  locate(sky, width, zs, phis, panel);
   const px = image.data;
-  for (let j = 0; j < height; j++) {
-    for (let i = 0; i < width; i++) {
-      const at = directions(i, j);
-      if (at === null) continue;
-      const value = valueAt(sky.layers, at[0], at[1]);
-      const k = j * width + i;
-      values[k] = value;
-      const colour = Number.isNaN(value) ? UNSCANNED : null;
-      const o = k * 4;
-      if (colour) {
-        px[o] = colour[0]; px[o + 1] = colour[1]; px[o + 2] = colour[2];
-      } else {
-        const c = Math.round(255 * scale(value)) * 3;
-        px[o] = LUT[c]; px[o + 1] = LUT[c + 1]; px[o + 2] = LUT[c + 2];
-      }
-      px[o + 3] = 255;
+  const inRegion = new Uint8Array(width * height).fill(LEVELS.length);
+  let [top, bottom] = [height, -1]; // the rows holding region pixels
+  for (let k = 0; k < panel.length; k++) {
+    const slot = panel[k];
+    if (slot === -2) continue;
+    const o = k * 4;
+    px[o + 3] = 255;
+    if (slot === -1) {
+      px[o] = UNSCANNED[0]; px[o + 1] = UNSCANNED[1]; px[o + 2] = UNSCANNED[2];
+      continue;
+    }
+    const c = colour[slot];
+    px[o] = LUT[c]; px[o + 1] = LUT[c + 1]; px[o + 2] = LUT[c + 2];
+    inRegion[k] = region[slot];
+    if (region[slot] < LEVELS.length) {
+      const row = (k / width) | 0;
+      if (row < top) top = row;
+      if (row > bottom) bottom = row;
     }
   }
-  for (const level of LEVELS) { // a pixel inside the region with a neighbour outside it
-    const inside = (k) => values[k] <= level.value;
-    for (let j = 0; j < height; j++) {
-      for (let i = 0; i < width; i++) {
-        const k = j * width + i;
-        if (!inside(k)) continue;
-        const edge = (i > 0 && !inside(k - 1)) || (i < width - 1 && !inside(k + 1)) ||
-          (j > 0 && !inside(k - width)) || (j < height - 1 && !inside(k + width));
+  LEVELS.forEach((level, n) => { // a region's pixels with a neighbour outside it
+    const [r, g, b] = level.colour;
+    for (let j = top; j <= bottom; j++) {
+      for (let i = 0, k = j * width; i < width; i++, k++) {
+        if (inRegion[k] > n) continue;
+        const edge = (i > 0 && inRegion[k - 1] > n) || (i < width - 1 && inRegion[k + 1] > n) ||
+          (j > 0 && inRegion[k - width] > n) || (j < height - 1 && inRegion[k + width] > n);
         if (!edge) continue;
-        px.set([...level.colour, 255], k * 4);
+        const o = k * 4;
+        px[o] = r; px[o + 1] = g; px[o + 2] = b;
       }
     }
-  }
+  });
 }
 
 function colourBar(ctx, x, y, w, ticks, scale, title) {
+  const bar = ctx.createImageData(w, BAR.h);
   for (let i = 0; i < w; i++) {
     const c = Math.round((255 * i) / (w - 1)) * 3;
-    ctx.fillStyle = `rgb(${LUT[c]},${LUT[c + 1]},${LUT[c + 2]})`;
-    ctx.fillRect(x + i, y, 1, BAR.h);
+    for (let j = 0; j < BAR.h; j++) bar.data.set([LUT[c], LUT[c + 1], LUT[c + 2], 255], (j * w + i) * 4);
   }
+  ctx.putImageData(bar, x, y);
   ctx.fillStyle = INK;
   ctx.strokeStyle = INK;
   ctx.textAlign = "center";
@@ -281,6 +363,50 @@ function graticule(ctx, project) {
   }
 }
 
+// The Mollweide panel's directions: per canvas pixel sin dec (NaN off the sky) and RA. A row has one
+// z, its RA falling evenly from left to right.
+function mollweideDirections() {
+  const [rx, ry] = [MOLL.w / 2, MOLL.h / 2];
+  const zs = new Float64Array(MOLL.w * MOLL.h).fill(NaN);
+  const phis = new Float64Array(MOLL.w * MOLL.h);
+  for (let j = 0; j < MOLL.h; j++) {
+    const t = Math.asin((ry - j - 0.5) / ry);
+    const z = (2 * t + Math.sin(2 * t)) / Math.PI;
+    const across = rx * Math.cos(t);
+    const step = -Math.PI / across;
+    for (let i = 0; i < MOLL.w; i++) {
+      const u = i + 0.5 - rx;
+      if (Math.abs(u) > across) continue;
+      zs[j * MOLL.w + i] = z;
+      phis[j * MOLL.w + i] = Math.PI + u * step;
+    }
+  }
+  return [zs, phis];
+}
+
+// The zoom's directions (gnomonic around ra0, dec0; `perPixel` of the tangent plane a canvas pixel,
+// east to the left): the point x east, y north of the centre on the tangent plane, normalised.
+function zoomDirections(ra0, dec0, perPixel) {
+  const [sd, cd, sr, cr] = [Math.sin(dec0), Math.cos(dec0), Math.sin(ra0), Math.cos(ra0)];
+  const [cx, cy, cz] = [cd * cr, cd * sr, sd];
+  const [ex, ey] = [-sr, cr];
+  const [nx, ny, nz] = [-sd * cr, -sd * sr, cd];
+  const zs = new Float64Array(ZOOM.size * ZOOM.size);
+  const phis = new Float64Array(ZOOM.size * ZOOM.size);
+  for (let j = 0, k = 0; j < ZOOM.size; j++) {
+    const y = (ZOOM.size / 2 - j - 0.5) * perPixel;
+    for (let i = 0; i < ZOOM.size; i++, k++) {
+      const x = -(i + 0.5 - ZOOM.size / 2) * perPixel;
+      const vx = cx + x * ex + y * nx;
+      const vy = cy + x * ey + y * ny;
+      const vz = cz + y * nz;
+      zs[k] = vz / Math.sqrt(vx * vx + vy * vy + vz * vz);
+      phis[k] = Math.atan2(vy, vx);
+    }
+  }
+  return [zs, phis];
+}
+
 // Draws `sky` (readResult's) on `canvas`; returns the best fit's canvas position in each panel.
 export function draw(canvas, sky) {
   const ctx = canvas.getContext("2d");
@@ -300,14 +426,9 @@ export function draw(canvas, sky) {
     return [MOLL.x + rx + (x / (2 * SQRT2)) * rx, MOLL.y + ry - (y / SQRT2) * ry];
   };
   const full = ctx.createImageData(MOLL.w, MOLL.h);
-  raster(full, MOLL.w, MOLL.h, sky, logScale, (i, j) => {
-    const x = ((i + 0.5 - rx) / rx) * 2 * SQRT2;
-    const y = ((ry - j - 0.5) / ry) * SQRT2;
-    if ((x * x) / 8 + (y * y) / 2 > 1) return null;
-    const t = Math.asin(y / SQRT2);
-    const lon = (-Math.PI * x) / (2 * SQRT2 * Math.cos(t));
-    return [(2 * t + Math.sin(2 * t)) / Math.PI, lon + Math.PI];
-  });
+  const found = slots(sky.layers);
+  const [zs, phis] = mollweideDirections();
+  raster(full, MOLL.w, MOLL.h, found, logScale, zs, phis);
   ctx.putImageData(full, MOLL.x, MOLL.y);
   graticule(ctx, toCanvas);
   const fullAt = toCanvas(bra, bdec);
@@ -317,17 +438,9 @@ export function draw(canvas, sky) {
   const half = zoomHalfWidth(sky);
   const perPixel = (2 * Math.tan(half)) / ZOOM.size;
   const linear = (v) => Math.min(1, v / ZOOM_TOP);
-  const [sd, cd] = [Math.sin(bdec), Math.cos(bdec)];
+  const [zoomZs, zoomPhis] = zoomDirections(bra, bdec, perPixel);
   const zoom = ctx.createImageData(ZOOM.size, ZOOM.size);
-  raster(zoom, ZOOM.size, ZOOM.size, sky, linear, (i, j) => {
-    const x = -(i + 0.5 - ZOOM.size / 2) * perPixel; // east to the left
-    const y = (ZOOM.size / 2 - j - 0.5) * perPixel;
-    const rho = Math.hypot(x, y);
-    if (rho === 0) return [sd, bra];
-    const c = Math.atan(rho);
-    const [s, k] = [Math.sin(c), Math.cos(c)];
-    return [k * sd + (y * s * cd) / rho, bra + Math.atan2(x * s, rho * cd * k - y * sd * s)];
-  });
+  raster(zoom, ZOOM.size, ZOOM.size, found, linear, zoomZs, zoomPhis);
   ctx.putImageData(zoom, ZOOM.x, ZOOM.y);
   const zoomAt = [ZOOM.x + ZOOM.size / 2, ZOOM.y + ZOOM.size / 2];
   marker(ctx, ...zoomAt);

@@ -14,7 +14,9 @@ Side by side, in one run against one local control plane (or SKYSCAN_TEST_KUBECO
    and under status PATCHes, PATCH -> event delay, against as many clients polling `/status` (followers.py);
 8. POST /scans/find by a classifier and by run/event id over the live scans, one at a time; and by a
    classifier selecting a third of them, projected to scan_id, 4 at a time, with /healthz probed
-   meanwhile (third_finds.py: the finds and the probes driven by hey).
+   meanwhile (third_finds.py: the finds and the probes driven by hey);
+9. the dashboard in chromium, from the page's Performance API (dashboard_bench.py's rows): a scan
+   page's skymap drawn at nside 512.
 The GETs of 1. are driven by hey (loadgen.py), a compiled load generator pinned to one CPU where there
 are two or more, so that the client's own CPU does not flatten the ratios; the rest by aiohttp in this
 process. Every figure names its load client. All of it runs on one machine: `uptime` is printed before
@@ -49,6 +51,7 @@ from skyscan.io import kube, kubeconfig
 from skyscan.io.kube import Kube, scan_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dashboard_bench
 import followers
 import harness
 import history
@@ -479,6 +482,14 @@ async def follow(b: Bench, config: ShimConfig, shim: Server) -> None:
         f"{got['shim_rss_no_clients_mib']:g} MiB before")  # fmt: skip
 
 
+async def dashboard(b: Bench, config: ShimConfig, shim: Server) -> None:
+    """9. The dashboard's rows, in chromium, against the shim over the live scans."""
+    b.report.phase("the dashboard in chromium")
+    runs = 3 if b.size is QUICK else 7
+    for f in await dashboard_bench.measure(shim.base, config.token, shim.pid, b.api, b.ns, runs):
+        b.report.add(Row(f.what, f.figure, f.compared, goal=f.goal, verdict=f.verdict, client=f.client))
+
+
 # ---------------------------------------------------------------- the archive
 
 
@@ -627,6 +638,7 @@ async def run(size: Size, report: Report) -> None:
             await report.section("Scan created → Job created", job_latency(b))
             await report.section("add-workers by workflow state", add_workers(b, config, shim, wms))
             await report.section("followers of live scans", follow(b, config, shim))
+            await report.section("the dashboard in chromium", dashboard(b, config, shim))
         await report.section("archived reads and finds", archived(b, config))
 
 
