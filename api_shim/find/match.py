@@ -11,12 +11,13 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from api_shim.find import query as q
 from api_shim.find.regex import Regex
 
 Predicate = Callable[[Any], bool]
+T = TypeVar("T")
 Test = Callable[[list[Any]], bool]  # of the values found at a path
 Compiled = Mapping[q.Pattern, Regex]
 # What a pattern not compiled yet costs: a program of no instructions, the least a pattern costs.
@@ -142,14 +143,12 @@ class _Tests:
         return found.search, regex_cost(found)
 
     def query(self, query: q.Query) -> tuple[Predicate, int]:
-        costed = sorted((self.clause(c) for c in query.clauses), key=lambda tc: tc[1])  # cheap tests first
-        tests = [test for test, _ in costed]
-        return (_every(tests) if tests else lambda doc: True), sum(c for _, c in costed)
+        tests, work = _unzip(sorted(map(self.clause, query.clauses), key=lambda tc: tc[1]))  # cheap first
+        return (_every(tests) if tests else lambda doc: True), work
 
     def clause(self, clause: q.Field | q.AnyOf) -> tuple[Predicate, int]:
         if isinstance(clause, q.AnyOf):
-            built = [self.query(p) for p in clause.parts]
-            parts, work = [p for p, _ in built], sum(c for _, c in built)
+            parts, work = _unzip([self.query(p) for p in clause.parts])
             if clause.negated:
                 return (lambda doc: not any(p(doc) for p in parts)), work
             return (lambda doc: any(p(doc) for p in parts)), work
@@ -163,8 +162,8 @@ class _Tests:
         ), work
 
     def conds(self, conds: tuple[q.Cond, ...]) -> tuple[Test, int]:
-        built = [self.cond(c) for c in conds]
-        return _every([t for t, _ in built]), 1 + sum(c for _, c in built)
+        tests, work = _unzip([self.cond(c) for c in conds])
+        return _every(tests), 1 + work
 
     def cond(self, cond: q.Cond) -> tuple[Test, int]:
         match cond:
@@ -184,11 +183,8 @@ class _Tests:
                 search, work = self.regex(pattern)
                 return (lambda values: _some(values, lambda c: isinstance(c, str) and search(c))), 1 + work
             case q.All(items):
-                built = [self.cond(i) for i in items]
-                parts = [p for p, _ in built]
-                return (lambda values: bool(parts) and all(p(values) for p in parts)), 1 + sum(
-                    c for _, c in built
-                )
+                parts, work = _unzip([self.cond(i) for i in items])
+                return (lambda values: bool(parts) and all(p(values) for p in parts)), 1 + work
             case q.Size(n):
                 return (lambda values: any(isinstance(v, list) and len(v) == n for v in values)), 1
             case q.ElemMatch(q.Query() as query):
@@ -219,10 +215,12 @@ class _Tests:
 
 
 def _equals(target: Any) -> Test:
-    def equal(
-        v: Any,
-    ) -> bool:  # `==` first: cheap, and implied by `same`, which then tells booleans from numbers
-        return v == target and same(v, target)
+    def equal(v: Any) -> bool:
+        return v == target and same(v, target)  # `==` first: cheap, implied by `same` (bool is not int)
 
-    # MongoDB: `null` also matches a missing field
-    return lambda values: _some(values, equal) or (target is None and not values)
+    return lambda values: _some(values, equal) or (target is None and not values)  # null: also missing
+
+
+def _unzip(built: list[tuple[T, int]]) -> tuple[list[T], int]:
+    """Built (test, cost) pairs as their tests, and their costs' sum."""
+    return [test for test, _ in built], sum(work for _, work in built)

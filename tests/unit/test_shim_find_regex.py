@@ -123,6 +123,16 @@ def test_a_pattern_near_the_limit_compiles_to_the_same_program_either_budget(pat
     assert compile_regex(pattern, "", **LIMITS).program_size == full
 
 
+def test_the_sizing_budget_grows_with_the_program_limit_from_a_floor() -> None:
+    """256 bytes an instruction (about 16 x the limit's program), never below 64 KiB; the full budget
+    2 MiB; both log nothing and capture nothing."""
+    assert regex_module._sizing(1_000).max_mem == 256_000
+    assert regex_module._sizing(10).max_mem == 64 << 10
+    for options in (regex_module._sizing(10), regex_module._RE2_OPTIONS):
+        assert (options.log_errors, options.never_capture) == (False, True)
+    assert regex_module._RE2_OPTIONS.max_mem == 2 << 20
+
+
 @pytest.mark.parametrize("pattern", ["^\\w{8}(\\w+)+!", "^(\\w+)+!", "(a|aa)+$", "(.*a){20}", "(x+x+)+y"])
 def test_catastrophic_patterns_take_linear_time(pattern: str) -> None:
     regex = compile_regex(pattern, "", **LIMITS)
