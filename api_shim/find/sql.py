@@ -35,6 +35,7 @@ from api_shim.find.query import All, AnyOf, Compare, Cond, Exists, Field, In, No
 BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
 SAFE_NUMBER = 2**53  # below it a number's JSON text orders and equals as the number does (see `_safe`)
 _SQL_ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+_KINDS = {bool: "boolean", int: "number", float: "number", str: "text"}  # the column kind a JSON value meets
 P = "\x00"  # a parameter's place in a condition's text, numbered once the final text is known
 
 
@@ -141,12 +142,10 @@ def _cond(tests: _Tests, cond: Cond) -> Sql:
             return _join("OR", [*(tests.equals(v) for v in values), *(UNTRANSLATED for _ in patterns)])
         case Exists(present):
             return tests.exists(present)
+        case All(()):
+            return FALSE  # an empty $all matches nothing
         case All(items) if all(isinstance(i, Compare) for i in items):
-            return (
-                _join("AND", [tests.equals(i.value) for i in items if isinstance(i, Compare)])
-                if items
-                else FALSE
-            )
+            return _join("AND", [tests.equals(i.value) for i in items if isinstance(i, Compare)])
     return UNTRANSLATED  # $regex, $size, $elemMatch, $all of $elemMatch
 
 
@@ -161,17 +160,6 @@ def _tests(path: str) -> _Tests:
     return _ManifestTests(tuple(path.split(".")))
 
 
-def _kind(value: Any) -> str | None:
-    """The column kind a value of this type can equal or order with."""
-    if isinstance(value, bool):
-        return "boolean"
-    if _number(value):
-        return "number"
-    if isinstance(value, str):
-        return "text"
-    return None
-
-
 @dataclass(frozen=True)
 class _ColumnTests:
     column: Column
@@ -182,7 +170,7 @@ class _ColumnTests:
             return UNTRANSLATED
         if value is None:
             return Sql(f"{col.name} IS NULL", True) if col.nullable else FALSE
-        kind = _kind(value)
+        kind = _KINDS.get(type(value))
         if kind == "number" and col.kind == "bigint":
             if not (value == int(value) and BIGINT_MIN <= value <= BIGINT_MAX):
                 return FALSE
@@ -198,7 +186,7 @@ class _ColumnTests:
         return FALSE  # another type, an array or an object: never equal to this column's scalar
 
     def order(self, op: str, value: Any) -> Sql:
-        col, kind = self.column, _kind(value)
+        col, kind = self.column, _KINDS.get(type(value))
         if kind == "text" and col.kind == "text":
             return Sql(f'{col.name} COLLATE "C" {_SQL_ORDER[op]} {P}::text', True, (value,))
         if kind != "number" or col.kind not in ("bigint", "float8"):
