@@ -224,6 +224,12 @@ for (let i = 0; i < 256; i++) {
   for (let c = 0; c < 3; c++) LUT[i * 3 + c] = VIRIDIS[lo][c] * (1 - f) + VIRIDIS[lo + 1][c] * f;
 }
 const UNSCANNED = [216, 216, 216];
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+// A canvas pixel (r, g, b, opaque) as one 32-bit word: LUT[c..c+2], or unscanned grey for c < 0.
+function rgba(c) {
+  const [r, g, b] = c < 0 ? UNSCANNED : [LUT[c], LUT[c + 1], LUT[c + 2]];
+  return (LITTLE_ENDIAN ? ((255 << 24) | (b << 16) | (g << 8) | r) : ((r << 24) | (g << 16) | (b << 8) | 255)) >>> 0;
+}
 const INK = "#1b1b1b";
 
 // ---------------------------------------------------------------- projections
@@ -268,35 +274,33 @@ const ZOOM_TOP = 20; // the zoom's colour bar ends here: -2 ΔlnL above it is it
 // each slot in its colour (`scale`: -2 ΔlnL -> 0..1), then outlines the regions: their pixels with a
 // neighbour outside.
 function raster(image, width, height, sky, scale, zs, phis) {
-  const colour = Uint16Array.from(sky.values, (value) => Math.round(255 * scale(value)) * 3);
+  const colour = Uint32Array.from(sky.values, (value) => rgba(Math.round(255 * scale(value)) * 3));
+  const unscanned = rgba(-1);
+  const none = LEVELS.length;
   // Per slot, the first region it is in (0: 50 %, 1: 90 %, LEVELS.length: none).
   const region = Uint8Array.from(sky.values, (value) => {
     const at = LEVELS.findIndex((level) => value <= level.value);
-    return at < 0 ? LEVELS.length : at;
+    return at < 0 ? none : at;
   });
   const panel = new Int32Array(width * height);
   locate(sky, width, zs, phis, panel);
-  const px = image.data;
-  const inRegion = new Uint8Array(width * height).fill(LEVELS.length);
-  let [top, bottom] = [height, -1]; // the rows holding region pixels
+  const px = new Uint32Array(image.data.buffer); // a pixel at a time: one write, not four
+  const inRegion = new Uint8Array(width * height).fill(none);
+  let [first, last] = [-1, -1]; // the first and last pixels in a region
   for (let k = 0; k < panel.length; k++) {
     const slot = panel[k];
-    if (slot === -2) continue;
-    const o = k * 4;
-    px[o + 3] = 255;
-    if (slot === -1) {
-      px[o] = UNSCANNED[0]; px[o + 1] = UNSCANNED[1]; px[o + 2] = UNSCANNED[2];
-      continue;
-    }
-    const c = colour[slot];
-    px[o] = LUT[c]; px[o + 1] = LUT[c + 1]; px[o + 2] = LUT[c + 2];
-    inRegion[k] = region[slot];
-    if (region[slot] < LEVELS.length) {
-      const row = (k / width) | 0;
-      if (row < top) top = row;
-      if (row > bottom) bottom = row;
+    if (slot >= 0) {
+      px[k] = colour[slot];
+      if (region[slot] === none) continue;
+      inRegion[k] = region[slot];
+      if (first < 0) first = k;
+      last = k;
+    } else if (slot === -1) {
+      px[k] = unscanned;
     }
   }
+  const [top, bottom] = first < 0 ? [0, -1] : [Math.floor(first / width), Math.floor(last / width)];
+  const image8 = image.data;
   LEVELS.forEach((level, n) => { // a region's pixels with a neighbour outside it
     const [r, g, b] = level.colour;
     for (let j = top; j <= bottom; j++) {
@@ -306,7 +310,7 @@ function raster(image, width, height, sky, scale, zs, phis) {
           (j > 0 && inRegion[k - width] > n) || (j < height - 1 && inRegion[k + width] > n);
         if (!edge) continue;
         const o = k * 4;
-        px[o] = r; px[o + 1] = g; px[o + 2] = b;
+        image8[o] = r; image8[o + 1] = g; image8[o + 2] = b;
       }
     }
   });
