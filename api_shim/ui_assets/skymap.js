@@ -87,9 +87,10 @@ export function readResult(scanResult) {
     const values = new Map();
     let lowest = Infinity;
     for (const row of part.data) {
+      if (!Array.isArray(row)) continue;
       const pixel = row[at.index];
       const llh = row[at.llh];
-      if (!Number.isInteger(pixel) || !Number.isFinite(llh)) continue;
+      if (!Number.isInteger(pixel) || pixel < 0 || pixel >= 12 * nside * nside || !Number.isFinite(llh)) continue;
       values.set(pixel, llh);
       lowest = Math.min(lowest, llh);
       if (best === null || llh < best.llh) best = { nside, pixel, llh };
@@ -525,7 +526,7 @@ export function skymapFigure(holder, stored) {
   const now = signature(stored);
   if (figure?.dataset.signature === now) return figure.dataset.empty === "yes" ? "" : figure;
   performance.mark("skyscan:skymap:start");
-  const sky = readResult(stored?.scan_result);
+  const sky = readResult(stored?.scan_result); // never throws: what it cannot read, it leaves out
   if (!figure) {
     const canvas = el("canvas", { class: "skymap", width: W, height: H, role: "img" });
     canvas.style.maxWidth = "100%"; // CSSOM, not an inline style attribute: the CSP allows it
@@ -540,7 +541,13 @@ export function skymapFigure(holder, stored) {
     return "";
   }
   figure.dataset.empty = "no";
-  const at = draw(canvas, sky);
+  let at;
+  try {
+    at = draw(canvas, sky);
+  } catch (error) { // the page's other parts stay live; the next result tries again
+    figure.dataset.signature = "";
+    return el("p", { class: "skymap-failure", text: `The skymap cannot be drawn from this result (${error.message}).` });
+  }
   const { best } = sky;
   const where = `RA ${best.ra.toFixed(2)}°, Dec ${best.dec.toFixed(2)}°`;
   const summary = `Skymap of ${sky.count} pixels (nsides ${sky.layers.map((l) => l.nside).reverse().join(", ")}); ` +

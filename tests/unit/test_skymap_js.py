@@ -112,3 +112,22 @@ def test_the_js_reads_a_result_as_skyreader_does(tmp_path: Path) -> None:
     assert got["max"] == pytest.approx(2 * (np.nanmax(np.concatenate(
         [result.get_results_per_nside(n)["llh"] for n in DEFAULT])) - best["llh"]), abs=1e-6)  # fmt: skip
     assert healpy.nside2npix(8) == len(dict(got["values"]["8"]))  # the whole sky at the coarsest
+
+
+def test_the_js_leaves_out_what_it_cannot_read(tmp_path: Path) -> None:
+    """Rows that are no rows, pixels that no nside has, llh that are no numbers, parts with no data: left
+    out, the rest read (a page shows what it can rather than failing)."""
+    odd = {
+        "nside-8": {
+            "columns": ["index", "llh"],
+            "data": [None, [1, "x"], [-1, 2.0], [768, 1.0], [5, 7.5], [6, 9.0]],
+        },
+        "nside-64": {"columns": ["llh"], "data": [[1.0]]},  # no index column
+        "nside-x": {"data": [[1, 1.0]]},
+        "metadata": "not a part",
+    }
+    sky = run_js(tmp_path, {"pixels": {}, "angles": {}, "result": odd})["sky"]
+    assert sky["count"] == 2
+    assert (sky["best"]["nside"], sky["best"]["pixel"], sky["best"]["llh"]) == (8, 5, 7.5)
+    assert dict(sky["values"]["8"]) == {5: 0, 6: 3}
+    assert run_js(tmp_path, {"pixels": {}, "angles": {}, "result": {}})["sky"]["best"] is None
