@@ -473,6 +473,13 @@ export function draw(canvas, sky) {
     const [x, y] = toCanvas((ra * Math.PI) / 180 + 1e-6, 0);
     ctx.fillText(`${ra}°`, ra === 0 ? x - 14 : x, y - 4);
   }
+  ctx.textAlign = "right";
+  ctx.textBaseline = "middle";
+  for (const dec of [-60, -30, 30, 60]) { // beside the left edge, where RA is 360°
+    const [x, y] = toCanvas(TWO_PI - 1e-6, (dec * Math.PI) / 180);
+    ctx.fillText(`${dec > 0 ? "+" : "−"}${Math.abs(dec)}°`, x - 3, y);
+  }
+  ctx.textBaseline = "alphabetic";
   const logTicks = [0, 1, 10, 100, 1000, 10000].filter((v) => v <= Math.max(sky.max, 1)).map((v) => [v, String(v)]);
   colourBar(ctx, MOLL.x + 60, BAR.y, MOLL.w - 120, logTicks, logScale, "−2 ΔlnL (log scale)");
   colourBar(ctx, ZOOM.x + 10, BAR.y, ZOOM.size - 30, [0, 5, 10, 15, 20].map((v) => [v, v === ZOOM_TOP ? `≥${v}` : String(v)]),
