@@ -3,7 +3,8 @@
 // zoom around the best fit, each pixel's -2 ΔlnL (relative to the best pixel over all nsides, finer
 // nsides over coarser) in viridis, the best fit marked, and skyreader's Wilks regions outlined
 // (-2 ΔlnL ≤ 1.39: 50 %, ≤ 4.61: 90 %). Drawn by inverse projection: each canvas pixel's direction,
-// its pixel at each nside present (finest first), that pixel's value; nothing else is fetched.
+// its pixel at the coarsest nside and, where finer pixels lie inside that one, at the finer nsides, the
+// finest found giving its value; no gaps, and nothing else is fetched.
 import { el } from "./dom.js";
 
 // ---------------------------------------------------------------- HEALPix, RING scheme
