@@ -27,6 +27,7 @@ from api_shim.bodies import BODIES, BodyBudget, body_of
 from api_shim.errors import ApiError, error_response
 from api_shim.handlers import ui
 from api_shim.handlers.events import STREAMS, EventStreams, close_streams
+from api_shim.handlers.scanner_log import LOG_STREAMS, LogStreams, close_log_streams
 from api_shim.metrics import CATCH_ALL, METRICS, METRICS_PATH, ShimMetrics, Tally
 from api_shim.plumbing import (
     FOUND,
@@ -305,6 +306,8 @@ async def create_app(
     app[BODIES] = BodyBudget(settings.body_bytes_at_once, settings.max_body_bytes, settings.body_wait_seconds)
     app[STREAMS] = EventStreams(settings)
     app.on_shutdown.append(close_streams)
+    app[LOG_STREAMS] = LogStreams(settings)
+    app.on_shutdown.append(close_log_streams)
     app[AUTHENTICATORS] = authenticators_ if authenticators_ is not None else authenticators(settings)
     app[ROUTE_TABLE] = ROUTES
     # Stable: a path's methods stay together (one resource), the rest in the route table's order.

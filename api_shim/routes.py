@@ -13,7 +13,18 @@ from pydantic import BaseModel
 
 from api_shim import metrics, rest_models
 from api_shim.auth import SYSTEM, USER, VIEWER
-from api_shim.handlers import events, find, manifest, results, scan, service, startup, table, wms
+from api_shim.handlers import (
+    events,
+    find,
+    manifest,
+    results,
+    scan,
+    scanner_log,
+    service,
+    startup,
+    table,
+    wms,
+)
 from api_shim.plumbing import Handler, Query, Route
 from api_shim.wire_names import REFERENCE_PATHS, Names
 
@@ -250,6 +261,19 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
         content_type="text/event-stream",
     ),
     scan_read("/logs", scan.get_logs, "Log URLs.", R, rest_models.LogsResponse),
+    # Not redirected: a replaced scan's log is that scan's own (why its scanner died).
+    Route(
+        "GET",
+        SCAN_ID + "/logs/scanner-server",
+        scanner_log.scanner_server_log,
+        "The scanner server's log as text: kept with the scan once its container ended (head and tail, "
+        "a marker where bytes were cut), read live while it runs; `follow` streams it until it ends.",
+        R,
+        None,
+        query=(Query("follow", "boolean", "Go on sending the log as it is written, until it ends."),),
+        errors=(404, 503),
+        content_type="text/plain",
+    ),
     scan_read(
         "/wms/workflow-id", wms.get_workflow_id, "The WMS workflow id.", RS, rest_models.WorkflowIdResponse
     ),

@@ -88,7 +88,16 @@ class ShimSettings(BaseSettings, policy.PolicySettings):  # with the request pol
     )
     logs_url_template: str | None = Field(
         default=None,
-        description="Scanner-server logs URL; `{scan_id}` and `{namespace}` are filled in. Unset: url null.",
+        description="Scanner-server logs URL; `{scan_id}` and `{namespace}` are filled in. Unset: this "
+        "service's own `/scan/{scan_id}/logs/scanner-server` (a path) once the scanner's Pod exists, else "
+        "null.",
+    )
+    max_log_streams: int = Field(
+        default=100,
+        ge=0,
+        description="Scanner logs read live at once (`GET /scan/{id}/logs/scanner-server` while the "
+        "scanner runs, each a stream from the API server); beyond, 503 `too many log streams`; kept logs "
+        "are not counted.",
     )
     add_workers_timeout: float = Field(
         default=60.0, description="Seconds to wait for the operator to answer an add-workers request."

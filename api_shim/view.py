@@ -95,8 +95,15 @@ def scan_request(scan: Scan, rescan_ids: list[str]) -> dict[str, Any]:
     }
 
 
+SCANNER_LOG_PATH = "/scan/{scan_id}/logs/scanner-server"
+
+
 def logs_url(scan: Scan, template: str | None, namespace: str) -> str | None:
-    return template.format(scan_id=scan_id(scan), namespace=namespace) if template else None
+    """Where the scanner server's log is read: the deployment's template, else the shim's own route
+    (a path on this service) once the scan's scanner Pod exists; null before."""
+    if template:
+        return template.format(scan_id=scan_id(scan), namespace=namespace)
+    return SCANNER_LOG_PATH.format(scan_id=scan_id(scan)) if ScanRecord(scan).scanner_pod else None
 
 
 def workforce(scan: Scan) -> dict[str, Any]:

@@ -399,6 +399,9 @@ class JobStatus(StatusPart):
     name: str
     created_at: str | None = None
     started_at: float | None = Field(default=None, description="Unix seconds when the scanner Pod started.")
+    pod: str | None = Field(
+        default=None, description="The scanner's Pod (the latest): whose log REST serves while it runs."
+    )
     state: str | None = Field(default=None, description="Pending, Running, Succeeded, Failed or Deleted.")
     reason: str | None = None
     replacement: str | None = Field(

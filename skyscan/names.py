@@ -11,7 +11,7 @@ from skyscan import model
 
 # --- labels
 SCAN_ID_LABEL = "skyscan.io/scan-id"  # on every object made for one scan (Job, Secret, Pods)
-PAYLOAD_LABEL = "skyscan.io/payload"  # on payload ConfigMaps: "event", "result" or "startup"
+PAYLOAD_LABEL = "skyscan.io/payload"  # on payload ConfigMaps: "event", "result", "startup" or "log"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "skyscan"}
 # On every scanner Job and Pod (with the scan's id): what the operator watches and the simulator selects.
 SCANNER_LABELS = {"app.kubernetes.io/name": "skyscan", "app.kubernetes.io/component": "scanner"}
@@ -83,6 +83,11 @@ def event_object_name(sensor_event_id: str) -> str:
 
 def result_object_name(scan_id: str) -> str:
     return f"skyscan-result-{scan_id}"
+
+
+def log_object_name(scan_id: str) -> str:
+    """The scanner's log, kept once its container ended (`skyscan.scanner_log`)."""
+    return f"skyscan-log-{scan_id}"
 
 
 def scan_id_of(obj: dict[str, Any]) -> str | None:

@@ -168,6 +168,11 @@ class ScanRecord:
     def job_state(self) -> str | None:
         return (self._st.get("job") or {}).get("state")
 
+    @property
+    def scanner_pod(self) -> str | None:
+        """The scanner's Pod the operator last saw (`status.job.pod`): whose log is read while it runs."""
+        return (self._st.get("job") or {}).get("pod")
+
     def workforce(self) -> model.Workforce | None:
         raw = self._st.get("workforce")
         return model.Workforce.model_validate(raw) if raw is not None else None

@@ -287,6 +287,15 @@ class Scans:
             return {}
         return {"scan_id": record.name, "scan_result": payload, "is_final": record.has_final_result}
 
+    async def scanner_log(self, scan: Obj) -> bytes | None:
+        """The scanner's kept log (gzip of its text) in the cluster, else in the archive; None when none
+        was kept (its scanner runs, or never ran)."""
+        name = ScanRecord(scan).name
+        data = None if archived(scan) else await payloads.stored_log(self._api, self._namespace, name)
+        if data is None and self._archive is not None:  # archived, maybe since the scan was read
+            data = await self._archive.scanner_log(self._namespace, name)
+        return data
+
     async def startup(self, scan_id: str) -> bytes | None:
         """A live scan's startup.json as the scanner stored it (None until then)."""
         return await payloads.read_startup(self._api, self._namespace, scan_id)

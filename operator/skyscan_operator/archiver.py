@@ -1,13 +1,14 @@
 """Archiving: a finished scan, once its retention period has passed, moves to PostgreSQL and leaves the
 cluster, so etcd and both processes hold the living only.
 
-A move is idempotent and crash-safe by its order: read the Scan and its payloads; write them to the
-archive in one transaction (a newer copy replaces an older one); post an `Archived` Event; delete
-the Scan only if it has not changed since it was read (uid and resourceVersion preconditions). A crash
-before the commit leaves the scan live, due again after a restart; a crash after it leaves both
-copies, and the next attempt stores the same (or a newer) copy again and then deletes. The payload
-ConfigMaps go with the Scan through their ownerReferences (a shared event stays until its last
-owner goes). Readers look in the cluster first and then in the archive, so a scan is never missing.
+A move is idempotent and crash-safe by its order: read the Scan and its payloads (its scanner's kept
+log among them); write them to the archive in one transaction (a newer copy replaces an older one);
+post an `Archived` Event; delete the Scan only if it has not changed since it was read (uid and
+resourceVersion preconditions). A crash before the commit leaves the scan live, due again after a
+restart; a crash after it leaves both copies, and the next attempt stores the same (or a newer) copy
+again and then deletes. The payload ConfigMaps go with the Scan through their ownerReferences (a
+shared event stays until its last owner goes). Readers look in the cluster first and then in the
+archive, so a scan is never missing.
 
 Which scans are due is kept in `ArchiveQueue`: one (due time, key) entry per finished scan, fed by
 watch events, so a tick pops the due ones and never looks at the others.
@@ -170,10 +171,11 @@ class Archiver:
             if record.has_result
             else None
         )
+        scanner_log = await payloads.stored_log(self._api, namespace, name)
         now = self._clock()
         from skyscan.io.archive import ArchivedScan
 
-        await archive.put(ArchivedScan(compact(obj), view, event, result, now))
+        await archive.put(ArchivedScan(compact(obj), view, event, result, now, scanner_log))
         await self._post(
             obj, "Normal", "Archived", "moved to the archive; REST reads and finds still serve it"
         )

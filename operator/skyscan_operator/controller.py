@@ -37,6 +37,7 @@ from skyscan_operator.draft import Plan
 from skyscan_operator.executor import Executor
 from skyscan_operator.kube_events import EventPoster
 from skyscan_operator.live_scans import Child, Key, LiveScans, key_of
+from skyscan_operator.log_keeper import LogKeeper
 from skyscan_operator.observed import Observed, ScanView, WorkflowView
 from skyscan_operator.settings import OperatorSettings
 from skyscan_operator.wms_client import WMSClient, WMSError, WMSUnavailable
@@ -67,6 +68,7 @@ class Controller:
         self.events: EventPoster | None = None
         self.executor: Executor | None = None
         self.archiver: Archiver | None = None  # with an archive DSN
+        self.log_keeper: LogKeeper | None = None
         self.catalog = TagCatalog(settings.tag_catalog_dir, settings.tags)
         self._invalid: set[tuple[Key, str]] = set()
         self.wms_poll_error: str | None = None  # why the last batched WMS poll failed, if it did
@@ -94,6 +96,8 @@ class Controller:
         self.events = EventPoster(self._api)
         self.events.start()
         self.executor = Executor(self._api, self.wms, self.store, self.events, s, self.clock)
+        self.log_keeper = LogKeeper(self._api, s, self.events, self.clock)
+        self.log_keeper.start()
         if s.archive_dsn:
             self.archiver = Archiver(self._api, s, self.clock)
         for i in range(s.workers):
@@ -123,6 +127,8 @@ class Controller:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.log_keeper:
+            await self.log_keeper.stop()
         if self.metrics:
             await self.metrics.stop()
         if self.events:
@@ -149,6 +155,8 @@ class Controller:
             self.queue.add(key)
 
     def on_child(self, kind: Child, event_type: str | None, body: dict[str, Any]) -> None:
+        if kind == "Pod" and self.log_keeper:
+            self.log_keeper.observe(body, deleted=event_type == "DELETED")
         if key := self.store.put_child(kind, body, deleted=event_type == "DELETED"):
             self.queue.add(key)
 

@@ -126,6 +126,7 @@ def _observe_job(d: Draft, obs: Observed) -> None:
             "name": job.name,
             "created_at": previous.created_at or job.created_at,
             "started_at": (pod.started_at if pod else None) or previous.started_at,
+            "pod": pod.name if pod else previous.pod,
             "state": state,
             "reason": reason,
         }

@@ -1,7 +1,8 @@
 """The archive: finished scans moved out of the cluster into PostgreSQL (setting SKYSCAN_ARCHIVE_DSN).
 
-One row per scan in `scans` (the compact Scan object, its REST manifest, its result payload and the
-columns searches use) and one per sensor event in `sensor_events`, shared by every scan that uses it.
+One row per scan in `scans` (the compact Scan object, its REST manifest, its result payload, its
+scanner's kept log and the columns searches use) and one per sensor event in `sensor_events`, shared
+by every scan that uses it.
 Payloads are stored exactly as the cluster stores them (`skyscan.io.payloads`: gzip of the JSON).
 
 The schema is versioned in code: `MIGRATIONS[i]` brings the database to version i + 1. `connect`
@@ -58,7 +59,9 @@ CREATE INDEX scans_rescan_of ON scans (rescan_of) WHERE rescan_of IS NOT NULL;
 SCHEMA_V2 = "ALTER TABLE scans DROP CONSTRAINT IF EXISTS scans_sensor_event_id_fkey;"
 # The dashboard's table pages by scan id, newest first, within a namespace (`ORDER BY scan_id COLLATE "C"`).
 SCHEMA_V3 = 'CREATE INDEX IF NOT EXISTS scans_newest ON scans (namespace, scan_id COLLATE "C");'
-MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3)
+# The scanner's log as kept in the cluster (`skyscan.scanner_log`: gzip of its head and tail).
+SCHEMA_V4 = "ALTER TABLE scans ADD COLUMN IF NOT EXISTS scanner_log bytea;"
+MIGRATIONS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4)
 # Every table the migrations create (with their indexes): what the archive's role must own
 # (skyscan.io.archive_role). A migration that adds a table adds it here.
 TABLES = ("skyscan_schema", "sensor_events", "scans")
@@ -67,7 +70,7 @@ MIGRATION_LOCK = 0x736B797363616E  # pg_advisory_xact_lock key: "skyscan" in ASC
 # The columns of `scans`, in the order `columns` returns them and the INSERT names them.
 SCAN_COLUMNS = (
     "scan_id", "namespace", "sensor_event_id", "rescan_of", "created_at", "last_updated", "is_deleted",
-    "run_id", "event_id", "classifiers", "manifest", "scan", "result", "archived_at",
+    "run_id", "event_id", "classifiers", "manifest", "scan", "result", "archived_at", "scanner_log",
 )  # fmt: skip
 # What a soft delete of an archived scan may change (identity, payloads and archive time stay).
 REPLACED_COLUMNS = (
@@ -108,6 +111,7 @@ class ArchivedScan:
     event: bytes | None  # gzip payload of its sensor event; None: it was never stored (EventMissing)
     result: bytes | None  # gzip payload of its result, if it has one
     archived_at: float  # Unix seconds
+    scanner_log: bytes | None = None  # gzip of its scanner's kept log, if one was kept
 
 
 def _bigint(value: Any) -> int | None:
@@ -145,6 +149,7 @@ def columns(rec: ArchivedScan) -> dict[str, Any]:
         "scan": with_archived_at(rec.scan, rec.archived_at),
         "result": rec.result,
         "archived_at": rec.archived_at,
+        "scanner_log": rec.scanner_log,
     }
     return {c: row[c] for c in SCAN_COLUMNS}
 
@@ -261,6 +266,14 @@ class Archive:
         """The gzip result payload; None when the scan is not archived or has no result."""
         found = await self.pool.fetchval(
             "SELECT result FROM scans WHERE namespace = $1 AND scan_id = $2", namespace, scan_id
+        )
+        return bytes(found) if found is not None else None
+
+    @_reaching
+    async def scanner_log(self, namespace: str, scan_id: str) -> bytes | None:
+        """The gzip of the scan's scanner's kept log; None when not archived or none was kept."""
+        found = await self.pool.fetchval(
+            "SELECT scanner_log FROM scans WHERE namespace = $1 AND scan_id = $2", namespace, scan_id
         )
         return bytes(found) if found is not None else None
 

@@ -18,7 +18,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from types import TracebackType
 from typing import Any
@@ -198,6 +198,26 @@ class Kube:
             content_type=APPLY_PATCH, timeout=timeout,
         )  # fmt: skip
         return json.loads(raw) if parse and raw else None
+
+    async def chunks(
+        self, path: str, params: Params | None = None, *, answer: float | None = None,
+        idle: float | None = None,
+    ) -> AsyncGenerator[bytes]:  # fmt: skip
+        """A GET's answer as it comes, a chunk at a time (a Pod's log, followed or not); no more of it
+        is read than the caller has taken. `answer`: seconds the API server has to answer; `idle`:
+        seconds each next chunk may take (else `TimeoutError`)."""
+        async with AsyncExitStack() as stack:
+            async with asyncio.timeout(answer):
+                sending = self._send("GET", path, query(params), None, "*/*", None, aiohttp.ClientTimeout())
+                response = await stack.enter_async_context(sending)
+                if response.status >= 300:
+                    raise KubeError(response.status, response.reason or "", await response.read())
+            while True:
+                async with asyncio.timeout(idle):
+                    chunk = await response.content.readany()
+                if not chunk:
+                    return
+                yield chunk
 
     async def watch(
         self, path: str, params: Params | None = None, *,

@@ -15,6 +15,10 @@ Scan update goes to every watcher). Format, for kubectl users and the operator:
   overwritten on each PUT, owned by its Scan. `is_final` lives in the Scan's `status.result`.
 - ConfigMap `skyscan-startup-<scan_id>` (label `skyscan.io/payload=startup`): the scanner's
   `startup.json` as its sidecar uploaded it (byte for byte), owned by its Scan; workers fetch it.
+- ConfigMap `skyscan-log-<scan_id>` (label `skyscan.io/payload=log`): the scanner's log as kept once
+  its container ended (`skyscan.scanner_log`), in `binaryData["log.txt.gz"]`, owned by its Scan;
+  written once by the operator (create: a second writer finds it there), annotated with the Pod it
+  came from and its size (`skyscan.io/log-bytes`, `skyscan.io/log-cut-bytes`).
 - Data: `binaryData["payload.json.gz"]` = gzip of the UTF-8 JSON payload.
   Read one with `kubectl get cm NAME -o jsonpath='{.binaryData.payload\\.json\\.gz}' | base64 -d | gunzip`.
 
@@ -35,9 +39,13 @@ from typing import Any
 from skyscan import names
 from skyscan.io import kube
 from skyscan.io.kube import Kube
-from skyscan.io.kube_errors import NotFound
+from skyscan.io.kube_errors import Conflict, NotFound
 
 DATA_KEY = "payload.json.gz"
+LOG_KEY = "log.txt.gz"
+LOG_POD_ANNOTATION = "skyscan.io/log-pod"  # the Pod whose container's log it is
+LOG_BYTES_ANNOTATION = "skyscan.io/log-bytes"  # the log's size as the container wrote it
+LOG_CUT_ANNOTATION = "skyscan.io/log-cut-bytes"  # how many of them were left out
 MAX_COMPRESSED_BYTES = 1_000_000
 
 
@@ -102,7 +110,7 @@ def _configmap_path(namespace: str, name: str | None = None) -> str:
     return kube.core_path("configmaps", namespace, name)
 
 
-async def stored(api: Kube, namespace: str, name: str) -> bytes | None:
+async def stored(api: Kube, namespace: str, name: str, key: str = DATA_KEY) -> bytes | None:
     """A payload's bytes exactly as stored (gzip), or None when there is no such object."""
     try:
         body = await api.read("GET", _configmap_path(namespace, name))
@@ -110,7 +118,7 @@ async def stored(api: Kube, namespace: str, name: str) -> bytes | None:
         return None
 
     def unpack() -> bytes:
-        return base64.b64decode((json.loads(body).get("binaryData") or {})[DATA_KEY])
+        return base64.b64decode((json.loads(body).get("binaryData") or {})[key])
 
     return await asyncio.to_thread(unpack)
 
@@ -242,3 +250,31 @@ async def write_startup(api: Kube, namespace: str, scan: dict[str, Any], data: b
 async def read_startup(api: Kube, namespace: str, scan_id: str) -> bytes | None:
     """The stored startup.json, byte for byte, or None before the sidecar uploaded it."""
     return await _read_raw(api, namespace, names.startup_object_name(scan_id))
+
+
+async def log_metadata(api: Kube, namespace: str, scan_id: str) -> dict[str, Any] | None:
+    """The kept scanner log's metadata (its annotations say whose and how big), or None."""
+    found = await _get_metadata(api, _configmap_path(namespace, names.log_object_name(scan_id)), _METADATA)
+    return None if found is None else dict(found.get("metadata") or {})
+
+
+async def create_log(
+    api: Kube, namespace: str, scan: dict[str, Any], data: bytes, annotations: dict[str, str]
+) -> bool:
+    """Keep a scanner's log (`data`: gzip, within `MAX_COMPRESSED_BYTES`), once: False if it was kept
+    already (by an earlier run of the operator, say)."""
+    body = configmap(names.log_object_name(scan["metadata"]["name"]), "log", b"", [owner_reference(scan)])
+    body["binaryData"] = {LOG_KEY: base64.b64encode(data).decode()}
+    body["metadata"]["labels"][names.SCAN_ID_LABEL] = scan["metadata"]["name"]
+    body["metadata"]["annotations"] = annotations
+    body["immutable"] = True
+    try:
+        await api.read("POST", _configmap_path(namespace), body=body)
+    except Conflict:  # AlreadyExists
+        return False
+    return True
+
+
+async def stored_log(api: Kube, namespace: str, scan_id: str) -> bytes | None:
+    """The kept scanner log as stored (gzip of its text), or None when none was kept."""
+    return await stored(api, namespace, names.log_object_name(scan_id), LOG_KEY)

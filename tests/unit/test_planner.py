@@ -177,6 +177,19 @@ def test_a_job_found_after_a_restart_is_adopted_not_created_again() -> None:
     assert reason(p.status, cond.ADMITTED) == "Started" and p.status["job"]["state"] == "Pending"
 
 
+def test_the_status_names_the_scanners_pod_and_keeps_it_once_the_pod_is_gone() -> None:
+    """Whose log the shim reads while the scanner runs (`status.job.pod`)."""
+    status = admitted(id="WF-1", requestedAt=cond.iso(NOW - 3), queuesActivated=True)
+    job = JobView("skyscan-s1", cond.iso(NOW - 4))
+    p = plan(scan(status, finalizers=[FINALIZER]), Observed(job=job), NOW, S)
+    assert p.status["job"].get("pod") is None
+    running = Observed(job=job, pods=(PodView("skyscan-s1-bcdfg", "Running", started_at=NOW - 3),))
+    p = plan(scan(p.status, finalizers=[FINALIZER]), running, NOW, S)
+    assert p.status["job"]["pod"] == "skyscan-s1-bcdfg"
+    p = plan(scan(p.status, finalizers=[FINALIZER]), Observed(job=job), NOW, S)
+    assert p.status["job"]["pod"] == "skyscan-s1-bcdfg"
+
+
 def test_failed_attempts_are_bounded() -> None:
     status = admitted()
     status["conditions"] = cond.put([], cond.ADMITTED, False, "WMSRejected", "HTTP 400", NOW, 1)
