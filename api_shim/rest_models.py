@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, Va
 from pydantic_core import ErrorDetails
 
 from api_shim.wire_names import alias
+from skyscan import subscription
 from skyscan.manifest import (
     ClassifiersOut,
     HeldJsonObject,
@@ -102,6 +103,14 @@ class ScanRequestBody(Body):
     scanner_server_env_from_user: ScannerServerEnv | None = None
     scanner_server_env: ScannerServerEnv | None = Field(default=None, json_schema_extra={"deprecated": True})
     manifest_projection: ManifestProjection = "*"
+
+
+class SubscribeBody(Body):
+    url: Annotated[str, Field(min_length=1, max_length=2048)]
+    secret: Annotated[str, Field(min_length=1, max_length=200)] | None = None  # none: one is made
+    states: Annotated[list[subscription.StateName], Field(min_length=1, max_length=subscription.MAX_STATES)]
+    scan_ids: Annotated[list[subscription.ScanId], Field(max_length=subscription.MAX_SCAN_IDS)] = []
+    classifiers: Classifiers = Field(default_factory=dict)
 
 
 class FindBody(Body):
@@ -222,6 +231,25 @@ class TableRow(BaseModel):
 class TableResponse(BaseModel):
     scans: list[TableRow]
     next: str | None  # the next page's `before`; null: the last page
+
+
+class SubscriptionView(BaseModel):
+    id: str
+    url: str
+    states: list[str]
+    scan_ids: list[str]
+    classifiers: ClassifiersOut
+    created: str  # RFC 3339
+    pending: int
+    delivered: int
+    failures: int
+    given_up: int
+    last_delivery: JsonObject | None
+    secret: str | None = None  # only in the answer to the POST that made one
+
+
+class SubscriptionsResponse(BaseModel):
+    subscriptions: list[SubscriptionView]
 
 
 class ScanRequestObj(BaseModel):

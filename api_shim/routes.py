@@ -22,6 +22,7 @@ from api_shim.handlers import (
     scanner_log,
     service,
     startup,
+    subscriptions,
     table,
     wms,
 )
@@ -91,6 +92,35 @@ INTERFACE_ROUTES: tuple[Route, ...] = (
     ),
     Route(
         "GET", "/scans/backlog", find.backlog, "Scans waiting on the backlog.", R, rest_models.BacklogResponse
+    ),
+    Route(
+        "POST",
+        "/subscriptions",
+        subscriptions.subscribe,
+        "Subscribe to scan events: each scan entering one of `states` (whole, or either half) is POSTed to "
+        "`url` as a CloudEvent signed as Standard Webhooks sign (`secret`: `whsec_` + base64; made and "
+        "answered once when absent), at least once, in order.",
+        U,
+        rest_models.SubscriptionView,
+        body=rest_models.SubscribeBody,
+        errors=(400, 503),
+    ),
+    Route(
+        "GET",
+        "/subscriptions",
+        subscriptions.subscriptions,
+        "Your subscriptions, with their deliveries.",
+        U,
+        rest_models.SubscriptionsResponse,
+    ),
+    Route(
+        "DELETE",
+        "/subscriptions/{subscription_id}",
+        subscriptions.unsubscribe,
+        "Delete one of your subscriptions.",
+        U,
+        rest_models.SubscriptionView,
+        errors=(404, 503),
     ),
     Route(
         "GET",

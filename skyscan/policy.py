@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from skyscan import model
+from skyscan import model, subscription
 from skyscan.tags import DEFAULT_MIN_TAG, TagError, check_tag
 
 # The shim's and the operator's defaults of the settings of the same names.
@@ -82,6 +82,28 @@ class PolicySettings(BaseModel):
         "operator read it: set both alike); reserved names stay refused. Another name is a 400 naming the "
         "variable, and fails a Scan made with kubectl (InvalidSpec).",
     )
+
+    webhook_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts webhook receivers may be at (JSON list: names, or suffixes beginning with `.`); "
+        "empty: no subscription is accepted. The shim refuses a subscription elsewhere (400); the operator "
+        "delivers to nothing else.",
+    )
+    webhook_allowed_networks: list[str] = Field(
+        default_factory=list,
+        description="Networks (CIDR, JSON list) a receiver's address may be in although it is not public; "
+        "otherwise an address that is loopback, private, link-local (cloud metadata), reserved or "
+        "multicast is refused when the operator connects, whatever name led to it.",
+    )
+    webhook_plain_http: bool = Field(
+        default=False, description="Allow http:// receivers (a local receiver); else https only."
+    )
+
+    def webhook_destinations(self) -> subscription.Destinations:
+        """Where deliveries may go (`skyscan.subscription.Destinations`)."""
+        return subscription.destinations(
+            self.webhook_allowed_hosts, self.webhook_allowed_networks, self.webhook_plain_http
+        )
 
     def request_policy(self, catalog: Collection[str]) -> Policy:
         """The rules a Scan's spec is held to, with the tag catalog as it is now."""

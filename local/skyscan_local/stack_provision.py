@@ -54,7 +54,7 @@ def ensure_archive(s: LocalStackSettings, state: dict[str, Any]) -> str:
 
 
 async def prepare_cluster(kubeconfig: str, namespace: str, timeout: float) -> None:
-    """The CRD, the namespace (ready for Pods) and the scanners' ServiceAccount."""
+    """The CRDs, the namespace (ready for Pods), the scanners' ServiceAccount, the webhook Secret."""
     await install.install(kubeconfig)
     async with await kube.connect(kubeconfig) as api:
         with contextlib.suppress(Conflict):
@@ -69,6 +69,7 @@ async def prepare_cluster(kubeconfig: str, namespace: str, timeout: float) -> No
                     raise
                 await asyncio.sleep(0.2)
         await install.ensure_scanner_account(api, namespace)
+        await install.ensure_webhook_secrets(api, namespace)
 
 
 def ensure_tokens(s: LocalStackSettings, state: dict[str, Any]) -> dict[str, str]:

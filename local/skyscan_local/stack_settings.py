@@ -23,11 +23,16 @@ ENV_KEYS = (
 )  # fmt: skip
 ARCHIVE_DATABASE = postgres.APP_DATABASE
 
-# The local clusters and tag catalog, which the shim and the operator both hold scans to.
+# The local clusters and tag catalog, which the shim and the operator both hold scans to, and where
+# webhooks may go.
 CATALOG = {
     "SKYSCAN_KNOWN_CLUSTERS": json.dumps({"osg": 100, "sub-2": 100, "local": 5}),
     "SKYSCAN_TAGS": json.dumps(["3.4.0", "4.0.0", "4.1.2", "4.2.0", "dev-branch-abc1234"]),
     "SKYSCAN_MIN_TAG": "4.0.0",
+    # Webhook receivers beside the stack (the shim checks them, the operator delivers to them).
+    "SKYSCAN_WEBHOOK_ALLOWED_HOSTS": json.dumps(["127.0.0.1", "localhost"]),
+    "SKYSCAN_WEBHOOK_ALLOWED_NETWORKS": json.dumps(["127.0.0.0/8"]),
+    "SKYSCAN_WEBHOOK_PLAIN_HTTP": "true",
 }
 # The local configuration of each component (short timers, the catalog above).
 # A variable already set in the environment wins over these.

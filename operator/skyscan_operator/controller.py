@@ -40,6 +40,7 @@ from skyscan_operator.live_scans import Child, Key, LiveScans, key_of
 from skyscan_operator.log_keeper import LogKeeper
 from skyscan_operator.observed import Observed, ScanView, WorkflowView
 from skyscan_operator.settings import OperatorSettings
+from skyscan_operator.webhooks import Webhooks
 from skyscan_operator.wms_client import WMSClient, WMSError, WMSUnavailable
 from skyscan_operator.workqueue import WorkQueue
 
@@ -69,6 +70,7 @@ class Controller:
         self.executor: Executor | None = None
         self.archiver: Archiver | None = None  # with an archive DSN
         self.log_keeper: LogKeeper | None = None
+        self.webhooks: Webhooks | None = None
         self.catalog = TagCatalog(settings.tag_catalog_dir, settings.tags)
         self._invalid: set[tuple[Key, str]] = set()
         self.wms_poll_error: str | None = None  # why the last batched WMS poll failed, if it did
@@ -95,6 +97,7 @@ class Controller:
             )
         self.events = EventPoster(self._api)
         self.events.start()
+        self.webhooks = Webhooks(self._api, s, self.clock)
         self.executor = Executor(self._api, self.wms, self.store, self.events, s, self.clock)
         self.log_keeper = LogKeeper(self._api, s, self.events, self.clock)
         self.log_keeper.start()
@@ -131,6 +134,8 @@ class Controller:
             await self.log_keeper.stop()
         if self.metrics:
             await self.metrics.stop()
+        if self.webhooks:
+            await self.webhooks.stop()
         if self.events:
             await self.events.stop()
         if self.wms:
@@ -142,6 +147,8 @@ class Controller:
 
     # --- fed by the kopf event handlers ---
     def on_scan(self, event_type: str | None, body: dict[str, Any]) -> None:
+        if self.webhooks:
+            self.webhooks.on_scan(event_type, body)
         key = key_of(body)
         if event_type == "DELETED":
             self.store.drop_scan(key)
@@ -153,6 +160,10 @@ class Controller:
             self.archiver.observe(key, body)
         if self.store.put_scan(body):
             self.queue.add(key)
+
+    def on_subscription(self, event_type: str | None, body: dict[str, Any]) -> None:
+        if self.webhooks:
+            self.webhooks.on_subscription(event_type, body)
 
     def on_child(self, kind: Child, event_type: str | None, body: dict[str, Any]) -> None:
         if kind == "Pod" and self.log_keeper:

@@ -16,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from skyscan import logs, model, names
+from skyscan import logs, model, names, subscription
 from skyscan.io import kube, kubeconfig
 from skyscan_operator import kopf_state, leader, metrics
 from skyscan_operator.controller import Controller
@@ -68,6 +68,11 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(model.GROUP, model.VERSION, model.PLURAL)
 async def scan_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     controller_of(memo).on_scan(event.get("type"), dict(event["object"]))
+
+
+@kopf.on.event(model.GROUP, model.VERSION, subscription.PLURAL)
+async def subscription_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    controller_of(memo).on_subscription(event.get("type"), dict(event["object"]))
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=names.SCANNER_LABELS)

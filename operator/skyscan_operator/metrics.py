@@ -33,6 +33,28 @@ log = logging.getLogger(__name__)
 REGISTRY = CollectorRegistry()  # one operator per process
 ProcessCollector(registry=REGISTRY)
 
+WEBHOOK_DELIVERIES = Counter(
+    "skyscan_operator_webhook_deliveries",
+    "Webhook delivery attempts, by result (delivered, failed).",
+    ["result"],
+    registry=REGISTRY,
+)
+WEBHOOK_RETRIES = Counter(
+    "skyscan_operator_webhook_retries",
+    "Webhook deliveries scheduled again after a failed attempt.",
+    registry=REGISTRY,
+)
+WEBHOOK_GIVE_UPS = Counter(
+    "skyscan_operator_webhook_give_ups",
+    "Webhook events given up: still undelivered after SKYSCAN_WEBHOOK_RETRY_SECONDS.",
+    registry=REGISTRY,
+)
+WEBHOOK_LATENCY = Histogram(
+    "skyscan_operator_webhook_delivery_seconds",
+    "From a scan event seen to its delivery.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 300, 3600),
+    registry=REGISTRY,
+)
 ADMISSIONS = Counter("skyscan_operator_admissions", "Scans the backlog admitted to start.", registry=REGISTRY)
 START_FAILURES = Counter(
     "skyscan_operator_start_failures",

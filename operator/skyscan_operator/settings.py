@@ -33,6 +33,18 @@ class OperatorSettings(BaseSettings, policy.PolicySettings):  # with the request
     watch_namespaces: list[str] = Field(
         default_factory=list, description="Namespaces to watch (JSON list); empty: just `namespace`."
     )
+    webhook_retry_seconds: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="How long a webhook event is tried (retries with delays doubling up to 5 min) before it "
+        "is given up.",
+    )
+    webhook_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=300, description="How long one webhook delivery may take (connect to answer)."
+    )
+    webhook_rate_per_second: float = Field(
+        default=20.0, gt=0, description="Deliveries per second to one subscription at most."
+    )
     kubeconfig: str | None = Field(
         default=None, description="Unset: in-cluster, else $KUBECONFIG / ~/.kube/config."
     )

@@ -78,8 +78,9 @@ async def delete_cluster_rbac(kubeconfig: str, names: list[str]) -> None:
         await run_kubectl(kubeconfig, "delete", "--ignore-not-found", *names)
 
 
-def test_the_crd_copy_in_manifests_matches_the_model() -> None:
-    assert (MANIFESTS / "crds" / crd.CRD_FILE.name).read_text() == crd.render(), "run `make crds`"
+def test_the_crd_copies_in_manifests_match_the_models() -> None:
+    for of in crd.KINDS:
+        assert (MANIFESTS / "crds" / of.file.name).read_text() == crd.render(of), "run `make crds`"
 
 
 async def test_manifests_are_accepted_by_the_api_server(cluster: Cluster, namespace: str) -> None:
@@ -172,6 +173,17 @@ async def test_each_component_gets_least_privilege(cluster: Cluster, namespace: 
         ("operator", "list", "leases.coordination.k8s.io"): False,
         ("operator", "delete", "leases.coordination.k8s.io"): False,
         ("shim", "create", "leases.coordination.k8s.io"): False,
+        # Subscriptions: the shim makes them and writes their signing secrets into the one webhook
+        # Secret (never reading it); the operator delivers them, reading that Secret and no other.
+        ("shim", "create", "scansubscriptions.skyscan.io"): True,
+        ("shim", "delete", "scansubscriptions.skyscan.io"): True,
+        ("shim", "patch", "secrets/skyscan-webhook-secrets"): True,
+        ("shim", "get", "secrets/skyscan-webhook-secrets"): False,
+        ("shim", "patch", "secrets/skyscan-scanner-token"): False,
+        ("operator", "watch", "scansubscriptions.skyscan.io"): True,
+        ("operator", "create", "scansubscriptions.skyscan.io"): False,
+        ("operator", "get", "secrets/skyscan-webhook-secrets"): True,
+        ("operator", "get", "secrets/skyscan-scanner-token"): False,
     }
     try:
         got = dict(zip(expected, await asyncio.gather(*(can(*k) for k in expected)), strict=True))

@@ -1,0 +1,142 @@
+"""Subscriptions to scan events through REST: `POST /subscriptions`, `GET /subscriptions`,
+`DELETE /subscriptions/{subscription_id}`, each person's own only (`skyscan.subscription`).
+
+A subscription is a `ScanSubscription` the operator delivers (`skyscan_operator.webhooks`); its signing
+secret is a key, named as the subscription, of the one webhook Secret, which the shim writes and never
+reads. The key is written first and the subscription made second, so the operator never meets a
+subscription without its secret; a subscription refused by the API server takes its key back out.
+Who made a subscription is in its spec (`owner`) and, as a digest, a label the listing selects on.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from typing import Any
+
+from aiohttp import web
+
+from api_shim import rest_models
+from api_shim.errors import ApiError, bad_request, not_found
+from api_shim.plumbing import IDENTITY, SHIM, ok, parse_body
+from skyscan import names
+from skyscan import subscription as sub
+from skyscan.io import kube
+from skyscan.io.kube_errors import NotFound
+
+OWNER_LABEL = "skyscan.io/owner"
+KEY_BYTES = 32  # of a secret made for a subscription that brought none
+
+
+def owner_label(name: str) -> str:
+    """A label value for a person's name (any text): its digest."""
+    return hashlib.sha256(name.encode()).hexdigest()[:40]
+
+
+def view(obj: dict[str, Any], secret: str | None = None) -> dict[str, Any]:
+    spec = sub.SubscriptionSpec.model_validate(obj["spec"])
+    status = sub.SubscriptionStatus.model_validate(obj.get("status") or {})
+    last = status.last_delivery
+    return {
+        "id": obj["metadata"]["name"],
+        "url": spec.url,
+        "states": spec.states,
+        "scan_ids": spec.scan_ids,
+        "classifiers": spec.classifiers,
+        "created": obj["metadata"].get("creationTimestamp", ""),
+        "pending": len(status.pending),
+        "delivered": status.delivered,
+        "failures": status.failures,
+        "given_up": status.given_up,
+        "last_delivery": None if last is None else last.model_dump(),
+        **({"secret": secret} if secret else {}),
+    }
+
+
+async def _set_key(api: kube.Kube, namespace: str, name: str, value: str | None) -> None:
+    """The webhook Secret's key `name` set to `value` (removed for None)."""
+    data = {name: None if value is None else base64.b64encode(value.encode()).decode()}
+    try:
+        await api.request(
+            "PATCH",
+            kube.core_path("secrets", namespace, sub.SECRET_NAME),
+            body={"data": data},
+            content_type="application/merge-patch+json",
+        )
+    except NotFound:
+        raise ApiError(
+            503,
+            "webhook secret store missing",
+            f"The Secret {sub.SECRET_NAME} is not installed in this namespace (the chart and the manifests "
+            "install it).",
+        ) from None
+
+
+async def subscribe(request: web.Request) -> web.Response:
+    shim, body = request.app[SHIM], await parse_body(request, rest_models.SubscribeBody)
+    if refusal := shim.settings.webhook_destinations().url_refusal(body.url):
+        raise bad_request(f"url: {refusal}")
+    made = body.secret is None
+    secret = body.secret or sub.SECRET_PREFIX + base64.b64encode(secrets.token_bytes(KEY_BYTES)).decode()
+    try:
+        sub.signing_key(secret)
+    except ValueError as e:
+        raise bad_request(f"secret: {e}") from None
+    name = f"sub-{secrets.token_hex(8)}"
+    owner = request[IDENTITY].name
+    spec = sub.SubscriptionSpec(
+        url=body.url,
+        secret_ref=sub.SecretRef(key=name),
+        states=body.states,
+        scan_ids=body.scan_ids,
+        classifiers=body.classifiers,
+        owner=owner,
+    )
+    obj = {
+        "apiVersion": sub.API_VERSION,
+        "kind": sub.KIND,
+        "metadata": {"name": name, "labels": {OWNER_LABEL: owner_label(owner), **names.MANAGED_BY}},
+        "spec": spec.to_kube(),
+    }
+    await _set_key(shim.api, shim.namespace, name, secret)
+    try:
+        created = await shim.api.request(
+            "POST", kube.path(sub.API_VERSION, sub.PLURAL, shim.namespace), body=obj
+        )
+    except BaseException:
+        await _set_key(shim.api, shim.namespace, name, None)
+        raise
+    return ok(view(created, secret if made else None))
+
+
+async def _own(request: web.Request) -> list[dict[str, Any]]:
+    shim, owner = request.app[SHIM], request[IDENTITY].name
+    found = await shim.api.request(
+        "GET",
+        kube.path(sub.API_VERSION, sub.PLURAL, shim.namespace),
+        params={"labelSelector": f"{OWNER_LABEL}={owner_label(owner)}"},
+    )
+    return [o for o in found.get("items", []) if (o.get("spec") or {}).get("owner") == owner]
+
+
+async def subscriptions(request: web.Request) -> web.Response:
+    mine = sorted(await _own(request), key=lambda o: o["metadata"].get("creationTimestamp", ""))
+    return ok({"subscriptions": [view(o) for o in mine]})
+
+
+async def unsubscribe(request: web.Request) -> web.Response:
+    shim, name = request.app[SHIM], request.match_info["subscription_id"]
+    path = kube.path(sub.API_VERSION, sub.PLURAL, shim.namespace, name)
+    try:
+        obj = await shim.api.request("GET", path) if 0 < len(name) <= 253 else None
+    except NotFound:
+        obj = None
+    if obj is None or (obj.get("spec") or {}).get("owner") != request[IDENTITY].name:
+        raise not_found("subscription")  # another's is not told apart from none
+    try:
+        await shim.api.request("DELETE", path, body={"preconditions": {"uid": obj["metadata"]["uid"]}})
+    except NotFound:
+        raise not_found("subscription") from None
+    await _set_key(shim.api, shim.namespace, name, None)
+    return ok(view(obj))

@@ -1,0 +1,104 @@
+"""Subscriptions' pure rules (`skyscan.subscription`): which events a subscription wants, the event's
+stable id, the CloudEvent, the Standard Webhooks signature (verified by that convention's own library),
+and where deliveries may go."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from skyscan import subscription as sub
+
+SECRET = "whsec_" + base64.b64encode(bytes(range(32))).decode()
+
+
+def spec(**changes: object) -> sub.SubscriptionSpec:
+    fields = {
+        "url": "https://hooks.example.org/x",
+        "secretRef": {"key": "k"},
+        "states": ["SCAN_HAS_FINAL_RESULT"],
+    }
+    return sub.SubscriptionSpec.model_validate(fields | changes)
+
+
+def test_states_are_whole_or_either_half_and_scans_by_id_and_classifiers() -> None:
+    assert sub.wants_state(["SCAN_HAS_FINAL_RESULT"], "SCAN_HAS_FINAL_RESULT")
+    assert sub.wants_state(["ABORTED"], "ABORTED__PARTIAL_RESULT_GENERATED")
+    assert sub.wants_state(["PRESTARTUP"], "PENDING__PRESTARTUP")
+    assert not sub.wants_state(["ABORTED"], "PENDING__PRESTARTUP")
+    assert not sub.wants_state(["ABORT"], "ABORTED__PRESTARTUP")  # a half is whole, not a prefix
+    assert sub.wants_scan(spec(), "s1", {})
+    assert sub.wants_scan(spec(scanIds=["s1"]), "s1", {}) and not sub.wants_scan(
+        spec(scanIds=["s1"]), "s2", {}
+    )
+    picky = spec(classifiers={"k": 1})
+    assert sub.wants_scan(picky, "s", {"k": 1, "o": 2})
+    assert not sub.wants_scan(picky, "s", {"k": "1"}) and not sub.wants_scan(picky, "s", {})
+
+
+def test_an_event_keeps_its_id_and_differs_by_subscription_scan_and_state() -> None:
+    first = sub.event_id("uid-1", "s1", "SCAN_HAS_FINAL_RESULT")
+    assert first == sub.event_id("uid-1", "s1", "SCAN_HAS_FINAL_RESULT") and len(first) == 32
+    final = "SCAN_HAS_FINAL_RESULT"
+    others = (("uid-2", "s1", final), ("uid-1", "s2", final), ("uid-1", "s1", "X"))
+    assert len({first, *(sub.event_id(*other) for other in others)}) == 4
+
+
+def test_the_cloud_event_is_signed_as_standard_webhooks_verify_it() -> None:
+    event = sub.PendingEvent(
+        id="e1", scan_id="s1", state="SCAN_HAS_FINAL_RESULT", time=1_700_000_000.5, data={"x": 1}
+    )
+    body = sub.cloud_event("ns", event)
+    assert json.loads(body) == {
+        "specversion": "1.0", "type": sub.EVENT_TYPE, "source": "/skyscan/ns/scans", "id": "e1",
+        "time": "2023-11-14T22:13:20.500000Z", "subject": "s1", "datacontenttype": "application/json",
+        "data": {"x": 1},
+    }  # fmt: skip
+    now = int(time.time())
+    headers = sub.signature_headers(sub.signing_key(SECRET), "e1", now, body)
+    assert Webhook(SECRET).verify(body, headers)["id"] == "e1"
+    with pytest.raises(WebhookVerificationError):
+        Webhook(SECRET).verify(body + b" ", headers)
+    other = "whsec_" + base64.b64encode(bytes(32)).decode()
+    with pytest.raises(WebhookVerificationError):
+        Webhook(other).verify(body, headers)
+
+
+@pytest.mark.parametrize(
+    "secret", ["", "whsec_", "abc", "whsec_!!!", "whsec_" + base64.b64encode(bytes(8)).decode(), SECRET[6:]]
+)
+def test_a_signing_secret_is_whsec_and_base64_of_a_key_long_enough(secret: str) -> None:
+    with pytest.raises(ValueError):
+        sub.signing_key(secret)
+
+
+def test_destinations_by_host_list_scheme_and_address() -> None:
+    where = sub.destinations(["hooks.example.org", ".alerts.example.net"], [], plain_http=False)
+    assert where.url_refusal("https://hooks.example.org/x") is None
+    assert where.url_refusal("https://a.alerts.example.net:8443/x") is None
+    assert where.url_refusal("https://HOOKS.example.org./x") is None
+    for url, why in (
+        ("http://hooks.example.org/x", "scheme"),
+        ("https://evil.example.org/x", "not on the allowed list"),
+        ("https://alerts.example.net.evil.io/x", "not on the allowed list"),
+        ("https://xalerts.example.net/x", "not on the allowed list"),
+        ("https://127.0.0.1/x", "not on the allowed list"),
+        ("https://169.254.169.254/latest", "not on the allowed list"),
+        ("https://u:p@hooks.example.org/x", "credentials"),
+        ("ftp://hooks.example.org/x", "scheme"),
+        ("https://[::1/x", "not a URL"),
+        ("https://hooks.example.org:99999/x", "not a URL"),
+    ):
+        refusal = where.url_refusal(url)
+        assert refusal is not None and why in refusal, url
+    for address in ("127.0.0.1", "10.0.0.80", "169.254.169.254", "192.168.1.1", "::1", "fe80::1",
+                    "::ffff:127.0.0.1", "100.64.0.1", "0.0.0.0", "224.0.0.1", "fd00::1"):  # fmt: skip
+        assert where.address_refusal(address) is not None, address
+    assert where.address_refusal("93.184.216.34") is None and where.address_refusal("2606:4700::1111") is None
+    local = sub.destinations(["127.0.0.1"], ["127.0.0.0/8"], plain_http=True)
+    assert local.url_refusal("http://127.0.0.1:9999/hook") is None
+    assert local.address_refusal("127.0.0.1") is None and local.address_refusal("10.0.0.1") is not None
