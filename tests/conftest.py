@@ -162,6 +162,7 @@ async def archive(archive_dsn: str) -> AsyncIterator[Archive]:
 # of its own while there are workers enough.
 SESSION_STACK = (
     "actions", "cli", "dashboard", "handoff", "identity", "kubectl", "lifecycle", "metrics", "stack",
+    "webhooks",
 )  # fmt: skip
 TOGETHER = {
     "tests/e2e/test_real_node.py": "real_node",

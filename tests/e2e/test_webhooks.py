@@ -1,0 +1,70 @@
+"""Webhooks on the local stack: a subscription made through REST (a person's own), a scan launched as
+`make demo` launches one, and a receiver beside the stack that gets one CloudEvent for the scan's final
+result, signed so that the Standard Webhooks library verifies it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+from standardwebhooks.webhooks import Webhook
+
+from skyscan_local.processes import free_port
+from tests.e2e.conftest import Rest, scan_request
+from tests.helpers import eventually
+
+pytestmark = pytest.mark.timeout(180)
+FINAL = "SCAN_HAS_FINAL_RESULT"
+
+
+@pytest.fixture
+async def received() -> AsyncIterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
+    """A receiver beside the stack: its URL, and what it was sent."""
+    got: list[tuple[dict[str, str], bytes]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        got.append(({k.lower(): v for k, v in request.headers.items()}, await request.read()))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner, port = web.AppRunner(app), free_port()
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    yield f"http://127.0.0.1:{port}/hook", got
+    await runner.cleanup()
+
+
+async def test_a_subscription_gets_the_final_result_of_a_scan_signed(
+    rest: Rest, received: tuple[str, list[tuple[dict[str, str], bytes]]]
+) -> None:
+    url, got = received
+    made: dict[str, Any] = await rest.ok("POST", "/subscriptions", json={"url": url, "states": [FINAL]})
+    scan_id = (await rest.ok("POST", "/scan", json=scan_request()))["scan_id"]
+    await rest.wait_status(scan_id, lambda s: s["scan_state"] == FINAL, timeout=120)
+
+    def ours() -> list[dict[str, Any]]:
+        return [json.loads(body) for _, body in got if json.loads(body)["subject"] == scan_id]
+
+    assert await eventually(lambda: _true(bool(ours())), timeout=60)
+    headers, body = next((h, b) for h, b in got if json.loads(b)["subject"] == scan_id)
+    event = Webhook(made["secret"]).verify(body, headers)
+    assert event["data"]["scan_state"] == FINAL and event["data"]["scan_id"] == scan_id
+    mine = await eventually(lambda: _delivered(rest, made["id"]), timeout=30)
+    assert mine["last_delivery"]["result"] == "delivered"
+    assert len(ours()) == 1  # one event for the scan: its final result
+    gone = await rest.ok("DELETE", f"/subscriptions/{made['id']}")
+    assert gone["id"] == made["id"]
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _delivered(rest: Rest, subscription_id: str) -> dict[str, Any] | None:
+    listed = await rest.ok("GET", "/subscriptions")
+    mine = next(s for s in listed["subscriptions"] if s["id"] == subscription_id)
+    return mine if mine["delivered"] >= 1 else None
