@@ -151,9 +151,14 @@ def cmd_request(c: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_logs(c: Client, args: argparse.Namespace) -> int:
-    doc = c.logs(args.scan_id)
-    url = doc["scanner_server"]["url"]
-    return reply(doc, args.json, url or "no log URL (the service has no log source set)")
+    """The scanner server's log itself; `--url`/`--json`: where it is (`GET /scan/{id}/logs`)."""
+    if args.url_only or args.json:
+        doc = c.logs(args.scan_id)
+        return reply(doc, args.json, doc["scanner_server"]["url"] or "no log URL (no scanner has run yet)")
+    for chunk in c.scanner_log(args.scan_id, follow=args.follow):
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+    return exit_codes.OK
 
 
 def find_filter(args: argparse.Namespace) -> dict[str, Any]:
@@ -275,7 +280,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--projection", help="`*` or field names joined by |")
     p.add_argument("--include-deleted", action="store_true")
     command("request", cmd_request, "the request that started the scan")
-    command("logs", cmd_logs, "the scanner server's log URL")
+    p = command("logs", cmd_logs, "the scanner server's log (kept once it ended, else live)")
+    p.add_argument("--follow", action="store_true", help="go on printing it as it is written, until it ends")
+    p.add_argument("--url", dest="url_only", action="store_true", help="print where it is (its URL)")
 
     p = command("find", cmd_find, "find scans (a table; --json: the manifests)", scan=False)
     p.add_argument("--run", type=int, help="event_metadata.run_id")

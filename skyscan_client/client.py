@@ -257,6 +257,26 @@ class Client:
     def logs(self, scan_id: str, *, no_redirect: bool = False) -> Logs:
         return cast(Logs, self._call("GET", f"/scan/{scan_id}/logs", params=_flags(no_redirect=no_redirect)))
 
+    def scanner_log(self, scan_id: str, *, follow: bool = False) -> Iterator[bytes]:
+        """The scanner server's log (`GET /scan/{id}/logs/scanner-server`) as it comes: the copy kept with
+        the scan once its container ended, else the running container's; with `follow`, until it ends.
+        A 502/503/504 before the log starts (its node unreachable for a moment) is tried again."""
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None if follow else self._http.timeout.read)
+        headers = {"Accept": "text/plain", **self._freshness()}
+        for attempt in range(self.retries + 1):
+            with self._http.stream(
+                "GET", f"/scan/{scan_id}/logs/scanner-server", params=_flags(follow=follow), headers=headers,
+                timeout=timeout,
+            ) as response:  # fmt: skip
+                if response.status_code in RETRY_STATUSES and attempt < self.retries:
+                    time.sleep(self._delay(attempt, response.headers.get("Retry-After")))
+                    continue
+                if not response.is_success:
+                    response.read()
+                    raise SkyscanError.from_response(response)
+                yield from response.iter_bytes()
+                return
+
     # -- the WMS side --------------------------------------------------------------------------------
 
     def workflow_id(self, scan_id: str) -> WorkflowId:

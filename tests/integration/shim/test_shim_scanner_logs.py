@@ -8,6 +8,7 @@ them): here the kubelet's answer alone is played (`Kubelet`), everything else is
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -19,6 +20,8 @@ from skyscan import names
 from skyscan.io import kube, payloads
 from skyscan.io.kube import Kube
 from skyscan.io.kube_errors import NotFound
+from skyscan_client import cli as skyscan
+from skyscan_client import exit_codes
 from skyscan_operator.archiver import Archiver
 from skyscan_operator.log_keeper import LogKeeper, ended
 from skyscan_operator.settings import OperatorSettings
@@ -121,7 +124,11 @@ async def kept(api: Kube, namespace: str, scan_id: str) -> dict[str, Any]:
 
 
 async def test_an_oom_killed_scanners_log_is_kept_once_cut_and_served_after_its_pod_and_archiving(
-    make_shim: MakeShim, api: Kube, namespace: str, archive_dsn: str
+    make_shim: MakeShim,
+    api: Kube,
+    namespace: str,
+    archive_dsn: str,
+    capsysbinary: pytest.CaptureFixture[bytes],
 ) -> None:
     shim = await make_shim(logs_url_template=None, archive_dsn=archive_dsn)
     scan_id = (await shim.launch())["scan_id"]
@@ -186,6 +193,12 @@ async def test_an_oom_killed_scanners_log_is_kept_once_cut_and_served_after_its_
     assert plain.status == 200 and "Content-Encoding" not in plain.headers and plain.body == served.body
     followed = await shim.call("GET", route(scan_id), params={"follow": "true"})
     assert followed.status == 200 and followed.body == served.body  # it ended: nothing to follow
+    # `skyscan logs ID [--follow]` prints it; `--url` says where it is.
+    for flags in ([], ["--follow"]):
+        code, printed = await asyncio.to_thread(cli, capsysbinary, shim, "logs", scan_id, *flags)
+        assert code == exit_codes.OK and printed == served.body
+    code, printed = await asyncio.to_thread(cli, capsysbinary, shim, "logs", scan_id, "--url")
+    assert code == exit_codes.OK and printed.decode().strip() == route(scan_id)
 
     # For people only: a scanner's own credential (of any scan) and no credential are refused.
     for who, code in (("system", 403), ("icecube-system", 403), (None, 401)):
@@ -210,6 +223,13 @@ async def test_an_oom_killed_scanners_log_is_kept_once_cut_and_served_after_its_
         scan_id
     )
     assert (await shim.call("GET", route(scan_id), as_="system")).status == 403
+
+
+def cli(capsysbinary: pytest.CaptureFixture[bytes], shim: ShimUnderTest, *args: str) -> tuple[int, bytes]:
+    """`skyscan ARGS` as a user, its exit code and what it printed."""
+    capsysbinary.readouterr()
+    code = skyscan.main(["--url", shim.url, "--token", shim.tokens["user"], *args])
+    return code, capsysbinary.readouterr().out
 
 
 async def _moved(archiver: Archiver, api: Kube, namespace: str, scan_id: str) -> bool:
