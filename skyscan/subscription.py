@@ -3,8 +3,8 @@ CloudEvent announcing one, its Standard Webhooks signature, and where a delivery
 
 A scan event is a scan entering a state (`scan_state`) a subscription names, each state named whole
 (`SCAN_HAS_FINAL_RESULT`) or by either half (`ABORTED` is every aborted scan, whatever its stage). Its id
-is a digest of the subscription, the scan and the state: the same event keeps its id however often it is
-tried, whichever operator replica tries it, so a receiver drops repeats by `webhook-id`.
+(`event_id`) is recorded with it before it is first tried: the same event keeps its id however often it
+is tried, whichever operator replica tries it, so a receiver drops repeats by `webhook-id`.
 
 The signature follows the Standard Webhooks convention: the secret is `whsec_` and the base64 of its
 key; `webhook-signature` is `v1,` and the base64 HMAC-SHA256 of `id.timestamp.body` under that key.
@@ -117,8 +117,11 @@ def wants_scan(spec: SubscriptionSpec, scan_id: str, classifiers: Mapping[str, A
     return all(k in classifiers and classifiers[k] == v for k, v in spec.classifiers.items())
 
 
-def event_id(subscription_uid: str, scan_id: str, state: str) -> str:
-    return hashlib.sha256(f"{subscription_uid}\0{scan_id}\0{state}".encode()).hexdigest()[:32]
+def event_id(subscription_uid: str, scan_id: str, state: str, scan_version: str) -> str:
+    """An event's id: the subscription's, the scan's, the state it entered and the Scan version it was
+    seen at (a scan entering a state again is a new event). Recorded with the event, it stays its id."""
+    text = f"{subscription_uid}\0{scan_id}\0{state}\0{scan_version}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def cloud_event(namespace: str, event: PendingEvent) -> bytes:

@@ -10,9 +10,10 @@ that scan and state and has not put it on record yet (`status.announced`); the s
    from there with the same event id;
 2. delivers the outbox's head, signed: a CloudEvent over HTTP POST, no redirect followed, the answer's
    size and time bounded, the receiver's address checked where the connection is made;
-3. records the outcome: a 2xx takes the head off the outbox; a failure is tried again after a delay that
-   doubles per attempt (`BACKOFF_*`), until the event is `webhook_retry_seconds` old, when it is given up.
-   The head blocks what follows it: a subscription's events arrive in the order they were seen.
+3. records the outcome: a 2xx takes the head off the outbox (written with the next events recorded, or
+   `DONE_WRITE_DELAY` later); a failure is tried again after a delay that doubles per attempt
+   (`BACKOFF_*`), until the event is `webhook_retry_seconds` old, when it is given up. The head blocks
+   what follows it: a subscription's events arrive in the order they were seen.
 
 A scan that passes through several states while no operator runs is announced in the state it is in
 when one runs again. A subscription seen for the first time (a new one, or all of them at start) is
@@ -50,6 +51,9 @@ FIELD_MANAGER = "skyscan-operator-webhooks"
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 300.0  # seconds between attempts at one event: doubling, capped
 ANSWER_BYTES = 64 << 10  # of a receiver's answer, read at most (then the connection is dropped)
 WRITE_RETRY_SECONDS = 5.0  # a status write that failed is tried again after this
+# A delivery is written to the status with the next events put on record, or this long after it when no
+# more come: one write per event, not two. An operator that dies meanwhile delivers it again (same id).
+DONE_WRITE_DELAY = 1.0
 SECRETS_KEPT_SECONDS = 30.0  # the webhook Secret is read again after this (a secret rotated is seen)
 Key = tuple[str, str]  # (namespace, name)
 
@@ -104,6 +108,7 @@ class Seen:
     state: str
     classifiers: dict[str, Any]
     data: dict[str, Any]
+    version: str  # the Scan's resourceVersion where the state was seen
 
 
 @dataclass
@@ -121,6 +126,7 @@ class Courier:
     task: asyncio.Task[None] | None = None
     last_sent: float = 0.0
     written: bool = False  # its status written since it was first seen (kubectl shows it taken up)
+    delivered_unwritten: bool = False  # deliveries its status does not show yet
 
     def offer(self, scan_id: str, seen: Seen, now: float) -> None:
         if not sub.wants_state(self.spec.states, seen.state) or not sub.wants_scan(
@@ -131,7 +137,7 @@ class Courier:
         queued = next((e.state for e in reversed(self.inbox) if e.scan_id == scan_id), None)
         if (queued or recorded) == seen.state:
             return
-        event_id = sub.event_id(self.uid, scan_id, seen.state)
+        event_id = sub.event_id(self.uid, scan_id, seen.state, seen.version)
         self.inbox.append(
             sub.PendingEvent(id=event_id, scan_id=scan_id, state=seen.state, time=now, data=seen.data)
         )
@@ -164,7 +170,8 @@ class Webhooks:
         known = self.seen.get((namespace, name))
         if known is not None and known.state == state:
             return
-        seen = self.seen[namespace, name] = Seen(state, dict(record.classifiers), event_data(body))
+        version = str(body["metadata"].get("resourceVersion", ""))
+        seen = self.seen[namespace, name] = Seen(state, dict(record.classifiers), event_data(body), version)
         now = self.clock()
         for courier in self._of(namespace):
             courier.offer(name, seen, now)
@@ -215,8 +222,15 @@ class Webhooks:
                     await self._record(courier)
                 if not courier.status.pending:
                     courier.wake.clear()
-                    if not courier.inbox and not courier.forgotten:
-                        await courier.wake.wait()
+                    if courier.inbox or courier.forgotten:
+                        continue
+                    if courier.delivered_unwritten:  # written with the next events, or once none come
+                        try:
+                            await asyncio.wait_for(courier.wake.wait(), DONE_WRITE_DELAY)
+                        except TimeoutError:
+                            await self._write(courier)
+                        continue
+                    await courier.wake.wait()
                     continue
                 head = courier.status.pending[0]
                 if self.clock() - head.time > self.settings.webhook_retry_seconds:
@@ -236,7 +250,7 @@ class Webhooks:
                     metrics.WEBHOOK_LATENCY.observe(max(0.0, self.clock() - head.time))
                     self._note(courier, head, "delivered")
                     backoff = BACKOFF_FIRST
-                    await self._record(courier)  # with whatever arrived meanwhile, in one write
+                    courier.delivered_unwritten = True
                     continue
                 courier.status.failures += 1
                 metrics.WEBHOOK_DELIVERIES.labels("failed").inc()
@@ -292,7 +306,7 @@ class Webhooks:
             "status": courier.status.to_kube(),
         }
         await self.api.apply(path, body, FIELD_MANAGER, parse=False)
-        courier.written = True
+        courier.written, courier.delivered_unwritten = True, False
 
     async def _pace(self, courier: Courier) -> None:
         gap = 1.0 / self.settings.webhook_rate_per_second - (self.clock() - courier.last_sent)

@@ -40,12 +40,17 @@ def test_states_are_whole_or_either_half_and_scans_by_id_and_classifiers() -> No
     assert not sub.wants_scan(picky, "s", {"k": "1"}) and not sub.wants_scan(picky, "s", {})
 
 
-def test_an_event_keeps_its_id_and_differs_by_subscription_scan_and_state() -> None:
-    first = sub.event_id("uid-1", "s1", "SCAN_HAS_FINAL_RESULT")
-    assert first == sub.event_id("uid-1", "s1", "SCAN_HAS_FINAL_RESULT") and len(first) == 32
+def test_an_event_id_differs_by_subscription_scan_state_and_scan_version() -> None:
     final = "SCAN_HAS_FINAL_RESULT"
-    others = (("uid-2", "s1", final), ("uid-1", "s2", final), ("uid-1", "s1", "X"))
-    assert len({first, *(sub.event_id(*other) for other in others)}) == 4
+    first = sub.event_id("uid-1", "s1", final, "7")
+    assert first == sub.event_id("uid-1", "s1", final, "7") and len(first) == 32
+    others = (
+        ("uid-2", "s1", final, "7"),
+        ("uid-1", "s2", final, "7"),
+        ("uid-1", "s1", "X", "7"),
+        ("uid-1", "s1", final, "9"),
+    )
+    assert len({first, *(sub.event_id(*other) for other in others)}) == 5
 
 
 def test_the_cloud_event_is_signed_as_standard_webhooks_verify_it() -> None:
