@@ -278,7 +278,7 @@ class Issuer:
         self._attempted_at: float | None = None
         self._lock = asyncio.Lock()
         self._document: Mapping[str, Any] | None = None  # the discovery document, once fetched
-        self._discovered_at: float | None = None  # the last attempt of `discovery()`
+        self._discovered_at: float | None = None  # when `discovery()` last tried
         self.fetches = 0
 
     async def key(self, kid: str | None, alg: str) -> jwt.PyJWK | None:
@@ -314,20 +314,15 @@ class Issuer:
         while it cannot be fetched (tried again at most once per `refetch_interval`). The keys' own
         fetch shares it."""
         if self._document is None:
-            seen = self._discovered_at
             async with self._lock:
                 now = self._clock()
-                if self._document is not None or self._discovered_at != seen:
-                    return self._document  # another task tried while this one waited
-                if seen is not None and now - seen < self.refetch_interval:
-                    return None
-                self._discovered_at = now
-                try:
-                    self._document = self._discovered(await self._get_json(self.config.discovery))
-                except (httpx.HTTPError, OSError, ValueError) as e:
-                    log.warning(
-                        "OIDC issuer %s: cannot fetch its discovery document: %s", self.config.issuer, e
-                    )
+                late = self._discovered_at is None or now - self._discovered_at >= self.refetch_interval
+                if self._document is None and late:
+                    self._discovered_at = now
+                    try:
+                        self._document = self._discovered(await self._get_json(self.config.discovery))
+                    except (httpx.HTTPError, OSError, ValueError) as e:
+                        log.warning("OIDC issuer %s: no discovery document: %s", self.config.issuer, e)
         return self._document
 
     def _discovered(self, discovery: Any) -> Mapping[str, Any]:

@@ -167,6 +167,7 @@ SESSION_STACK = (
 TOGETHER = {
     "tests/e2e/test_real_node.py": "real_node",
     "tests/e2e/test_real_stack.py": "real_node",
+    "tests/e2e/test_dashboard_oidc.py": "keycloak",  # one Keycloak for its tests
     **{f"tests/e2e/test_{name}.py": "stack" for name in SESSION_STACK},
 }
 

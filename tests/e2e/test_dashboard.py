@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import random
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
 from skyscan_local.audit_probes import poll
 from skyscan_local.stack_provision import new_login_link
@@ -40,18 +41,17 @@ def browser() -> Iterator[Browser]:
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".skyscan" / "test-artifacts"  # kept after the run
 
 
-@pytest.fixture
-def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
+@contextmanager
+def watched_tab(
+    browser: Browser, request: pytest.FixtureRequest, problem: Callable[[ConsoleMessage], bool]
+) -> Iterator[Page]:
+    """A 1280x800 tab; at its end its screenshot is kept, and the test fails on a page error, a dialog or
+    a console error that `problem` names one."""
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     opened = context.new_page()
     opened.set_default_timeout(30_000)
     problems: list[str] = []
-    # Chromium logs every 4xx answer to a fetch as an error; a 400 is the page's own doing only when it
-    # shows the service's refusal (the launch form's test checks that it does).
-    refusal = "Failed to load resource: the server responded with a status of 400"
-    opened.on(
-        "console", lambda m: problems.append(m.text) if m.type == "error" and refusal not in m.text else None
-    )
+    opened.on("console", lambda m: problems.append(m.text) if m.type == "error" and problem(m) else None)
     opened.on("pageerror", lambda e: problems.append(str(e)))
     opened.on("dialog", lambda d: problems.append(f"a dialog: {d.message}"))
     yield opened
@@ -59,6 +59,15 @@ def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
     opened.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"), full_page=True)
     context.close()
     assert problems == [], problems
+
+
+@pytest.fixture
+def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
+    # Chromium logs every 4xx answer to a fetch as an error; a 400 is the page's own doing only when it
+    # shows the service's refusal (the launch form's test checks that it does).
+    refusal = "Failed to load resource: the server responded with a status of 400"
+    with watched_tab(browser, request, lambda m: refusal not in m.text) as opened:
+        yield opened
 
 
 def launched(stack: Stack, **changes: Any) -> str:

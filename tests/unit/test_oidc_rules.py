@@ -273,3 +273,84 @@ async def test_a_fetch_that_stalls_ends_at_the_fetch_timeout(
     with pytest.raises(httpx.ReadTimeout):
         await https_issuer(ca)._get_json(url)
     assert time.monotonic() - started < 2.0  # httpx's own default would be 5 s
+
+
+# --- the discovery document, which the dashboard's login reads too (api_shim.handlers.ui)
+
+
+class Flaky(Documents):
+    """An issuer whose fetches fail (OSError) while `failing`, each taking one turn of the loop, or until
+    `held` is set when one is given."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.failing = True
+        self.held: asyncio.Event | None = None
+
+    async def _get_json(self, url: str) -> Any:
+        self.fetches += 1
+        if self.held is not None:
+            await self.held.wait()
+        await asyncio.sleep(0)
+        if self.failing:
+            raise OSError("unreachable")
+        return self.documents[url]
+
+
+async def test_the_discovery_document_is_fetched_once_read_only_and_shared_with_the_keys() -> None:
+    issuer = Documents(clock=Clock())
+    document = await issuer.discovery()
+    assert document is not None and dict(document) == DISCOVERY and issuer.fetches == 1
+    assert await issuer.discovery() is document and issuer.fetches == 1
+    with pytest.raises(TypeError):
+        document["issuer"] = "https://elsewhere.invalid"  # type: ignore[index]
+    assert await issuer.key("k1", "ES256") is not None
+    assert issuer.fetches == 2  # the JWKS only
+    keys_first = Documents(clock=Clock())
+    assert await keys_first.key("k1", "ES256") is not None
+    assert dict(await keys_first.discovery() or {}) == DISCOVERY
+    assert keys_first.fetches == 2  # discovery and JWKS, once each
+
+
+async def test_a_discovery_document_not_had_is_asked_for_again_once_per_refetch_interval() -> None:
+    clock = Clock()
+    issuer = Flaky(clock=clock)
+    assert await issuer.discovery() is None and issuer.fetches == 1
+    clock.t += 29.9
+    assert await issuer.discovery() is None and issuer.fetches == 1  # not yet
+    issuer.failing = False
+    assert await issuer.discovery() is None and issuer.fetches == 1
+    clock.t = 1000 + 30  # exactly the interval
+    assert dict(await issuer.discovery() or {}) == DISCOVERY and issuer.fetches == 2
+
+
+async def test_a_discovery_document_naming_another_issuer_is_not_had() -> None:
+    other = {config().discovery: {**DISCOVERY, "issuer": "https://other.invalid"}}
+    issuer = Documents(other, clock=Clock())
+    assert await issuer.discovery() is None and issuer.fetches == 1
+    assert await issuer.discovery() is None and issuer.fetches == 1
+
+
+@pytest.mark.parametrize("failing", [False, True])
+async def test_tasks_asking_at_once_share_one_fetch_whatever_it_brings(failing: bool) -> None:
+    issuer = Flaky(clock=Clock())
+    issuer.failing, issuer.held = failing, asyncio.Event()
+    asking = [asyncio.create_task(issuer.discovery()) for _ in range(3)]
+    await asyncio.sleep(0)
+    issuer.held.set()
+    found = await asyncio.gather(*asking)
+    assert issuer.fetches == 1
+    assert found == [None] * 3 if failing else all(dict(f or {}) == DISCOVERY for f in found)
+
+
+def test_a_documents_url_is_had_only_when_https_or_http_to_loopback() -> None:
+    document = {
+        "secure": "https://kc.example/token",
+        "loopback": "http://127.0.0.1:8080/token",
+        "plain": "http://kc.example/token",
+        "number": 5,
+    }
+    assert oidc.document_url(document, "secure") == "https://kc.example/token"
+    assert oidc.document_url(document, "loopback") == "http://127.0.0.1:8080/token"
+    for name in ("plain", "number", "absent"):
+        assert oidc.document_url(document, name) is None, name
