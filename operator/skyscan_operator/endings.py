@@ -45,6 +45,14 @@ def latest_pod(pods: tuple[PodView, ...]) -> PodView | None:
     return max(pods, key=lambda p: (p.started_at or 0.0, p.name), default=None)
 
 
+def scanner_ended(obs: Observed) -> bool:
+    """The Job's scanner has ended (the Job finished, or each of its Pods did): nothing to stop. Its Job
+    is left to its TTL, so that its Pod, whose log the operator keeps (`log_keeper`), stays until then."""
+    job = obs.job
+    finished = bool(obs.pods) and all(pod.phase in ("Succeeded", "Failed") for pod in obs.pods)
+    return job is not None and (job.complete or job.failed or finished)
+
+
 def hard_delete(d: Draft, p: Plan, scan: ScanView, obs: Observed) -> None:
     """`kubectl delete`: abort the workflow, delete the Job; the finalizer goes once nothing is held."""
     release(d, p, scan)
@@ -217,7 +225,7 @@ def stop_if_ended(d: Draft, p: Plan, scan: ScanView, obs: Observed) -> None:
         d.set(cond.DELETED, True, reason, message)
         if d.true(cond.ADMITTED) and d.backlog is not None:
             d.set(cond.ADMITTED, False, "Deleted", "deleted before it started")
-        if obs.job and not obs.job.deleting:
+        if obs.job and not obs.job.deleting and not scanner_ended(obs):
             p.actions.append(DeleteJob(obs.job.name))
     elif job and job.state == "Failed" and not job.replacement and not d.true(cond.FAILED):
         if not scan.record.has_final_result:

@@ -24,6 +24,7 @@ from skyscan_operator.actions import (
     SetFinalizer,
 )
 from skyscan_operator.archiver import finished_at
+from skyscan_operator.backlog import Place
 from skyscan_operator.endings import replacement_body
 from skyscan_operator.observed import Admission, JobView, Observed, PodView, ScanView, WorkflowView
 from skyscan_operator.planner import INTERRUPTIONS, event_seen, plan
@@ -87,6 +88,20 @@ def test_a_held_scan_shows_the_backlogs_reason() -> None:
     held = Observed(event=True, admission=Admission(False, "ConcurrencyLimit", "at most 2"))
     p = plan(scan(first), held, NOW, S)
     assert reason(p.status, cond.ADMITTED) == "ConcurrencyLimit" and p.actions == []
+
+
+def test_a_held_scan_shows_its_place_until_admitted() -> None:
+    first = plan(scan(), STORED, NOW, S).status
+    placed = Admission(False, "Queued", "waiting", Place("Priority", 3, NOW + 60))
+    p = plan(scan(first), Observed(event=True, admission=placed), NOW, S)
+    b = p.status["backlog"]
+    assert (b["waitReason"], b["position"], b["estimatedStart"]) == ("Priority", 3, NOW + 60)
+    moved = Observed(event=True, admission=Admission(False, place=Place("Rate", 1)))  # a place only
+    again = plan(scan(p.status), moved, NOW, S).status
+    assert again["backlog"]["waitReason"] == "Rate" and "estimatedStart" not in again["backlog"]
+    assert again["conditions"] == p.status["conditions"]  # the hold shown stays
+    admitted = plan(scan(again), Observed(event=True, admission=Admission(True)), NOW, S).status
+    assert {"waitReason", "position", "estimatedStart"}.isdisjoint(admitted["backlog"])
 
 
 def test_admission_writes_the_intent_marker_before_requesting_the_workflow() -> None:
@@ -294,6 +309,20 @@ def test_an_attempt_that_takes_too_long_fails() -> None:
     p = plan(scan(status, finalizers=[FINALIZER]), Observed(), NOW, S)
     assert reason(p.status, cond.ADMITTED) == "StartTimedOut" and p.status["backlog"]["pendingSince"] == NOW
     assert p.actions == []
+
+
+@pytest.mark.parametrize("ended", ["job complete", "job failed", "pod failed"])
+def test_a_replaced_scan_whose_scanner_ended_leaves_its_job_to_its_ttl(ended: str) -> None:
+    """Nothing to stop, and its Pod (whose log the operator keeps) stays until the TTL."""
+    job = JobView("skyscan-s1", None, complete=ended == "job complete", failed=ended == "job failed")
+    pod = PodView("skyscan-s1-bcdfg", "Failed" if ended == "pod failed" else "Running", "OOMKilled", 137)
+    p = plan(scan(started(), finalizers=[FINALIZER], deleted=True, replacedBy="NEWID"),
+             Observed(job=job, pods=(pod,)), NOW, S)  # fmt: skip
+    assert not any(isinstance(a, DeleteJob) for a in p.actions)
+    assert reason(p.status, cond.DELETED) == "Replaced"
+    alive = Observed(job=JobView("skyscan-s1", None), pods=(PodView("p", "Running"),))
+    running = plan(scan(started(), finalizers=[FINALIZER], deleted=True, replacedBy="NEWID"), alive, NOW, S)
+    assert DeleteJob("skyscan-s1") in running.actions
 
 
 def test_soft_delete_aborts_and_deletes_the_job() -> None:
