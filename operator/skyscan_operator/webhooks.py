@@ -29,7 +29,7 @@ import ipaddress
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,13 +47,12 @@ from skyscan_operator import metrics
 from skyscan_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
-FIELD_MANAGER = "skyscan-operator-webhooks"
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 300.0  # seconds between attempts at one event: doubling, capped
 ANSWER_BYTES = 64 << 10  # of a receiver's answer, read at most (then the connection is dropped)
 WRITE_RETRY_SECONDS = 5.0  # a status write that failed is tried again after this
 # A delivery is written to the status with the next events put on record, or this long after it when no
 # more come: one write per event, not two. An operator that dies meanwhile delivers it again (same id).
-DONE_WRITE_DELAY = 1.0
+DONE_WRITE_DELAY = 5.0
 SECRETS_KEPT_SECONDS = 30.0  # the webhook Secret is read again after this (a secret rotated is seen)
 Key = tuple[str, str]  # (namespace, name)
 
@@ -196,8 +195,12 @@ class Webhooks:
         status = sub.SubscriptionStatus.model_validate(body.get("status") or {})
         courier = self.couriers[key] = Courier(key, body["metadata"]["uid"], spec, status)
         now = self.clock()
-        for (namespace, name), seen in self.seen.items():
-            if namespace == key[0]:
+        if spec.scan_ids:  # a look at each scan it names, not at every scan
+            known = ((name, self.seen.get((key[0], name))) for name in spec.scan_ids)
+        else:
+            known = ((name, seen) for (namespace, name), seen in self.seen.items() if namespace == key[0])
+        for name, seen in known:
+            if seen is not None:
                 courier.offer(name, seen, now)
         courier.wake.set()
         courier.task = asyncio.create_task(self._run(courier), name=f"webhooks-{key[1]}")
@@ -288,24 +291,22 @@ class Webhooks:
         for name in forgotten:
             status.announced.pop(name, None)
         try:
-            await self._write(courier)
+            await self._write(courier, removed=forgotten)
         except BaseException:
             del status.pending[len(status.pending) - len(taken) :]  # not on record: kept in the inbox
             raise
         del courier.inbox[: len(taken)]
         courier.forgotten -= forgotten
 
-    async def _write(self, courier: Courier) -> None:
+    async def _write(self, courier: Courier, removed: Iterable[str] = ()) -> None:
+        """The status as held here, whole (a merge patch: the API server's cheapest write; the operator
+        is the status's one writer); `removed`: scans dropped from `announced`."""
         courier.status.backlog = len(courier.status.pending)
         namespace, name = courier.key
+        status = courier.status.to_kube()
+        status["announced"] = {**status["announced"], **dict.fromkeys(removed)}
         path = kube.path(sub.API_VERSION, sub.PLURAL, namespace, name, "status")
-        body = {
-            "apiVersion": sub.API_VERSION,
-            "kind": sub.KIND,
-            "metadata": {"name": name},
-            "status": courier.status.to_kube(),
-        }
-        await self.api.apply(path, body, FIELD_MANAGER, parse=False)
+        await self.api.read("PATCH", path, body={"status": status}, content_type=kube.MERGE_PATCH)
         courier.written, courier.delivered_unwritten = True, False
 
     async def _pace(self, courier: Courier) -> None:

@@ -16,7 +16,9 @@ Side by side, in one run against one local control plane (or SKYSCAN_TEST_KUBECO
    classifier selecting a third of them, projected to scan_id, 4 at a time, with /healthz probed
    meanwhile (third_finds.py: the finds and the probes driven by hey);
 9. the dashboard in chromium, from the page's Performance API (dashboard_bench.py's rows): a scan
-   page's skymap drawn at nside 512.
+   page's skymap drawn at nside 512;
+10. webhooks: 1,000 subscriptions over 100 scans changing 20 times a second (`--quick` 200 over 20),
+   status change -> delivery at a receiver, and the operator's CPU (webhooks_bench.py).
 The GETs of 1. are driven by hey (loadgen.py), a compiled load generator pinned to one CPU where there
 are two or more, so that the client's own CPU does not flatten the ratios; the rest by aiohttp in this
 process. Every figure names its load client. All of it runs on one machine: `uptime` is printed before
@@ -57,6 +59,7 @@ import harness
 import history
 import loadgen
 import third_finds
+import webhooks_bench
 from harness import Server, ShimConfig, Stats
 
 
@@ -84,6 +87,7 @@ OPERATOR_SETTINGS = {
     "SKYSCAN_WMS_POLL_INTERVAL_SECONDS": "5",
     "SKYSCAN_LOW_PRIORITY_INTERVAL_SECONDS": "36000",  # the bulk scans wait: one low-priority start
     "SKYSCAN_SCANNER_EPHEMERAL_STORAGE": "",
+    **webhooks_bench.OPERATOR_SETTINGS,  # a receiver beside the bench
 }
 ONE_AT_A_TIME = f"{loadgen.PYTHON_CLIENT}, one at a time"
 IN_PROCESS = f"{loadgen.PYTHON_CLIENT}, {CONCURRENCY} at a time"
@@ -490,6 +494,17 @@ async def dashboard(b: Bench, config: ShimConfig, shim: Server) -> None:
         b.report.add(Row(f.what, f.figure, f.compared, goal=f.goal, verdict=f.verdict, client=f.client))
 
 
+async def webhooks(b: Bench, op: Server) -> None:
+    """10. Webhook deliveries: subscriptions over scans whose state keeps changing (webhooks_bench.py)."""
+    b.report.phase("webhook deliveries")
+    quick = b.size is QUICK
+    f = await webhooks_bench.measure(
+        b.api, b.ns, op.pid, subscriptions=200 if quick else 1000, scans=20 if quick else 100, rate=20,
+        seconds=10 if quick else 30,
+    )  # fmt: skip
+    b.report.add(Row(f.what, f.figure, f.compared, goal=f.goal, verdict=f.verdict, client=f.client))
+
+
 # ---------------------------------------------------------------- the archive
 
 
@@ -639,6 +654,7 @@ async def run(size: Size, report: Report) -> None:
             await report.section("add-workers by workflow state", add_workers(b, config, shim, wms))
             await report.section("followers of live scans", follow(b, config, shim))
             await report.section("the dashboard in chromium", dashboard(b, config, shim))
+            await report.section("webhook deliveries", webhooks(b, operator))
         await report.section("archived reads and finds", archived(b, config))
 
 
