@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -94,6 +95,17 @@ class LoginCodes:
         return str(entry["token"])
 
 
+# An origin a CSP source names as it is: a host name, an IPv4 or a bracketed IPv6 address, a port.
+ORIGIN = re.compile(r"https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]+)?")
+
+
+def _origin(url: str) -> str | None:
+    """The origin of `url`, if it is a plain host name or address (with a port or not)."""
+    parts = urlsplit(url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    return origin if ORIGIN.fullmatch(origin) else None
+
+
 class OIDCLogin:
     """The dashboard's OIDC client: where the page sends people to log in and exchanges their code, read
     from the issuer's discovery document (fetched once, on the first need)."""
@@ -110,15 +122,15 @@ class OIDCLogin:
             for name in ("authorization_endpoint", "token_endpoint", "end_session_endpoint")
         }
         authorize, exchange = endpoints["authorization_endpoint"], endpoints["token_endpoint"]
-        if authorize is None or exchange is None:
+        origin = _origin(exchange) if exchange is not None else None
+        if authorize is None or exchange is None or origin is None:
             raise ApiError(
                 503,
                 "login unavailable",
                 f"The OIDC issuer {self.issuer.config.issuer} cannot be reached or names no authorization "
                 "and token endpoints: try again in a minute.",
             )
-        parts = urlsplit(exchange)
-        self.token_origin = f"{parts.scheme}://{parts.netloc}"
+        self.token_origin = origin
         # The code in the fragment never reaches a server's access log; an issuer that cannot answer
         # there answers in the query, which the page removes at once. Unlisted: OIDC's default, both.
         modes = document.get("response_modes_supported", ["query", "fragment"]) if document else []

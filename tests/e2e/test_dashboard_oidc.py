@@ -166,7 +166,7 @@ def log_out(page: Page, issuer: Keycloak) -> None:
     assert page.evaluate(f"sessionStorage.getItem('{TOKEN}')") is None
 
 
-@pytest.mark.timeout(900)  # Keycloak's start (bounded at 300 s) comes first
+@pytest.mark.timeout(900)  # Keycloak's start (bounded at 420 s) comes first
 def test_a_person_logs_in_at_keycloak_their_token_is_renewed_and_logging_out_ends_it(
     issuer: Keycloak, shim: Path, page: Page
 ) -> None:

@@ -184,3 +184,15 @@ def test_the_shim_refuses_to_start_with_a_dashboard_issuer_it_does_not_verify(tm
         done.stderr
     )
     assert "Traceback" not in done.stderr
+
+
+async def test_a_token_endpoint_whose_origin_is_no_plain_host_loosens_nothing(
+    make_shim: MakeShim, make_issuer: MakeIssuer
+) -> None:
+    issuer = await make_issuer()
+    issuer.token_origin = "https://kc.example;script-src *"  # no origin: a CSP directive smuggled in
+    shim = await make_shim(**issuer.settings())
+    page = await shim.call("GET", "/ui/", as_=None)
+    assert page.headers["Content-Security-Policy"] == BASE_CSP
+    got = await shim.call("GET", "/ui/config", as_=None)
+    assert (got.status, got.body["reason"]) == (503, "login unavailable")
