@@ -232,6 +232,33 @@ def cmd_abort(c: Client, args: argparse.Namespace) -> int:
     return reply(doc, args.json, f"aborted {doc['manifest'].get('scan_id', args.scan_id)}")
 
 
+def cmd_subscribe(c: Client, args: argparse.Namespace) -> int:
+    classifiers = {key: scalar(value) for key, value in args.classifier or []}
+    made = c.subscribe(
+        args.hook_url, args.state, scan_ids=args.scan, classifiers=classifiers, secret=args.secret
+    )
+    lines = [f"subscription {made['id']}: {', '.join(made['states'])} to {made['url']}"]
+    if made.get("secret"):
+        lines.append(f"signing secret (shown this once): {made['secret']}")
+    return reply(made, args.json, "\n".join(lines))
+
+
+def cmd_subscriptions(c: Client, args: argparse.Namespace) -> int:
+    found = c.subscriptions()
+    rows = [
+        f"{s['id']}  {s['url']}  {','.join(s['states'])}  pending {s['pending']}  "
+        f"delivered {s['delivered']}  failures {s['failures']}  "
+        f"last: {(s['last_delivery'] or {}).get('result', 'none yet')}"
+        for s in found
+    ]
+    return reply({"subscriptions": found}, args.json, "\n".join(rows) or "no subscriptions")
+
+
+def cmd_unsubscribe(c: Client, args: argparse.Namespace) -> int:
+    gone = c.unsubscribe(args.subscription_id)
+    return reply(gone, args.json, f"deleted subscription {gone['id']}")
+
+
 # -- the parser -----------------------------------------------------------------------------------------
 
 
@@ -312,6 +339,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, required=True, metavar="N")
     p = command("abort", cmd_abort, "abort the scan and mark it deleted")
     p.add_argument("--delete-completed", action="store_true", help="also a scan that has its final result")
+
+    p = command(
+        "subscribe", cmd_subscribe, "have scan events POSTed to a webhook (signed CloudEvents)", scan=False
+    )
+    p.add_argument("--url", dest="hook_url", required=True, help="the receiver (https, on an allowed host)")
+    whole_or_half = "a state, whole or either half (SCAN_HAS_FINAL_RESULT, ABORTED...); repeated: any"
+    p.add_argument("--state", action="append", required=True, metavar="STATE", help=whole_or_half)
+    p.add_argument("--scan", action="append", metavar="ID", help="only this scan (repeat for more)")
+    p.add_argument(
+        "--classifier", action="append", type=key_value, metavar="KEY=VALUE", help="only scans with it"
+    )
+    p.add_argument("--secret", help="the signing secret (whsec_ + base64); else one is made and shown once")
+    command("subscriptions", cmd_subscriptions, "your subscriptions and their deliveries", scan=False)
+    p = command("unsubscribe", cmd_unsubscribe, "delete one of your subscriptions", scan=False)
+    p.add_argument("subscription_id", metavar="SUBSCRIPTION")
     return top
 
 

@@ -158,6 +158,28 @@ class Client:
         """`POST /scan`: the new scan's manifest (never retried once sent: it would start two scans)."""
         return cast(Json, self._call("POST", "/scan", json=request, idempotent=False))
 
+    def subscribe(
+        self, url: str, states: list[str], *, scan_ids: list[str] | None = None,
+        classifiers: Json | None = None, secret: str | None = None,
+    ) -> Json:  # fmt: skip
+        """`POST /subscriptions`: the new subscription (with the signing secret made for it when none is
+        given: shown this once). Never retried once sent: it would make two."""
+        body: Json = {
+            "url": url,
+            "states": states,
+            "scan_ids": scan_ids or [],
+            "classifiers": classifiers or {},
+        }
+        if secret is not None:
+            body["secret"] = secret
+        return cast(Json, self._call("POST", "/subscriptions", json=body, idempotent=False))
+
+    def subscriptions(self) -> list[Json]:
+        return cast(list[Json], self._call("GET", "/subscriptions")["subscriptions"])
+
+    def unsubscribe(self, subscription_id: str) -> Json:
+        return cast(Json, self._call("DELETE", f"/subscriptions/{subscription_id}"))
+
     def scan_request(self, scan_id: str) -> Json:
         return cast(Json, self._call("GET", f"/scan-request/{scan_id}"))
 

@@ -20,7 +20,9 @@ OPERATOR_FAMILIES = {
     "skyscan_operator_start_failures", "skyscan_operator_wms_requests",
     "skyscan_operator_wms_request_duration_seconds", "skyscan_operator_reconcile_duration_seconds",
     "skyscan_operator_reconcile_queue_depth", "skyscan_operator_archive_moves",
-    "skyscan_operator_archive_failures",
+    "skyscan_operator_archive_failures", "skyscan_operator_webhook_deliveries",
+    "skyscan_operator_webhook_retries", "skyscan_operator_webhook_give_ups",
+    "skyscan_operator_webhook_delivery_seconds",
 }  # fmt: skip
 
 
