@@ -209,6 +209,11 @@ class BacklogEntry(BaseModel):
     priority: int
     pending_timestamp: float
     next_attempt: int
+    position: int | None = Field(
+        default=None,
+        description="1-based place in admission order (priority, then age) among the waiting scans; "
+        "null for a scan in a start attempt (those come first).",
+    )
 
 
 class BacklogResponse(BaseModel):
@@ -284,6 +289,21 @@ class Workforce(BaseModel):
     top_errors: JsonObject
 
 
+class BacklogPlace(BaseModel):
+    """Where a waiting scan stands, as the operator last wrote it."""
+
+    position: int | None = Field(
+        description="1-based place in admission order; null beyond the first the operator shows "
+        "(SKYSCAN_BACKLOG_POSITIONS_SHOWN; GET /scans/backlog numbers them all)."
+    )
+    wait_reason: str = Field(description="Rate, Priority, Quota, Outage or Retry (docs: the backlog).")
+    estimated_start: float | None = Field(
+        description="Unix seconds, at the recent admission rate; null without a position or a recent "
+        "admission."
+    )
+    estimated_wait_seconds: float | None = Field(description="From now until `estimated_start`.")
+
+
 class StatusResponse(BaseModel):
     scan_state: str
     is_deleted: bool
@@ -291,6 +311,7 @@ class StatusResponse(BaseModel):
     scan_complete: bool
     scanner_server_logs: LogUrlLink
     wms_workforce: Workforce
+    backlog: BacklogPlace | None = Field(default=None, description="Null unless the scan waits.")
 
 
 class LogsResponse(BaseModel):

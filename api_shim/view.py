@@ -5,10 +5,12 @@ The manifest itself is `skyscan.manifest`; these are the other REST shapes and p
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from api_shim.wire_names import field_names
+from skyscan import conditions as cond
 from skyscan import manifest, model
 from skyscan.manifest import MANIFEST_FIELDS, spec_of
 from skyscan.scan_record import ScanRecord
@@ -133,7 +135,7 @@ def in_states(scan: Scan, states: frozenset[str]) -> bool:
     return current in states or bool(set(current.split("__")) & states)
 
 
-def scan_status(scan: Scan, logs: str | None) -> dict[str, Any]:
+def scan_status(scan: Scan, logs: str | None, now: float | None = None) -> dict[str, Any]:
     record = ScanRecord(scan)
     current = record.scan_state
     return {
@@ -143,6 +145,22 @@ def scan_status(scan: Scan, logs: str | None) -> dict[str, Any]:
         "scan_complete": current == SCAN_HAS_FINAL_RESULT,
         "scanner_server_logs": {"url": logs},
         "wms_workforce": workforce(scan),
+        "backlog": backlog_place(scan, time.time() if now is None else now),
+    }
+
+
+def backlog_place(scan: Scan, now: float) -> dict[str, Any] | None:
+    """Where a waiting scan stands, as the operator wrote it (its position among the first shown
+    only), and its estimated wait from then on; null unless it waits."""
+    backlog = ScanRecord(scan).backlog()
+    if backlog is None or backlog.wait_reason is None:
+        return None
+    start = backlog.estimated_start
+    return {
+        "position": backlog.position,
+        "wait_reason": backlog.wait_reason,
+        "estimated_start": start,
+        "estimated_wait_seconds": None if start is None else max(0.0, start - now),
     }
 
 
@@ -157,14 +175,36 @@ def workflow_id_view(scan: Scan) -> dict[str, Any]:
 
 
 def backlog_entry(scan: Scan) -> dict[str, Any] | None:
-    backlog = ScanRecord(scan).backlog()
-    if backlog is None:
-        return None
+    record = ScanRecord(scan)
+    backlog = record.backlog()
+    return None if backlog is None else _backlog_entry(record, backlog, None)
+
+
+def _backlog_entry(record: ScanRecord, backlog: model.BacklogStatus, position: int | None) -> dict[str, Any]:
     return {
-        "scan_id": scan_id(scan),
+        "scan_id": record.name,
         "timestamp": backlog.entered_at,
         "pickled_k8s_job": None,
-        "priority": ScanRecord(scan).priority,
+        "priority": record.priority,
         "pending_timestamp": backlog.pending_since,
         "next_attempt": backlog.attempts,
+        "position": position,
     }
+
+
+def backlog_entries(scans: Iterable[Scan]) -> list[dict[str, Any]]:
+    """The backlog in admission order, as the operator admits (priority, then age, then id): first
+    the scans in a start attempt (admitted, their Job not yet created), without a position; then
+    the waiting ones, numbered from 1. One sort per call."""
+    ranked = []
+    for scan in scans:
+        record = ScanRecord(scan)
+        if (backlog := record.backlog()) is not None:
+            waiting = not record.condition_true(cond.ADMITTED)
+            ranked.append(((waiting, -record.priority, backlog.entered_at, record.name), record, backlog))
+    ranked.sort(key=lambda r: r[0])
+    entries, position = [], 0
+    for (waiting, *_), record, backlog in ranked:
+        position += waiting
+        entries.append(_backlog_entry(record, backlog, position if waiting else None))
+    return entries

@@ -46,6 +46,8 @@ _DROPPED = {
 SCAN_COLUMNS: list[dict[str, Any]] = [
     {"name": "State", "type": "string", "jsonPath": ".status.state"},
     {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
+    {"name": "Position", "type": "integer", "jsonPath": ".status.backlog.position"},
+    {"name": "Waiting", "type": "string", "jsonPath": ".status.backlog.waitReason", "priority": 1},
     {"name": "Algo", "type": "string", "jsonPath": ".spec.recoAlgo"},
     {"name": "Tag", "type": "string", "jsonPath": ".spec.dockerTag", "priority": 1},
     {"name": "Workflow", "type": "string", "jsonPath": ".status.workflow.id", "priority": 1},

@@ -393,6 +393,23 @@ class BacklogStatus(StatusPart):
         description="Start attempts in a row interrupted by a WMS or API-server outage or a quota refusal "
         "(not counted as attempts; they set the backoff).",
     )
+    wait_reason: str | None = Field(
+        default=None,
+        description="Why it waits: Rate (next of its class, held by the admission rate), Priority "
+        "(scans ahead of it go first), Quota (the cap on running scanners, or a quota refusal), Outage "
+        "(its start attempt was interrupted by a WMS or API-server outage), Retry (its last attempt "
+        "failed). Absent while it is in a start attempt.",
+    )
+    position: PositiveInteger | None = Field(
+        default=None,
+        description="1-based place in admission order among the waiting scans; written for the first "
+        "SKYSCAN_BACKLOG_POSITIONS_SHOWN only (GET /scans/backlog gives every place).",
+    )
+    estimated_start: float | None = Field(
+        default=None,
+        description="When it may start at the recent admission rate (Unix seconds); with `position` "
+        "only, absent while nothing was admitted recently.",
+    )
 
 
 class JobStatus(StatusPart):

@@ -52,6 +52,4 @@ async def send(request: web.Request, parts: list[bytes]) -> web.StreamResponse:
 
 
 async def backlog(request: web.Request) -> web.Response:
-    entries = [e for e in (view.backlog_entry(s) for s in request.app[SHIM].scans.backlog()) if e]
-    entries.sort(key=lambda e: (e["timestamp"], e["scan_id"]))
-    return ok({"entries": entries})
+    return ok({"entries": view.backlog_entries(request.app[SHIM].scans.backlog())})

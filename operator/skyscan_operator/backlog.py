@@ -17,25 +17,54 @@ the same reason (`Queued`, or `ConcurrencyLimit` once the cap is reached), and s
 low-priority one (`LowPriorityInterval`, or `ConcurrencyLimit`). So a hold is written when a scan
 joins the line, or when its class's reason changes; a scan waiting out a retry delay keeps its failed
 attempt's reason visible.
+
+Where a waiting scan stands (`Place`, its status' `backlog` part) is written as sparingly. Its wait
+reason: Outage, Quota or Retry while it waits out a retry delay (by its attempt's reason), Quota while
+its class is held by the concurrency cap, Rate if its class's next admission takes it, else Priority
+(scans ahead of it go first). Only the first `backlog_positions_shown` scans in admission order (and
+the scans their class admits next) have a position and an estimated start (from the admissions over
+the last `backlog_rate_window_seconds`); those are looked at by a pass at most every
+`backlog_positions_interval_seconds`, so a pass writes at most that many places, plus those pushed
+back beyond them. Every other scan's place changes with its class's reason only, as its hold does.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
+import math
 import sys
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass, field, replace
 
 from skyscan_operator.settings import OperatorSettings
 
 Key = tuple[str, str]  # (namespace, name)
 Rank = tuple[int, float, Key]  # the admission order: higher priority, then older, then by name
+# An attempt's reasons (planner.INTERRUPTIONS) by what they tell a scan waiting out the retry delay.
+OUTAGES = frozenset({"WMSUnavailable", "APIUnavailable"})
+QUOTA_REFUSALS = frozenset({"QuotaExceeded", "APIForbidden"})
+WAITS = ("Rate", "Priority", "Quota", "Outage", "Retry")
+# A shown estimated start is written again when the estimate moved by more than this share of the
+# wait still ahead, and by more than ESTIMATE_SLACK_SECONDS.
+ESTIMATE_SHARE = 0.25
+ESTIMATE_SLACK_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
 class Hold:
     reason: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a waiting scan stands, as its status shows it: why it waits, and among the first in
+    admission order its 1-based position and estimated start (Unix seconds, whole)."""
+
+    wait: str
+    position: int | None = None
+    start_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +76,7 @@ class Candidate:
     attempts: int
     interruptions: int = 0  # attempts in a row interrupted by an outage or a quota refusal
     shown: Hold | None = None  # the hold its status shows now (so an unchanged one is not rewritten)
+    place: Place | None = None  # the place its status shows now
 
     @property
     def rank(self) -> Rank:
@@ -57,6 +87,7 @@ class Candidate:
 class Decision:
     admit: list[Key] = field(default_factory=list)
     hold: dict[Key, Hold] = field(default_factory=dict)  # only the holds to write
+    place: dict[Key, Place] = field(default_factory=dict)  # only the places to write
     low_priority_admitted_at: float | None = None
 
 
@@ -77,6 +108,17 @@ def retry_due(c: Candidate, settings: OperatorSettings) -> float:
 
 def order(candidates: list[Candidate]) -> list[Candidate]:
     return sorted(candidates, key=lambda c: c.rank)
+
+
+def moved(shown: Place | None, place: Place, now: float) -> bool:
+    """Whether `place` must be written over what the status shows: another reason or position, an
+    estimate appearing or going, or one that moved by more than its slack."""
+    if shown is None or (shown.wait, shown.position) != (place.wait, place.position):
+        return True
+    if shown.start_at is None or place.start_at is None:
+        return shown.start_at != place.start_at
+    slack = max(ESTIMATE_SLACK_SECONDS, ESTIMATE_SHARE * (place.start_at - now))
+    return abs(place.start_at - shown.start_at) > slack
 
 
 def holds(settings: OperatorSettings) -> dict[str, Hold]:
@@ -108,6 +150,10 @@ class Line:
         self._due: dict[Key, float] = {}  # the candidates in `_retrying`, with their due times
         self._touched: set[Key] = set()  # put since the last tick: their holds are looked at
         self._reasons = ("", "")  # the last tick's holds of high-, low-priority scans
+        self._order: list[Rank] = []  # every candidate, sorted: positions are taken from it
+        self._placed: set[Key] = set()  # given a position or Rate: looked at again by the next pass
+        self._placed_at = -math.inf  # when the last pass of positions ran
+        self._admitted_at: deque[float] = deque()  # admissions within the rate window
 
     def __len__(self) -> int:
         return len(self._candidates)
@@ -127,6 +173,7 @@ class Line:
         if held is not None:
             self._unlink(held)
         self._candidates[c.key] = c
+        bisect.insort(self._order, c.rank)
         due = retry_due(c, self.settings)
         if due > now:
             self._due[c.key] = due
@@ -142,6 +189,7 @@ class Line:
         self._touched.discard(key)
 
     def _unlink(self, c: Candidate) -> None:
+        del self._order[bisect.bisect_left(self._order, c.rank)]
         if self._due.pop(c.key, None) is not None:
             return  # its entry in `_retrying` goes stale
         i = bisect.bisect_left(self._ready, c.rank)
@@ -182,8 +230,18 @@ class Line:
             decision.low_priority_admitted_at = now
             capacity -= 1
         low_reason = "LowPriorityInterval" if capacity > 0 else "ConcurrencyLimit"
+        window = s.backlog_rate_window_seconds
+        self._admitted_at.extend(now for _ in decision.admit)
+        while self._admitted_at and self._admitted_at[0] <= now - window:
+            self._admitted_at.popleft()
         self._write_holds(decision, now, high_reason, low_reason)
+        if now - self._placed_at >= s.backlog_positions_interval_seconds:
+            self._place_first(decision, now)
         return decision
+
+    def admissions_per_minute(self) -> float:
+        """The recent admission rate: admissions over the last `backlog_rate_window_seconds`."""
+        return len(self._admitted_at) * 60 / self.settings.backlog_rate_window_seconds
 
     def _admit(self, key: Key, decision: Decision) -> None:
         decision.admit.append(key)
@@ -210,6 +268,69 @@ class Line:
                 hold = self._holds[high_reason if c.priority >= asap else low_reason]
             if hold != c.shown:
                 decision.hold[key] = hold
+            self._write_kept_place(decision, c, now)
+
+    def _write_kept_place(self, decision: Decision, c: Candidate, now: float) -> None:
+        """Between passes, a scan that shows a place keeps its position and estimate, and Rate or
+        Priority, until the next pass; what holds its class (the cap) or its retry is written at once.
+        A scan that shows none (joining the line) takes its place now."""
+        shown = c.place
+        if shown is None:
+            position = bisect.bisect_left(self._order, c.rank) + 1
+            shown_now = position <= self.settings.backlog_positions_shown
+            self._write_place(decision, c, now, position if shown_now else None)
+            return
+        wait = self._wait(c)
+        if {wait, shown.wait} <= {"Rate", "Priority"}:
+            wait = shown.wait
+        if shown.position is not None or wait == "Rate":
+            self._placed.add(c.key)
+        if wait != shown.wait:
+            decision.place[c.key] = replace(shown, wait=wait)
+
+    def _place_first(self, decision: Decision, now: float) -> None:
+        """The pass of positions: the first shown scans in admission order and the scans their
+        class admits next, and those the last pass placed that are neither now."""
+        self._placed_at = now
+        placed, self._placed = self._placed, set()
+        first = [rank[2] for rank in self._order[: self.settings.backlog_positions_shown]]
+        for position, key in enumerate(first, 1):
+            self._write_place(decision, self._candidates[key], now, position)
+        low = self._low_start()
+        heads = [r[2] for r in self._ready[: min(self.settings.admissions_per_tick, low)]]
+        heads += [r[2] for r in self._ready[low : low + 1]]
+        for key in [*heads, *placed]:
+            c = self._candidates.get(key)
+            if c is not None and key not in self._placed:
+                self._write_place(decision, c, now, None)
+
+    def _write_place(self, decision: Decision, c: Candidate, now: float, position: int | None) -> None:
+        wait = self._wait(c)
+        if position is not None or wait == "Rate":
+            self._placed.add(c.key)
+        place = Place(wait, position, self._estimate(c, now, position))
+        if moved(c.place, place, now):
+            decision.place[c.key] = place
+
+    def _estimate(self, c: Candidate, now: float, position: int | None) -> float | None:
+        """When the scan at `position` may start at the recent admission rate (not before its retry
+        is due); None beyond the first shown, or with no admission in the window."""
+        if position is None or not self._admitted_at:
+            return None
+        wait = position * self.settings.backlog_rate_window_seconds / len(self._admitted_at)
+        return float(round(max(now + wait, self._due.get(c.key, now))))
+
+    def _wait(self, c: Candidate) -> str:
+        """Why the scan waits now (see the module's docstring)."""
+        if c.key in self._due:
+            reason = c.shown.reason if c.shown else ""
+            return "Outage" if reason in OUTAGES else "Quota" if reason in QUOTA_REFUSALS else "Retry"
+        high = c.priority >= self.settings.min_priority_asap
+        if self._reasons[0 if high else 1] == "ConcurrencyLimit":
+            return "Quota"
+        i, low = bisect.bisect_left(self._ready, c.rank), self._low_start()
+        next_up = i < min(self.settings.admissions_per_tick, low) if high else i == low
+        return "Rate" if next_up else "Priority"
 
 
 def decide(

@@ -322,9 +322,12 @@ class Controller:
             store.admit(key)
             self.queue.add(key)
         metrics.ADMISSIONS.inc(len(decision.admit))
-        for key, hold in decision.hold.items():
-            if hold.reason != "RetryDelay":  # else the failed attempt's reason stays visible meanwhile
-                store.hold(key, hold)
+        for key in decision.hold.keys() | decision.place.keys():
+            hold, place = decision.hold.get(key), decision.place.get(key)
+            if hold and hold.reason == "RetryDelay":  # the failed attempt's reason stays visible meanwhile
+                hold = None
+            if hold or place:
+                store.hold(key, hold, place)
                 self.queue.add(key)
 
     async def sweep_payloads(self) -> None:

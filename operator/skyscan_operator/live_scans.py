@@ -20,12 +20,13 @@ from pydantic import ValidationError
 
 from skyscan import conditions as cond
 from skyscan import names
+from skyscan.model import BacklogStatus
 from skyscan.packing import Packer
 from skyscan.policy import Refusal
 from skyscan.scan_record import ScanRecord, compact, resource_version
 from skyscan.state import scan_state
 from skyscan_operator import workforce
-from skyscan_operator.backlog import Candidate, Hold, Line, holds
+from skyscan_operator.backlog import WAITS, Candidate, Hold, Line, Place, holds
 from skyscan_operator.endings import STUCK_REASONS
 from skyscan_operator.observed import Admission, JobView, PodView, WorkflowView
 from skyscan_operator.planner import ATTEMPT_FAILURES
@@ -95,6 +96,13 @@ def shown_hold(record: ScanRecord) -> Hold | None:
     return Hold(reason, cond.message(conditions, cond.ADMITTED)) if reason else None
 
 
+def shown_place(entry: BacklogStatus) -> Place | None:
+    """The place a waiting scan's status shows (its backlog part), if any."""
+    if entry.wait_reason is None:
+        return None
+    return Place(entry.wait_reason, entry.position, entry.estimated_start)
+
+
 # Reports of the scanner (through the shim) that the operator never reads.
 UNREAD_STATUS = ("eventMetadata", "scanMetadata")
 
@@ -127,7 +135,8 @@ def waiting_status(settings: OperatorSettings, now: float) -> dict[str, Any]:
     hold = holds(settings)["LowPriorityInterval"]
     conditions = cond.put([], cond.ADMITTED, False, hold.reason, hold.message, now, 1)
     conditions = cond.summarized(conditions, deleting=False, released=True, now=now, at=1)
-    backlog = {"attempts": 0, "enteredAt": now, "interruptions": 0, "pendingSince": 0}
+    backlog: dict[str, Any] = {"attempts": 0, "enteredAt": now, "interruptions": 0, "pendingSince": 0}
+    backlog["waitReason"] = "Priority"  # as every scan beyond the first in a large backlog
     state = scan_state(has_final_result=False, workflow_id=None, progress=None, deactivated=None)
     status = {"backlog": backlog, "conditions": conditions, "observedGeneration": 1, "state": state}
     return sorted_keys(status)  # type: ignore[no-any-return]
@@ -161,6 +170,7 @@ class LiveScans:
     _lineage: dict[Key, tuple[str | None, float]] = field(default_factory=dict)  # rescanOf, created
     line: Line = field(init=False)
     _usual_holds: dict[Hold, Hold] = field(init=False)  # what most waiting scans show, held once
+    _usual_places: dict[Place, Place] = field(init=False)  # the same of places without a position
     granted: set[Key] = field(default_factory=set)  # admitted by the backlog, not yet reconciled
     _packer: Packer = field(init=False)
 
@@ -168,6 +178,7 @@ class LiveScans:
         self._packer = Packer(also=waiting_status(self.settings, self.clock()))
         self.line = Line(self.settings)
         self._usual_holds = {hold: hold for hold in holds(self.settings).values()}
+        self._usual_places = {Place(wait): Place(wait) for wait in WAITS}
 
     # --- scans ---
     def __contains__(self, key: Key) -> bool:
@@ -283,7 +294,7 @@ class LiveScans:
         if entry is None or exhausted or not self.event_stored(key):
             self.line.remove(key)
             return
-        shown = shown_hold(scan)
+        shown, place = shown_hold(scan), shown_place(entry)
         candidate = Candidate(
             key=key,
             priority=scan.priority,
@@ -292,6 +303,7 @@ class LiveScans:
             attempts=entry.attempts,
             interruptions=entry.interruptions,
             shown=self._usual_holds.get(shown, shown) if shown else None,
+            place=self._usual_places.get(place, place) if place else None,
         )
         self.line.put(candidate, self.clock())
 
@@ -309,8 +321,12 @@ class LiveScans:
         self.admissions[key] = Admission(True)
         self.granted.add(key)
 
-    def hold(self, key: Key, hold: Hold) -> None:
-        self.admissions[key] = Admission(False, hold.reason, hold.message)
+    def hold(self, key: Key, hold: Hold | None, place: Place | None = None) -> None:
+        """Tell a waiting scan its hold, its place, or both; what an earlier tick told it and it has
+        not written yet stays unless replaced."""
+        held = self.admissions.get(key) or Admission(False)
+        reason, message = (hold.reason, hold.message) if hold else (held.reason, held.message)
+        self.admissions[key] = Admission(False, reason, message, place or held.place)
 
     def take_admission(self, key: Key) -> Admission | None:
         return self.admissions.pop(key, None)

@@ -11,6 +11,7 @@ from typing import Any
 from skyscan import conditions as cond
 from skyscan import model, policy
 from skyscan.scan_record import ScanRecord
+from skyscan_operator.backlog import Place
 
 TRANSIENT_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "StartError", "CrashLoopBackOff"})
 TRANSIENT_EXIT_CODES = frozenset({137, 143})
@@ -52,11 +53,13 @@ class WorkflowView:
 
 @dataclass(frozen=True)
 class Admission:
-    """The backlog's decision on this tick: admitted, or held with a reason."""
+    """The backlog's decision on this tick: admitted, or held with a reason (none: the one shown
+    stays) and a place to write (none: the one shown stays)."""
 
     granted: bool
     reason: str = ""
     message: str = ""
+    place: Place | None = None
 
 
 @dataclass(frozen=True)

@@ -186,11 +186,15 @@ def _start(d: Draft, p: Plan, scan: ScanView, obs: Observed, now: float, setting
         if obs.admission is None:
             return
         if not obs.admission.granted:
-            if obs.admission.reason != "RetryDelay":  # keep the failure's reason visible meanwhile
+            if obs.admission.reason not in ("", "RetryDelay"):  # keep the failure's reason visible
                 d.set(cond.ADMITTED, False, obs.admission.reason, obs.admission.message)
+            if place := obs.admission.place:
+                d.backlog.wait_reason, d.backlog.position = place.wait, place.position
+                d.backlog.estimated_start = place.start_at
             return
         attempts += 1
         d.backlog.attempts, d.backlog.pending_since = attempts, now
+        d.backlog.wait_reason = d.backlog.position = d.backlog.estimated_start = None
         d.set(cond.ADMITTED, True, "Admitted", f"start attempt {attempts} of {settings.max_start_attempts}")
         p.event("Admitted", f"start attempt {attempts} of {settings.max_start_attempts}")
 

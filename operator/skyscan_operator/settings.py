@@ -133,6 +133,23 @@ class OperatorSettings(BaseSettings, policy.PolicySettings):  # with the request
     max_running_scanners: int = Field(
         default=0, ge=0, description="Cap on concurrently started, unfinished scans; 0 = no cap."
     )
+    backlog_positions_shown: int = Field(
+        default=20,
+        ge=0,
+        description="The first this many waiting scans in admission order show their position and "
+        "estimated start in their status (`kubectl get scans`); GET /scans/backlog gives every position.",
+    )
+    backlog_positions_interval_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="Those positions are looked at again at most this often (on a backlog tick): a pass "
+        "writes at most `backlog_positions_shown` statuses, plus those pushed back beyond them.",
+    )
+    backlog_rate_window_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="The estimated start is the position divided by the admission rate over this window.",
+    )
 
     # --- ending ---
     teardown_delay_seconds: float = Field(

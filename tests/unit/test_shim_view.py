@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import pytest
@@ -131,7 +132,7 @@ def test_backlog_and_workflow_views() -> None:
     scan = with_status(backlog={"enteredAt": 5.0, "priority": 2, "pendingSince": 6.0, "attempts": 1})
     assert view.backlog_entry(scan) == {
         "scan_id": SCAN["metadata"]["name"], "timestamp": 5.0, "pickled_k8s_job": None, "priority": 4,
-        "pending_timestamp": 6.0, "next_attempt": 1,
+        "pending_timestamp": 6.0, "next_attempt": 1, "position": None,
     }  # fmt: skip
     assert view.workflow_id_view(SCAN) == {
         "workflow_id": "not-yet-requested", "requested_wms_workflow": False, "eligible_for_wms": True,
@@ -146,6 +147,41 @@ def test_backlog_and_workflow_views() -> None:
     assert view.logs_url(SCAN, "https://g/?c=skyscan-server-{scan_id}&n={namespace}", "ns") == (
         f"https://g/?c=skyscan-server-{SCAN['metadata']['name']}&n=ns"
     )
+
+
+def waiting(
+    name: str, priority: int, entered: float, admitted: bool = False, **backlog: Any
+) -> dict[str, Any]:
+    scan = with_status(backlog={"enteredAt": entered, **backlog})
+    scan["metadata"] = {**scan["metadata"], "name": name}
+    scan["spec"] = {**scan["spec"], "priority": priority}
+    if admitted:
+        scan["status"]["conditions"] = [{"type": "Admitted", "status": "True", "reason": "Admitted"}]
+    return scan
+
+
+def test_the_backlog_in_admission_order_with_positions() -> None:
+    scans = [waiting("old-low", 0, 1), waiting("new-high", 200, 5), waiting("b-high", 200, 2),
+             waiting("a-high", 200, 2), waiting("starting", 0, 9, admitted=True), waiting("mid", 100, 0),
+             SCAN]  # fmt: skip
+    entries = view.backlog_entries(scans)
+    assert [(e["scan_id"], e["position"]) for e in entries] == [
+        ("starting", None), ("a-high", 1), ("b-high", 2), ("new-high", 3), ("mid", 4), ("old-low", 5)]  # fmt: skip
+    assert entries[1] == {**view.backlog_entry(scans[3]), "position": 1}  # type: ignore[dict-item]
+
+
+def test_a_waiting_scans_place_and_estimated_wait() -> None:
+    assert view.scan_status(SCAN, None)["backlog"] is None
+    assert view.scan_status(waiting("w", 0, 1), None)["backlog"] is None  # no place written yet
+    placed = waiting("w", 0, 1, waitReason="Priority", position=3, estimatedStart=1090.0)
+    assert view.scan_status(placed, None, now=1000.0)["backlog"] == {
+        "position": 3, "wait_reason": "Priority", "estimated_start": 1090.0, "estimated_wait_seconds": 90.0}  # fmt: skip
+    assert view.backlog_place(placed, 1100.0)["estimated_wait_seconds"] == 0.0  # type: ignore[index]
+    far = waiting("w", 0, 1, waitReason="Quota")
+    assert view.backlog_place(far, 1000.0) == {
+        "position": None, "wait_reason": "Quota", "estimated_start": None, "estimated_wait_seconds": None}  # fmt: skip
+    soon = waiting("w", 0, 1, waitReason="Rate", position=1, estimatedStart=time.time() + 1000)
+    assert 990 < view.scan_status(soon, None)["backlog"]["estimated_wait_seconds"] <= 1000  # from now
 
 
 def test_merge_patch_turns_old_into_new() -> None:

@@ -7,9 +7,9 @@ from typing import Any
 from skyscan import conditions as cond
 from skyscan.packing import Packer
 from skyscan.scan_record import ScanRecord
-from skyscan_operator.backlog import Hold
+from skyscan_operator.backlog import Hold, Place
 from skyscan_operator.live_scans import LiveScans, job_view, kept, key_of, pod_view, waiting_status
-from skyscan_operator.observed import WorkflowView
+from skyscan_operator.observed import Admission, WorkflowView
 from skyscan_operator.settings import OperatorSettings
 
 NOW = 1_800_000_000.0
@@ -140,6 +140,26 @@ def test_the_line_follows_the_scans_and_their_holds() -> None:
                                               NOW, 1)}  # fmt: skip
     s.put_scan(scan("c", held, rv="3", priority=200))
     assert s.line.tick(running=0, now=NOW, last_low_priority_admission=None).admit == [("ns", "c")]
+
+
+def test_a_scan_shows_its_place_and_is_told_a_new_one_with_its_hold() -> None:
+    s = store()
+    s.events[("ns", "a")] = (True, NOW)
+    shown = {**QUEUED, "backlog": {**QUEUED["backlog"], "waitReason": "Priority", "position": 2}}
+    s.put_scan(scan("a", shown, priority=200))
+    decision = s.line.tick(running=1, now=NOW, last_low_priority_admission=None)
+    assert decision.admit == [("ns", "a")]  # shown as second, it is first now
+    s.put_scan(scan("b", {**QUEUED, "backlog": {**QUEUED["backlog"], "waitReason": "Priority"}}, priority=0))
+    s.events[("ns", "b")] = (True, NOW)
+    s.refresh(("ns", "b"))
+    assert s.line.tick(running=1, now=NOW, last_low_priority_admission=NOW).place == {}  # as shown
+    s.hold(("ns", "b"), Hold("Queued", "q"))
+    s.hold(("ns", "b"), None, Place("Rate", 1))
+    assert s.admissions[("ns", "b")] == Admission(False, "Queued", "q", Place("Rate", 1))
+    s.hold(("ns", "b"), Hold("ConcurrencyLimit", "c"))
+    assert s.take_admission(("ns", "b")) == Admission(False, "ConcurrencyLimit", "c", Place("Rate", 1))
+    s.hold(("ns", "b"), None, Place("Quota"))
+    assert s.take_admission(("ns", "b")) == Admission(False, place=Place("Quota"))
 
 
 def test_settled_scans_are_forgotten_but_their_lineage_is_kept() -> None:
