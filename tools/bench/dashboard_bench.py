@@ -6,6 +6,9 @@ Rows so far:
   `skyscan:skymap:drawn` mark), for a scan whose stored result is the default progression 8:0 64:12
   512:24 (about 3,000 pixels, 0.5 MB of JSON); the median of a few fresh browser contexts (no cache).
   Goal: under 1 s.
+- the scans table's first rows: navigation start -> the page's `skyscan:scans:rows` mark, over the live
+  scans of the namespace (10,000 in `make bench`). Goal: under 500 ms.
+- the shim's CPU with 20 scans pages open and idle, each holding its one rows stream. Goal: under 2 %.
 
 Adding a row is one function: `async def row(d: Dashboard) -> Figure` that prepares what it needs
 (scans in `d.ns` through `d.api`), opens pages with `d.open(route)` and reads their performance
@@ -32,6 +35,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
@@ -172,7 +177,57 @@ async def skymap_drawn(d: Dashboard) -> Figure:
     return Figure(what, round(median("drawn")), "ms", 1000.0, compared)
 
 
-ROWS: list[Row] = [skymap_drawn]
+FIRST_ROWS = """() => performance.getEntriesByName("skyscan:scans:rows")[0].startTime"""
+IDLE_PAGES, IDLE_SECONDS = 20, 10.0
+
+
+async def live_scans(d: Dashboard) -> int:
+    return len(await harness.scans_in(d.api, d.ns))
+
+
+async def scans_table_first_rows(d: Dashboard) -> Figure:
+    """Navigation start -> the scans table's first rows (a page of the newest, from GET /scans)."""
+    live, got = await live_scans(d), []
+    for _ in range(d.runs):
+        page = await d.open("scans")
+        try:
+            await page.locator("table.scans tbody tr").first.wait_for(timeout=WAIT_MS)
+            got.append(await page.evaluate(FIRST_ROWS))
+        finally:
+            await page.context.close()
+    runs = ", ".join(f"{g:.0f}" for g in got)
+    what = f"scans page: navigation → first rows, {live:,} live scans"
+    return Figure(
+        what, round(statistics.median(got)), "ms", 500.0, f"median of {len(got)} fresh pages ({runs} ms)"
+    )
+
+
+async def streams_open(d: Dashboard, n: int) -> bool:
+    """Whether the shim serves at least `n` event streams (its gauge)."""
+    async with aiohttp.ClientSession() as http, http.get(f"{d.base}/metrics") as r:
+        text = await r.text()
+    gauge = next(line for line in text.splitlines() if line.startswith("skyscan_shim_event_streams "))
+    return float(gauge.split()[1]) >= n
+
+
+async def idle_dashboards(d: Dashboard) -> Figure:
+    """The shim's CPU while `IDLE_PAGES` scans pages stay open, each following its rows (one stream)."""
+    pages = []
+    try:
+        for _ in range(IDLE_PAGES):
+            page = await d.open("scans")
+            await page.locator("table.scans tbody tr").first.wait_for(timeout=WAIT_MS)
+            pages.append(page)
+        await harness.eventually(lambda: streams_open(d, IDLE_PAGES), 60, interval=0.2)
+        cpu = await harness.cpu_percent(d.shim_pid, IDLE_SECONDS)
+    finally:
+        for page in pages:
+            await page.context.close()
+    what = f"shim CPU, {IDLE_PAGES} scans pages open and idle (one stream each), over {IDLE_SECONDS:g} s"
+    return Figure(what, round(cpu, 2), "% of a core", 2.0, f"{await live_scans(d):,} live scans")
+
+
+ROWS: list[Row] = [skymap_drawn, scans_table_first_rows, idle_dashboards]
 
 
 # ---------------------------------------------------------------- running the rows

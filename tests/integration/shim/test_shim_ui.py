@@ -5,9 +5,11 @@ expires, for its token."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
+import api_shim
 from api_shim.auth import token_hash
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest
 
@@ -36,6 +38,12 @@ async def test_the_page_and_its_files_are_served_with_their_types_and_security_h
         got = await shim.call("GET", f"/ui/{name}", as_=None)
         assert (got.status, got.headers["Content-Type"].split(";")[0]) == (200, kind), name
         assert_secured(got.headers)
+    # Every module is preloaded (fetched at once, not import by import), and each preload is served.
+    preloaded = set(re.findall(rb'<link rel="modulepreload" href="([^"]+)">', page.body))
+    shipped = {p.name.encode() for p in (Path(api_shim.__file__).parent / "ui_assets").glob("*.js")}
+    assert preloaded == shipped
+    for name in preloaded:
+        assert (await shim.call("GET", f"/ui/{name.decode()}", as_=None)).status == 200, name
     moved = await shim.call("GET", "/ui", as_=None)
     assert (moved.status, moved.headers["Location"]) == (301, "/ui/")
 
