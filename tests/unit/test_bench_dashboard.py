@@ -4,6 +4,7 @@ that could not run said so, and every row skipped, saying why, where there is no
 from __future__ import annotations
 
 import asyncio
+import inspect
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,4 +34,6 @@ def test_without_chromium_every_row_is_skipped_saying_why(monkeypatch: pytest.Mo
 
     figures = asyncio.run(dashboard_bench.measure("http://x", "t", 1, None, "ns", 1, [unused]))  # type: ignore[arg-type]
     assert [(f.what, f.figure) for f in figures] == [("dashboard: unused", "skipped: no chromium")]
-    assert dashboard_bench.ROWS == [dashboard_bench.skymap_drawn]  # a row is one function, listed
+    # A row is one function, listed: each a coroutine function of the Dashboard.
+    assert dashboard_bench.skymap_drawn in dashboard_bench.ROWS
+    assert all(inspect.iscoroutinefunction(row) for row in dashboard_bench.ROWS)
