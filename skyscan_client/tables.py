@@ -72,7 +72,38 @@ def status(scan_id: str, doc: Status) -> Table:
     table.add_row("WMS", wms(doc))
     table.add_row("workers", workers(dict(doc)))
     table.add_row("logs", str((doc.get("scanner_server_logs") or {}).get("url") or "-"))
+    if place := doc.get("backlog"):
+        table.add_row("backlog", backlog_place(place))
     return table
+
+
+# What each wait reason of a waiting scan means (docs: the backlog).
+WAITS = {
+    "Rate": "next to start, at the admission rate",
+    "Priority": "scans ahead of it start first",
+    "Quota": "the cap on running scans is reached",
+    "Outage": "its start was interrupted by an outage; retrying",
+    "Retry": "its last start attempt failed; retrying",
+}
+
+
+def backlog_place(place: dict[str, Any]) -> str:
+    """A waiting scan's place: `position 3 · Priority (scans ahead of it start first) · about 4 min`."""
+    reason = str(place.get("wait_reason"))
+    parts = [f"{reason} ({WAITS[reason]})" if reason in WAITS else reason]
+    if (position := place.get("position")) is not None:
+        parts.insert(0, f"position {position}")
+    if (wait := place.get("estimated_wait_seconds")) is not None:
+        parts.append(f"about {_duration(float(wait))}")
+    return " · ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def result(scan_id: str, doc: Result) -> Table:

@@ -5,7 +5,7 @@ Manifests, progress and results are open objects that grow with the scanner; the
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 Json = dict[str, Any]
 
@@ -31,6 +31,7 @@ class Status(TypedDict):
     scan_complete: bool
     scanner_server_logs: LogUrl
     wms_workforce: Json
+    backlog: NotRequired[Json | None]  # where a waiting scan stands (newer services)
 
 
 class Result(TypedDict, total=False):

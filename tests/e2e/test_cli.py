@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -15,12 +16,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
 from skyscan_client import exit_codes
 from skyscan_client.client import Client
-from tests.e2e.conftest import LONG_NSIDES, Stack
+from tests.e2e.conftest import LONG_NSIDES, Stack, scan_request
 
 pytestmark = pytest.mark.timeout(240)  # one xdist worker runs the module (tests/conftest.py TOGETHER)
 MAIN = "import sys; from skyscan_client.cli import main; sys.exit(main())"
@@ -188,6 +190,36 @@ def test_actions_and_a_followed_abort(stack: Stack, client: Client, tmp_path: Pa
         followed = skyscan(stack, tmp_path, "follow", target, "--json", "--poll-interval", "0.2")
         assert followed.code == exit_codes.ABORTED, followed.out + followed.err
         assert json.loads(followed.out.splitlines()[-1])["status"]["is_deleted"] is True
+
+
+def test_status_says_where_a_waiting_scan_waits_and_why(stack: Stack, client: Client, tmp_path: Path) -> None:
+    """The WMS refuses new workflows for a while (503): a scan's start is interrupted, and it waits in
+    the backlog until the WMS is back; `skyscan status` says where and why."""
+    refuse = {"status": 503, "seconds": 120, "method": "POST", "path_prefix": "/v1/workflows"}
+    wide = "import os; os.environ['COLUMNS'] = '200'; "  # the row unwrapped
+    with httpx.Client(base_url=stack.wms_url, timeout=10) as wms:
+        wms.post("/_sim/faults", json=refuse).raise_for_status()
+        try:
+            scan_id = str(client.launch(scan_request())["scan_id"])
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                run = skyscan(stack, tmp_path, "status", scan_id, before=wide)
+                row = next((line for line in run.out.splitlines() if line.startswith("backlog")), "")
+                if "Outage" in row:
+                    break
+            assert re.fullmatch(
+                r"backlog +position \d+ · Outage \(its start was interrupted by an outage; retrying\) · "
+                r"about \d+ (s|min)",
+                row.strip(),
+            ), run.out
+        finally:
+            wms.post("/_sim/clear").raise_for_status()
+    assert client.status(scan_id)["backlog"]["wait_reason"] == "Outage"
+    for event in client.events(scan_id, poll_interval=0.2):  # the WMS is back: it starts
+        if event.state != "PENDING__PRESTARTUP" or event.terminal:
+            break
+    assert client.status(scan_id)["backlog"] is None
+    client.abort(scan_id)
 
 
 def test_error_paths_exit_with_their_codes_and_the_error_body(stack: Stack, tmp_path: Path) -> None:

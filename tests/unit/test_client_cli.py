@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from skyscan_client.cli import find_filter, launch_request, parser, state_matches
-from skyscan_client.tables import wms
+from skyscan_client.tables import backlog_place, wms
 from skyscan_client.types import Status
 
 
@@ -84,3 +84,16 @@ def test_a_workflow_never_created_is_not_shown_active() -> None:
     assert wms(doc(None, "WF-1")) == "active"
     assert wms(doc("ABORTED", "WF-1")) == "ABORTED"
     assert wms({**doc(None, None), "wms_workforce": None}) == "not requested"  # type: ignore[typeddict-item]
+
+
+def test_a_waiting_scans_place_in_words() -> None:
+    """`skyscan status`'s backlog row (shown only while the scan waits)."""
+    place = {"position": 3, "wait_reason": "Priority", "estimated_start": 1, "estimated_wait_seconds": 240.4}
+    assert backlog_place(place) == "position 3 · Priority (scans ahead of it start first) · about 4 min"
+    far = {"position": None, "wait_reason": "Quota", "estimated_start": None, "estimated_wait_seconds": None}
+    assert backlog_place(far) == "Quota (the cap on running scans is reached)"
+    assert backlog_place({**far, "wait_reason": "Later"}) == "Later"  # a reason from a newer service
+    waits = [backlog_place({**place, "estimated_wait_seconds": s}) for s in (0, 89.4, 90, 5399, 5400, 7200)]
+    assert [w.rpartition("about ")[2] for w in waits] == ["0 s", "89 s", "2 min", "90 min", "1.5 h", "2.0 h"]
+    for reason in ("Rate", "Outage", "Retry"):
+        assert backlog_place({**far, "wait_reason": reason}).startswith(f"{reason} (")

@@ -265,15 +265,7 @@ async def test_backlog_lists_what_the_operator_holds(shim: ShimUnderTest) -> Non
         return entries if len(entries) == 2 else None
 
     entries = await eventually(two, timeout=10)
-    assert entries == [
-        {
-            "scan_id": first,
-            "timestamp": 10.0,
-            "pickled_k8s_job": None,
-            "priority": 0,
-            "pending_timestamp": 11.5,
-            "next_attempt": 2,
-        },
+    assert entries == [  # in admission order: priority, then age
         {
             "scan_id": second,
             "timestamp": 20.0,
@@ -281,9 +273,52 @@ async def test_backlog_lists_what_the_operator_holds(shim: ShimUnderTest) -> Non
             "priority": 100,
             "pending_timestamp": 0.0,
             "next_attempt": 0,
+            "position": 1,
+        },
+        {
+            "scan_id": first,
+            "timestamp": 10.0,
+            "pickled_k8s_job": None,
+            "priority": 0,
+            "pending_timestamp": 11.5,
+            "next_attempt": 2,
+            "position": 2,
         },
     ]
     assert third not in [e["scan_id"] for e in entries]
+
+
+async def test_the_backlog_in_admission_order_and_a_waiting_scans_place(shim: ShimUnderTest) -> None:
+    """Positions by priority then arrival, a scan in a start attempt first without one; the status
+    shows the place the operator wrote, its estimated wait counted from now."""
+    old_low, new_low, high, starting = [(await shim.launch(priority=p))["scan_id"] for p in (0, 0, 200, 0)]
+    entered = {old_low: 10.0, new_low: 30.0, high: 40.0, starting: 20.0}
+    for scan_id, at in entered.items():
+        await shim.operator_writes(
+            scan_id, {"backlog": {"enteredAt": at, "pendingSince": 0.0, "attempts": 0}}
+        )
+    admitted = {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "start attempt 1",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    await shim.operator_writes(starting, {"conditions": [admitted]})
+    start_at = time.time() + 120
+    place = {"waitReason": "Priority", "position": 3, "estimatedStart": start_at}
+    await shim.operator_writes(new_low, {"backlog": {"enteredAt": 30.0, **place}})
+
+    async def ordered() -> Any:
+        entries = (await shim.call("GET", "/scans/backlog")).body["entries"]
+        got = [(e["scan_id"], e["position"]) for e in entries]
+        return got if got == [(starting, None), (high, 1), (old_low, 2), (new_low, 3)] else None
+
+    await eventually(ordered, timeout=10)
+
+    async def placed() -> Any:
+        return (await shim.call("GET", f"/scan/{new_low}/status")).body["backlog"]
+
+    backlog = await eventually(placed, timeout=10)
+    assert (backlog["position"], backlog["wait_reason"]) == (3, "Priority")
+    assert backlog["estimated_start"] == start_at
+    assert 100 < backlog["estimated_wait_seconds"] <= 120
+    assert (await shim.call("GET", f"/scan/{high}/status")).body["backlog"] is None  # no place written
 
 
 async def test_workflow_id_is_set_once(shim: ShimUnderTest) -> None:
