@@ -55,7 +55,14 @@ function logOut(text, atIssuer = false) {
   main.replaceChildren(
     el("h1", { text: "Log in" }),
     el("p", { text: text || hint }),
-    oidc ? el("button", { type: "button", class: "login", text: "Log in", onclick: () => logIn(oidc) }) : "",
+    oidc ? el("button", { type: "button", class: "login", text: "Log in", onclick: () => startLogin(oidc) }) : "",
+  );
+}
+
+// The browser computes the PKCE challenge with crypto.subtle, which it offers on https (and loopback) only.
+function startLogin(oidc) {
+  logIn(oidc).catch((error) =>
+    notice.show(`The login cannot start here (${error.message}): open the dashboard over https.`),
   );
 }
 
