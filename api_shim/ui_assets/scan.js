@@ -24,6 +24,45 @@ function confirmed(label, question, act) {
   return holder;
 }
 
+// Pixels done of those generated, per nside (the scanner's `tallies.nsides`), as bars.
+function progressBars(progress) {
+  const nsides = Object.entries(progress?.tallies?.nsides || {}).sort(([a], [b]) => Number(a) - Number(b));
+  if (!nsides.length) return el("p", { text: "No pixel reconstructed yet." });
+  return el("div", { class: "bars" }, nsides.map(([nside, tally]) => {
+    const done = Number(tally?.pixels?.done) || 0;
+    const generated = Number(tally?.pixels?.generated) || 0;
+    const label = `nside ${nside}`;
+    return el("div", { class: "bar" },
+      el("span", { text: label }),
+      el("progress", { max: Math.max(generated, 1), value: Math.min(done, generated), "aria-label": label }),
+      el("span", { class: "number", text: `${done} / ${generated}` }));
+  }));
+}
+
+// When things happened: what the scan records (created, its scanner's start and end) and each state
+// this page saw it enter, in time order.
+function timeline(manifest, seen) {
+  const when = (seconds) => new Date(seconds * 1000).toLocaleString();
+  const moments = [[manifest.timestamp, "created"]];
+  if (manifest.progress?.start) moments.push([manifest.progress.start, "scanner started"]);
+  if (manifest.progress?.end) moments.push([manifest.progress.end, "scanner ended"]);
+  let first = true;
+  for (const [state, at] of seen) {
+    moments.push([at, first ? `${state} (as this page opened)` : `→ ${state}`]);
+    first = false;
+  }
+  moments.sort(([a], [b]) => a - b);
+  return el("ol", { class: "timeline" }, moments.map(([at, what]) => el("li", {}, el("time", { text: when(at) }), ` ${what}`)));
+}
+
+function taskforceTable(taskforces) {
+  if (!taskforces.length) return el("p", { text: "No taskforce yet." });
+  const cell = (value) => el("td", { text: value ?? "" });
+  return el("table", { class: "taskforces" },
+    el("thead", {}, el("tr", {}, ["Cluster", "Workers", "Phase"].map((name) => el("th", { scope: "col", text: name })))),
+    el("tbody", {}, taskforces.map((t) => el("tr", {}, cell(t.cluster_location), cell(t.n_workers), cell(t.phase)))));
+}
+
 // Add workers: a small form (how many, where) whose submit button is the confirmation.
 function workersForm(add) {
   const open = el("button", { type: "button", text: "Add workers" });
@@ -56,13 +95,18 @@ export async function scanPage(main, notice, id) {
   const facts = el("dl", { class: "facts" });
   const actions = el("p", { class: "actions" });
   const result = el("section", { class: "result", "aria-label": "Result" });
-  main.replaceChildren(el("h1", {}, "Scan ", el("code", { text: id })), actions, facts, result);
+  const progress = el("section", { "aria-label": "Progress" });
+  const history = el("section", { "aria-label": "State over time" });
+  const workers = el("section", { "aria-label": "Taskforces" });
+  main.replaceChildren(el("h1", {}, "Scan ", el("code", { text: id })), actions, facts, progress, history, workers, result);
+  const seen = new Map(); // state -> when this page first saw it
 
   async function refresh() {
-    const [status, scan, request] = await Promise.all([
+    const [status, scan, request, taskforces] = await Promise.all([
       call("GET", `${path}/status`),
       call("GET", `${path}?include_deleted=true`),
       call("GET", `/scan-request/${encodeURIComponent(id)}`),
+      call("GET", `${path}/wms/taskforces`).then((t) => t.taskforces, () => []), // none while the WMS cannot say
     ]);
     const manifest = scan.manifest;
     const meta = manifest.event_metadata || {};
@@ -80,6 +124,10 @@ export async function scanPage(main, notice, id) {
       ...fact("Classifiers", tags(manifest.classifiers)),
       ...fact("Logs", web(logUrl) ? el("a", { href: logUrl, rel: "noopener noreferrer", text: "scanner server logs" }) : "none"),
     );
+    if (!seen.has(status.scan_state)) seen.set(status.scan_state, Date.now() / 1000);
+    progress.replaceChildren(el("h2", { text: "Progress per nside" }), progressBars(manifest.progress));
+    history.replaceChildren(el("h2", { text: "State over time" }), timeline(manifest, seen));
+    workers.replaceChildren(el("h2", { text: "Taskforces" }), taskforceTable(taskforces));
     const found = scan.result?.scan_result || {};
     result.replaceChildren(
       el("h2", { text: scan.result?.is_final ? "Final result" : Object.keys(found).length ? "Partial result" : "No result yet" }),

@@ -70,6 +70,12 @@ def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
         yield opened
 
 
+# The elements reaching beyond the window's right edge (their tags and classes): none at phone width.
+WIDER_THAN_THE_SCREEN = """() => [...document.body.querySelectorAll('*')]
+  .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1)
+  .map((e) => `${e.tagName}.${e.className}`)"""
+
+
 def launched(stack: Stack, **changes: Any) -> str:
     answer = httpx.post(
         f"{stack.url}/scan",
@@ -135,12 +141,24 @@ def test_a_login_link_opens_the_scans_table_once_and_finds_scans_showing_their_s
 
     meta = event_metadata(stack, marked)  # as the scan's event gives them
     page.fill("input[name=classifier]", "")
-    page.fill("input[name=run_id]", str(meta["run_id"]))
-    page.fill("input[name=event_id]", str(meta["event_id"]))
-    page.click("form.filters button[type=submit]")
+    # By keyboard alone: Tab from the page's start reaches the form, Enter finds.
+    page.focus("a.brand")  # the page's first stop
+    for _ in range(12):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.name") == "run_id":
+            break
+    assert page.evaluate("document.activeElement.name") == "run_id"
+    page.keyboard.type(str(meta["run_id"]))
+    page.keyboard.press("Tab")
+    page.keyboard.type(str(meta["event_id"]))
+    page.keyboard.press("Enter")
     expect(page.locator("table.scans tbody tr")).to_have_count(1)
     assert rows(page) == [marked]
     expect(row.locator("td.state")).not_to_have_text("…")  # its state, read from its status
+
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone: the page is no wider (the table scrolls)
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    page.set_viewport_size({"width": 1280, "height": 800})
 
     # The link worked once: another tab that opens it is asked to log in, with the service's words.
     again = page.context.new_page()
@@ -168,6 +186,16 @@ def test_a_scan_launched_from_the_form_reaches_its_final_result_on_its_page_and_
     page.wait_for_url("**/ui/#/scan/*")
     expect(page.locator(".facts .state")).to_have_text("SCAN_HAS_FINAL_RESULT", timeout=90_000)  # no reload
     expect(page.locator("section.result h2")).to_have_text("Final result")
+    bars = page.locator("section[aria-label='Progress'] progress")
+    expect(bars).to_have_count(1)  # nside 8 only, every pixel done
+    assert bars.first.get_attribute("value") == bars.first.get_attribute("max") != "1"
+    history = page.locator("section[aria-label='State over time'] li").all_inner_texts()
+    assert "created" in history[0] and any("SCAN_HAS_FINAL_RESULT" in h for h in history), history
+    expect(page.locator("table.taskforces tbody tr")).not_to_have_count(0)
+    # Readable at phone width: nothing wider than the screen, the actions and facts still there.
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert page.evaluate(WIDER_THAN_THE_SCREEN) == []
+    page.set_viewport_size({"width": 1280, "height": 800})
     assert page.locator("text=Abort").count() == 0  # a finished scan has nothing to abort
 
     with workers_held(stack):  # so the scan is mid-way
