@@ -28,13 +28,13 @@ fi
 
 if [ ! -x "$dir/bin/kc.sh" ]; then
   command -v mvn >/dev/null || { echo "mvn (Maven) is needed to fetch Keycloak" >&2; exit 1; }
-  command -v unzip >/dev/null || { echo "unzip is needed to unpack Keycloak" >&2; exit 1; }
   echo "fetching Keycloak $KEYCLOAK_VERSION into $dir" >&2
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   mvn -q -B -Dmaven.repo.local="$tmp/repository" "$DEPENDENCY_PLUGIN:copy" \
     -Dartifact="org.keycloak:keycloak-quarkus-dist:$KEYCLOAK_VERSION:zip" -DoutputDirectory="$tmp" >&2
-  unzip -q "$tmp/keycloak-quarkus-dist-$KEYCLOAK_VERSION.zip" -d "$tmp/unpacked"
+  python3 -m zipfile -e "$tmp/keycloak-quarkus-dist-$KEYCLOAK_VERSION.zip" "$tmp/unpacked"
+  chmod +x "$tmp/unpacked/keycloak-$KEYCLOAK_VERSION"/bin/*.sh  # zipfile keeps no modes
   mkdir -p "$(dirname "$dir")"
   rm -rf "$dir"
   mv "$tmp/unpacked/keycloak-$KEYCLOAK_VERSION" "$dir"
