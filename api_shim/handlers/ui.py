@@ -168,7 +168,10 @@ def session(identity: Identity | None, actions: dict[str, frozenset[str]]) -> di
         )
     if not identity.is_person:
         raise ApiError(
-            403, "authorization failed", "The dashboard is for people: this token is not a person's."
+            403,
+            "authorization failed",
+            "The dashboard is for people: this token is a scanner's, or has neither the user nor the viewer "
+            "role.",
         )
     may = sorted(name for name, roles in actions.items() if roles & identity.roles)
     return {"name": identity.name, "roles": sorted(identity.roles), "may": may}

@@ -217,7 +217,10 @@ def test_a_viewer_sees_no_launch_link_and_a_system_token_is_refused_with_the_ser
     log_out(page, issuer)
 
     log_in(page, issuer, "hal")
-    expect(page.get_by_text("The dashboard is for people: this token is not a person's.")).to_be_visible()
+    refusal = (
+        "The dashboard is for people: this token is a scanner's, or has neither the user nor the viewer role."
+    )
+    expect(page.get_by_text(refusal)).to_be_visible()
     expect(page.get_by_role("button", name="Log in")).to_be_visible()
     expect(page.locator("#who")).to_be_hidden()
     assert page.evaluate(f"sessionStorage.getItem('{TOKEN}')") is None
