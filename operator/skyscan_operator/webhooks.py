@@ -16,8 +16,9 @@ that scan and state and has not put it on record yet (`status.announced`); the s
    what follows it: a subscription's events arrive in the order they were seen.
 
 A scan that passes through several states while no operator runs is announced in the state it is in
-when one runs again. A subscription seen for the first time (a new one, or all of them at start) is
-offered the states of the scans already known, so no change is missed for want of its subscription.
+when one runs again: a subscription taken up before (all of them, when an operator starts) is offered
+the states of the scans known, and delivers those it has not announced. A new subscription starts from
+now: the states scans are in already are noted as announced, not delivered.
 """
 
 from __future__ import annotations
@@ -95,7 +96,10 @@ def event_data(scan: dict[str, Any]) -> dict[str, Any]:
         "wms_deactivated": record.deactivated,
         "scan_complete": record.has_final_result,
         "manifest": {
-            k: found[k] for k in ("timestamp", "priority", "classifiers", "event_metadata", "progress")
+            **{k: found[k] for k in ("timestamp", "priority", "classifiers", "event_metadata")},
+            "progress": {
+                "summary": (found["progress"] or {}).get("summary", "")
+            },  # its words, not its tallies
         },
     }
 
@@ -127,10 +131,13 @@ class Courier:
     written: bool = False  # its status written since it was first seen (kubectl shows it taken up)
     delivered_unwritten: bool = False  # deliveries its status does not show yet
 
-    def offer(self, scan_id: str, seen: Seen, now: float) -> None:
-        if not sub.wants_state(self.spec.states, seen.state) or not sub.wants_scan(
+    def wants(self, scan_id: str, seen: Seen) -> bool:
+        return sub.wants_state(self.spec.states, seen.state) and sub.wants_scan(
             self.spec, scan_id, seen.classifiers
-        ):
+        )
+
+    def offer(self, scan_id: str, seen: Seen, now: float) -> None:
+        if not self.wants(scan_id, seen):
             return
         recorded = self.status.announced.get(scan_id)
         queued = next((e.state for e in reversed(self.inbox) if e.scan_id == scan_id), None)
@@ -192,6 +199,9 @@ class Webhooks:
         if courier is not None and courier.uid == body["metadata"]["uid"]:
             courier.spec = spec  # the status is ours: the copy in memory is the newest
             return
+        if courier is not None and courier.task:  # made again under its name: the old one's courier goes
+            courier.task.cancel()
+        new = not body.get("status")  # never taken up: it starts from now
         status = sub.SubscriptionStatus.model_validate(body.get("status") or {})
         courier = self.couriers[key] = Courier(key, body["metadata"]["uid"], spec, status)
         now = self.clock()
@@ -200,8 +210,12 @@ class Webhooks:
         else:
             known = ((name, seen) for (namespace, name), seen in self.seen.items() if namespace == key[0])
         for name, seen in known:
-            if seen is not None:
+            if seen is None:
+                continue
+            if not new:  # taken up before (this operator restarted, or another held it): what it missed
                 courier.offer(name, seen, now)
+            elif courier.wants(name, seen):  # the states scans are in already are not news
+                courier.status.announced[name] = seen.state
         courier.wake.set()
         courier.task = asyncio.create_task(self._run(courier), name=f"webhooks-{key[1]}")
 

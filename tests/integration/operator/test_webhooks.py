@@ -246,3 +246,17 @@ async def _announced(api: Kube, namespace: str, name: str, scan_id: str, state: 
 
 async def _in_state(api: Kube, namespace: str, scan_id: str, state: str) -> bool:
     return bool(((await get_scan(api, namespace, scan_id)).get("status") or {}).get("state") == state)
+
+
+async def test_a_new_subscription_starts_from_now(
+    api: Kube, namespace: str, operator: OperatorFactory, receiver: Receiver
+) -> None:
+    operator(**LOCAL)
+    old, new = await create_scan(api, namespace), await create_scan(api, namespace)
+    await final_result(api, namespace, old)
+    await eventually(lambda: _in_state(api, namespace, old, FINAL))  # the operator has seen it final
+    await subscribe(api, namespace, "fresh", receiver.url, new_secret())
+    assert (await status(api, namespace, "fresh"))["announced"] == {old: FINAL}  # noted, not news
+    await final_result(api, namespace, new)
+    await eventually(lambda: _delivered(api, namespace, "fresh", 1), timeout=60)
+    assert [e["subject"] for e in receiver.events()] == [new]
