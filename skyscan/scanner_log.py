@@ -1,7 +1,7 @@
 """A scanner's log as Skyscan keeps it once its container ended, and which Pod's log may be read (pure).
 
 The kept copy is the log's head and tail, each at most a set number of bytes (the operator's
-`SKYSCAN_SCANNER_LOG_HEAD_BYTES` / `_TAIL_BYTES`), with one marker line where bytes were cut, saying
+`SKYSCAN_SCANNER_LOG_END_BYTES`), with one marker line where bytes were cut, saying
 how many, and a last line saying how the container ended (its reason, exit code and time), which is
 what a reader of an OOMKilled scanner's log wants first. Read a log as a stream, `HeadTail.feed` one
 chunk at a time: whatever the log's size, at most head + tail bytes are held.

@@ -151,9 +151,10 @@ def cmd_request(c: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_logs(c: Client, args: argparse.Namespace) -> int:
-    """The scanner server's log itself; `--url`/`--json`: where it is (`GET /scan/{id}/logs`)."""
+    """The scanner server's log itself; `--url`/`--json`: where it is (`GET /scan/{id}/logs`). A replaced
+    scan's own (why its scanner died), not its replacement's."""
     if args.url_only or args.json:
-        doc = c.logs(args.scan_id)
+        doc = c.logs(args.scan_id, no_redirect=True)
         return reply(doc, args.json, doc["scanner_server"]["url"] or "no log URL (no scanner has run yet)")
     for chunk in c.scanner_log(args.scan_id, follow=args.follow):
         sys.stdout.buffer.write(chunk)

@@ -71,7 +71,7 @@ class LogKeeper:
     ) -> None:
         self._api, self._settings, self._events, self._clock = api, settings, events, clock
         self._queue: asyncio.Queue[PodKey] = asyncio.Queue()
-        self._pending: dict[PodKey, Ended] = {}
+        self._pending: dict[PodKey, tuple[Ended, bool]] = {}  # and whether the Pod is gone already
         self._done: set[PodKey] = set()  # kept (or given up) while the Pod exists
         self._tasks: list[asyncio.Task[None]] = []
         self.kept = 0
@@ -85,25 +85,34 @@ class LogKeeper:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def observe(self, pod: dict[str, Any], *, deleted: bool) -> None:
-        """A scanner Pod's watch event."""
+        """A scanner Pod's watch event. A Pod deleted before its ended container was seen is still tried
+        (its log is most likely gone: then its Scan says so), and forgotten afterwards."""
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        seen = key in self._done or key in self._pending
         if deleted:
             self._done.discard(key)  # a Pod of the same name later is another one
-        if key in self._done or key in self._pending:
+            if key in self._pending:  # forgotten once it is kept
+                self._pending[key] = (self._pending[key][0], True)
+        if seen:
             return
         if found := ended(pod):
-            self._pending[key] = found
+            self._pending[key] = (found, deleted)
             self._queue.put_nowait(key)
 
     async def _work(self) -> None:
         while True:
             key = await self._queue.get()
-            found = self._pending[key]
+            found, gone = self._pending[key]
             try:
                 await self._keep_with_retries(found)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never the worker's end
+                log.exception("keeping the log of %s failed", found.pod, extra=logs.about(found.scan_id))
             finally:
                 del self._pending[key]
-                self._done.add(key)
+                if not gone:
+                    self._done.add(key)
 
     async def _keep_with_retries(self, found: Ended) -> None:
         for attempt in range(1, TRIES + 1):
@@ -135,7 +144,7 @@ class LogKeeper:
         except NotFound:
             return False  # its Scan is gone, and everything it owned with it
         s = self._settings
-        kept = scanner_log.HeadTail(s.scanner_log_head_bytes, s.scanner_log_tail_bytes)
+        kept = scanner_log.HeadTail(s.scanner_log_end_bytes, s.scanner_log_end_bytes)
         path = kube.core_path("pods", ns, found.pod, "log")
         async with asyncio.timeout(s.scanner_log_read_seconds):
             async for chunk in self._api.chunks(path, {"container": found.container}, answer=30, idle=30):

@@ -289,19 +289,13 @@ class OperatorSettings(BaseSettings, policy.PolicySettings):  # with the request
     )
     job_active_deadline_seconds: int = Field(default=172800, gt=0, description="Job activeDeadlineSeconds.")
     job_ttl_seconds_after_finished: int = Field(default=600, ge=0, description="Job ttlSecondsAfterFinished.")
-    scanner_log_head_bytes: int = Field(
+    scanner_log_end_bytes: int = Field(
         default=2**20,
         ge=0,
         le=8 * 2**20,
-        description="Of an ended scanner container's log, the first this many bytes are kept with the scan "
-        "(docs: Logs, Scanner logs).",
-    )
-    scanner_log_tail_bytes: int = Field(
-        default=2**20,
-        ge=0,
-        le=8 * 2**20,
-        description="... and the last this many; a marker line stands where bytes were cut, saying how many "
-        "(halved both until it fits in 1 MB compressed).",
+        description="Of an ended scanner container's log, the first and the last this many bytes each are "
+        "kept with the scan, a marker line between them saying how many were cut; both halved until it fits "
+        "in 1 MB compressed (docs: Logs, Scanner logs).",
     )
     scanner_log_read_seconds: float = Field(
         default=120.0,

@@ -172,6 +172,19 @@ class Stack:
                 out.append(f"--- {name}/{container['name']}:\n{got.text}")
         return "\n".join(out)
 
+    def skyscan(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`skyscan ARGS` as a user of this stack (its .skyscan/env)."""
+        return subprocess.run(
+            [SKYSCAN, *args], env=self.cli_env(), capture_output=True, text=True, timeout=60
+        )
+
+    def skyscan_process(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([SKYSCAN, *args], env=self.cli_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+    def cli_env(self) -> dict[str, str]:
+        return {**os.environ, **self.env, "SKYSCAN_LOCAL_DIR": str(self.dir)}
+
     def delete_scans(self) -> None:
         """Every Scan of the namespace, and wait until they are gone (their workflows aborted)."""
         self.api.http.delete(SCANS).raise_for_status()
@@ -268,6 +281,18 @@ def test_a_scanner_over_its_memory_limit_is_oom_killed_by_the_kernel_and_rescann
     (replacing,) = clean.events(scan_id, "Replacing")
     assert "OOMKilled (exit code 137)" in replacing
 
+    # Its log says why, after its Job (and Pod) are gone: the operator kept it with the scan.
+    kept = f"/api/v1/namespaces/{NS}/configmaps/{names.log_object_name(scan_id)}"
+    poll(lambda: clean.api.get(kept), "the scanner's log kept", 60)
+    job = f"/apis/batch/v1/namespaces/{NS}/jobs/{scan['status']['job']['name']}"
+    gone = clean.api.http.request("DELETE", job, json={"propagationPolicy": "Background"})
+    assert gone.status_code in (200, 202, 404), gone.text  # 404: its TTL (the stack's is short) came first
+    poll(lambda: not clean.pods(f"{SCAN_LABEL}={scan_id}"), "the scanner's Job and Pod gone", 60)
+    log = clean.skyscan("logs", scan_id)
+    assert log.returncode == 0, log.stderr
+    assert "[skyscan: the scanner container ended: OOMKilled, exit code 137, at " in log.stdout, log.stdout
+    assert clean.skyscan("logs", scan_id, "--url").stdout.strip() == f"/scan/{scan_id}/logs/scanner-server"
+
 
 @pytest.mark.timeout(330)
 @pytest.mark.parametrize("how", ["deleted", "evicted"])
@@ -289,6 +314,13 @@ def test_a_scanner_pod_deleted_or_evicted_mid_scan_is_rescanned_and_the_rescan_f
         log = {"container": pod["spec"]["containers"][0]["name"]}
         started = lambda: "scanner server starting" in clean.api.http.get(f"{path}/log", params=log).text  # noqa: E731
         poll(started, "scanner server started", 60)
+        # Its log read live through the shim (the kubelet's, through the API server), and followed until
+        # the container ends.
+        with clean.rest() as rest:
+            live = lambda: rest.get(f"/scan/{scan_id}/logs/scanner-server")  # noqa: E731
+            poll(lambda: live().status_code == 200, "the log read live through the shim", 30)
+            assert "scanner server starting" in live().text
+        following = clean.skyscan_process("logs", scan_id, "--follow")
         if how == "deleted":
             clean.api.http.delete(path).raise_for_status()
         else:  # as `kubectl drain` does
@@ -298,6 +330,12 @@ def test_a_scanner_pod_deleted_or_evicted_mid_scan_is_rescanned_and_the_rescan_f
         assert condition(scan, "Complete").get("status") != "True"
     finally:
         wms_config(clean, step_delay=1.0)
+    out, errors = following.communicate(timeout=60)  # it ends with the container
+    assert following.returncode == 0 and "scanner server starting" in out, errors
+    # An evicted Pod is deleted (the Eviction API deletes it): its log is kept only if the operator read
+    # it before the kubelet removed the Pod (docs: Logs, Scanner logs).
+    kept = clean.api.get(f"/api/v1/namespaces/{NS}/configmaps/{names.log_object_name(scan_id)}")
+    print(f"{how}: the scanner's log {'kept' if kept else 'not kept (its Pod went first)'}")
     (replacing,) = clean.events(scan_id, "Replacing")
     assert "(exit code 143)" in replacing  # SIGTERM, as a real server reports it
     new = scan["spec"]["replacedBy"]

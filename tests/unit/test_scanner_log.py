@@ -7,13 +7,19 @@ from __future__ import annotations
 import gzip
 import os
 import random
+import time
+from unittest.mock import Mock
 
 import pytest
 
 from api_shim import view
+from api_shim.errors import ApiError
+from api_shim.handlers.scanner_log import LogStreams
+from api_shim.settings import ShimSettings
 from skyscan import names, scanner_log
 from skyscan.scanner_log import HeadTail, compressed, ending, is_scanner_pod, marker
-from skyscan_operator.log_keeper import ended
+from skyscan_operator.log_keeper import LogKeeper, ended
+from skyscan_operator.settings import OperatorSettings
 
 SCAN = "0193aaaaaaax0123456789abcdef0123"
 
@@ -150,3 +156,38 @@ def test_a_pod_event_tells_when_its_scanner_container_ended() -> None:
         ended({"metadata": {"name": "p", "namespace": "ns", "labels": {names.SCAN_ID_LABEL: SCAN}}}) is None
     )
     assert scanner_log.is_scanner_pod(SCAN, "p") is False
+
+
+def test_live_reads_are_capped_and_refused_once_the_shim_stops() -> None:
+    streams = LogStreams(ShimSettings(max_log_streams=2))
+    streams.admit()
+    a, b = Mock(), Mock()
+    streams.open.update({a, b})
+    with pytest.raises(ApiError) as full:
+        streams.admit()
+    assert (full.value.status, full.value.reason, full.value.headers) == (
+        503, "too many log streams", {"Retry-After": "30"}
+    )  # fmt: skip
+    assert "at most 2 scanner logs" in full.value.message
+    streams.open.discard(b)
+    streams.admit()
+    streams.close()
+    a.cancel.assert_called_once_with()  # the open reads end with the shim
+    with pytest.raises(ApiError) as stopping:
+        streams.admit()
+    assert (stopping.value.status, stopping.value.reason) == (503, "shutting down")
+    with pytest.raises(ApiError):
+        LogStreams(ShimSettings(max_log_streams=0)).admit()
+
+
+def test_the_keeper_queues_an_ended_scanner_once_and_forgets_a_deleted_pod() -> None:
+    keeper = LogKeeper(Mock(), OperatorSettings(), None, time.time)
+    container = names.container_name(SCAN)
+    running, done = [{"name": container, "state": {"running": {}}}], {"reason": "Completed", "exitCode": 0}
+    keeper.observe(pod(running), deleted=False)
+    assert keeper._queue.qsize() == 0
+    for _ in range(2):
+        keeper.observe(pod([{"name": container, "state": {"terminated": done}}]), deleted=False)
+    assert keeper._queue.qsize() == 1 and keeper._pending[("ns", "p")][1] is False
+    keeper.observe(pod([{"name": container, "state": {"terminated": done}}]), deleted=True)
+    assert keeper._queue.qsize() == 1 and keeper._pending[("ns", "p")][1] is True  # gone: forgotten once kept

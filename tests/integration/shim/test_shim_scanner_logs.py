@@ -114,7 +114,7 @@ async def started(shim: ShimUnderTest, scan_id: str, pod: str) -> None:
 
 
 def settings(**changes: Any) -> OperatorSettings:
-    return OperatorSettings(**{"scanner_log_head_bytes": MiB, "scanner_log_tail_bytes": MiB, **changes})
+    return OperatorSettings(**{"scanner_log_end_bytes": MiB, **changes})
 
 
 async def kept(api: Kube, namespace: str, scan_id: str) -> dict[str, Any]:
