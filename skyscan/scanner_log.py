@@ -57,15 +57,10 @@ class HeadTail:
 
     def feed(self, chunk: bytes) -> None:
         self.total += len(chunk)
-        room = self.head_limit - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if not chunk or not self.tail_limit:
-            return
-        self.tail += chunk[-self.tail_limit :]
-        if len(self.tail) > self.tail_limit:
-            del self.tail[: len(self.tail) - self.tail_limit]
+        room = max(self.head_limit - len(self.head), 0)
+        self.head += chunk[:room]
+        self.tail += chunk[room:]  # at most the tail and one chunk held
+        del self.tail[: max(len(self.tail) - self.tail_limit, 0)]
 
     @property
     def cut(self) -> int:
@@ -73,12 +68,9 @@ class HeadTail:
 
     def text(self, last_line: bytes = b"") -> bytes:
         """The log as kept: its head, the marker if anything was cut, its tail, then `last_line`;
-        every part on lines of its own."""
-        parts = [bytes(self.head)]
-        if self.cut:
-            parts.append(marker(self.cut))
-        parts += [bytes(self.tail), last_line]
-        return b"".join(_ended_line(p) if i < len(parts) - 1 else p for i, p in enumerate(parts))
+        every part on lines of its own (a newline ends each that lacks one)."""
+        parts = [bytes(self.head), marker(self.cut) if self.cut else b"", bytes(self.tail), last_line]
+        return b"".join(_ended_line(part) for part in parts)
 
     def shrunk(self) -> HeadTail:
         """The same log kept in half the room (head and tail halved; the total unchanged)."""

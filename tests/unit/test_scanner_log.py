@@ -91,6 +91,36 @@ def test_a_log_that_compresses_badly_is_cut_further_until_it_fits() -> None:
     assert gzip.decompress(small) == b"hello\n" and same.head_limit == 10
 
 
+def test_the_kept_log_is_gzip_of_its_text_at_level_6_with_no_time_in_it_and_just_fits() -> None:
+    """The same log is the same bytes (no mtime), as payloads are compressed; a log that fits exactly
+    is kept whole."""
+    rng = random.Random(1)
+    log = b"".join(
+        b"%08d line %s\n" % (i, bytes(rng.choice(b"abcdefgh") for _ in range(rng.randrange(5, 40))))
+        for i in range(20000)
+    )
+    kept = fed(log, 10**6, 10**6)
+    expected = gzip.compress(log + b"[end]\n", compresslevel=6, mtime=0)
+    assert expected != gzip.compress(log + b"[end]\n", compresslevel=7, mtime=0)
+    data, same = compressed(kept, b"[end]\n", len(expected))
+    assert data == expected and same is kept
+    data, smaller = compressed(kept, b"[end]\n", len(expected) - 1)
+    assert smaller.head_limit == 500_000 and len(data) < len(expected)
+
+
+def test_a_tail_alone_is_cut_until_it_fits() -> None:
+    log = os.urandom(20_000)
+    data, fitted = compressed(fed(log, 0, 20_000), b"", 6_000)
+    assert len(data) <= 6_000 and fitted.tail_limit == 5_000
+    assert gzip.decompress(data) == marker(15_000) + log[-5_000:] + b"\n"
+
+
+def test_every_part_ends_its_line_the_last_too() -> None:
+    kept = fed(b"abc", 10, 10)
+    assert kept.text(b"[end]") == b"abc\n[end]\n" and kept.text() == b"abc\n"
+    assert fed(b"", 10, 10).text() == b""
+
+
 def test_nothing_fits_nothing_is_kept_but_the_marker_and_ending() -> None:
     data, fitted = compressed(fed(os.urandom(5000), 1000, 1000), b"[end]\n", 40)
     assert (len(fitted.head), len(fitted.tail)) == (0, 0)
@@ -168,7 +198,7 @@ def test_live_reads_are_capped_and_refused_once_the_shim_stops() -> None:
     assert (full.value.status, full.value.reason, full.value.headers) == (
         503, "too many log streams", {"Retry-After": "30"}
     )  # fmt: skip
-    assert "at most 2 scanner logs" in full.value.message
+    assert full.value.message == "This shim reads at most 2 scanner logs live at once; try again later."
     streams.open.discard(b)
     streams.admit()
     streams.close()
@@ -176,6 +206,7 @@ def test_live_reads_are_capped_and_refused_once_the_shim_stops() -> None:
     with pytest.raises(ApiError) as stopping:
         streams.admit()
     assert (stopping.value.status, stopping.value.reason) == (503, "shutting down")
+    assert stopping.value.message == "This shim is stopping; read the log again."
     with pytest.raises(ApiError):
         LogStreams(ShimSettings(max_log_streams=0)).admit()
 
