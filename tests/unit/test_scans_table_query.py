@@ -50,12 +50,15 @@ def test_the_ask_carries_states_archive_cursor_and_limit() -> None:
     assert table_ask(q(("limit", "1"))).limit == 1
     assert table_ask(q(("before", "x" * 253))).before == "x" * 253
     assert table_ask(q(*[("state", "A")] * 10)).states == {"A"}
+    ten = table_filter(q(*[("classifier", f"k{i}=1") for i in range(10)]))
+    assert len(ten) == 11  # ten classifiers, and not deleted
 
 
 @pytest.mark.parametrize(
     ("pairs", "reason"),
     [
         ([("nope", "1")], "unknown parameters: nope"),
+        ([("zz", "1"), ("aa", "2")], "unknown parameters: aa, zz"),
         ([("limit", "0")], "limit: an integer from 1 to 200"),
         ([("limit", str(MAX_ROWS + 1))], "limit: an integer from 1 to 200"),
         ([("limit", "1.5")], "limit: an integer from 1 to 200"),

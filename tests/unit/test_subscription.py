@@ -63,8 +63,14 @@ def test_the_cloud_event_is_signed_as_standard_webhooks_verify_it() -> None:
         "time": "2023-11-14T22:13:20.500000Z", "subject": "s1", "datacontenttype": "application/json",
         "data": {"x": 1},
     }  # fmt: skip
+    assert b" " not in body  # compact: what is signed is what is sent
     now = int(time.time())
     headers = sub.signature_headers(sub.signing_key(SECRET), "e1", now, body)
+    assert sorted(headers) == [
+        "webhook-id",
+        "webhook-signature",
+        "webhook-timestamp",
+    ]  # the convention's names
     assert Webhook(SECRET).verify(body, headers)["id"] == "e1"
     with pytest.raises(WebhookVerificationError):
         Webhook(SECRET).verify(body + b" ", headers)
@@ -73,12 +79,30 @@ def test_the_cloud_event_is_signed_as_standard_webhooks_verify_it() -> None:
         Webhook(other).verify(body, headers)
 
 
+def key_of(n: int) -> str:
+    return "whsec_" + base64.b64encode(bytes(range(n))).decode()
+
+
 @pytest.mark.parametrize(
-    "secret", ["", "whsec_", "abc", "whsec_!!!", "whsec_" + base64.b64encode(bytes(8)).decode(), SECRET[6:]]
+    ("secret", "why"),
+    [
+        ("", "a signing secret begins with whsec_"),
+        ("abc", "a signing secret begins with whsec_"),
+        (SECRET[6:], "a signing secret begins with whsec_"),
+        ("whsec_!!!", "a signing secret is whsec_ and base64"),
+        ("whsec_", "a signing key has 24 to 64 bytes"),
+        (key_of(23), "a signing key has 24 to 64 bytes"),
+        (key_of(65), "a signing key has 24 to 64 bytes"),
+    ],
 )
-def test_a_signing_secret_is_whsec_and_base64_of_a_key_long_enough(secret: str) -> None:
-    with pytest.raises(ValueError):
+def test_a_signing_secret_is_whsec_and_base64_of_a_key_long_enough(secret: str, why: str) -> None:
+    with pytest.raises(ValueError) as refused:
         sub.signing_key(secret)
+    assert str(refused.value) == why
+
+
+def test_keys_of_24_to_64_bytes_sign() -> None:
+    assert sub.signing_key(key_of(24)) == bytes(range(24)) and sub.signing_key(key_of(64)) == bytes(range(64))
 
 
 def test_destinations_by_host_list_scheme_and_address() -> None:
@@ -86,24 +110,28 @@ def test_destinations_by_host_list_scheme_and_address() -> None:
     assert where.url_refusal("https://hooks.example.org/x") is None
     assert where.url_refusal("https://a.alerts.example.net:8443/x") is None
     assert where.url_refusal("https://HOOKS.example.org./x") is None
+    not_listed = "host {} is not on the allowed list (SKYSCAN_WEBHOOK_ALLOWED_HOSTS)"
+    credentials = "a URL with a host and no credentials"
     for url, why in (
-        ("http://hooks.example.org/x", "scheme"),
-        ("https://evil.example.org/x", "not on the allowed list"),
-        ("https://alerts.example.net.evil.io/x", "not on the allowed list"),
-        ("https://xalerts.example.net/x", "not on the allowed list"),
-        ("https://127.0.0.1/x", "not on the allowed list"),
-        ("https://169.254.169.254/latest", "not on the allowed list"),
-        ("https://u:p@hooks.example.org/x", "credentials"),
-        ("ftp://hooks.example.org/x", "scheme"),
+        ("http://hooks.example.org/x", "the scheme must be https"),
+        ("ftp://hooks.example.org/x", "the scheme must be https"),
+        ("https://evil.example.org/x", not_listed.format("evil.example.org")),
+        ("https://alerts.example.net.evil.io/x", not_listed.format("alerts.example.net.evil.io")),
+        ("https://xalerts.example.net/x", not_listed.format("xalerts.example.net")),
+        ("https://127.0.0.1/x", not_listed.format("127.0.0.1")),
+        ("https://169.254.169.254/latest", not_listed.format("169.254.169.254")),
+        ("https://u:p@hooks.example.org/x", credentials),
+        ("https://u@hooks.example.org/x", credentials),
+        ("https://:p@hooks.example.org/x", credentials),
+        ("https:///x", credentials),
         ("https://[::1/x", "not a URL"),
         ("https://hooks.example.org:99999/x", "not a URL"),
     ):
-        refusal = where.url_refusal(url)
-        assert refusal is not None and why in refusal, url
+        assert where.url_refusal(url) == why, url
     for address in ("127.0.0.1", "10.0.0.80", "169.254.169.254", "192.168.1.1", "::1", "fe80::1",
                     "::ffff:127.0.0.1", "100.64.0.1", "0.0.0.0", "224.0.0.1", "fd00::1"):  # fmt: skip
         assert where.address_refusal(address) is not None, address
     assert where.address_refusal("93.184.216.34") is None and where.address_refusal("2606:4700::1111") is None
-    local = sub.destinations(["127.0.0.1"], ["127.0.0.0/8"], plain_http=True)
+    local = sub.destinations(["127.0.0.1"], ["127.0.0.1/8"], plain_http=True)  # host bits set: the network
     assert local.url_refusal("http://127.0.0.1:9999/hook") is None
     assert local.address_refusal("127.0.0.1") is None and local.address_refusal("10.0.0.1") is not None
