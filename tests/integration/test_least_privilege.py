@@ -239,6 +239,17 @@ def test_a_components_token_writes_its_own_objects_and_no_other(release: Release
             release.path("configmaps", f"{release.name}-settings"), content="{}", headers=MERGE
         )
         assert refused(got), got.text
+        # An ended scanner's log, kept as `payloads.create_log` makes it; the kubelet's log of a Pod.
+        log = {
+            "skyscan.io/payload": "log",
+            "app.kubernetes.io/managed-by": "skyscan",
+            "skyscan.io/scan-id": SCAN,
+        }
+        kept = {"metadata": {"name": f"skyscan-log-{SCAN}", "labels": log}, "binaryData": {"log.txt.gz": ""}}
+        assert operator.post(release.path("configmaps"), json=kept, params=DRY).status_code == 201
+        misnamed = {**kept, "metadata": {**kept["metadata"], "name": f"skyscan-result-{SCAN}"}}
+        assert refused(operator.post(release.path("configmaps"), json=misnamed, params=DRY))
+        assert operator.get(release.path("pods", f"skyscan-{SCAN}-bcdfg") + "/log").status_code == 404
     with release.as_account("shim") as shim:
         for name in (f"{release.name}-settings", f"{release.name}-shim-ca"):
             got = shim.patch(release.path("configmaps", name), content='{"data": {"x": "y"}}', headers=MERGE)
@@ -249,6 +260,12 @@ def test_a_components_token_writes_its_own_objects_and_no_other(release: Release
         assert shim.post(release.path("configmaps"), json=payload, params=DRY).status_code == 201
         unlabelled = {"metadata": {"name": "skyscan-result-" + SCAN}}
         assert refused(shim.post(release.path("configmaps"), json=unlabelled, params=DRY))
+        # It reads a running scanner's log (pods/log), never a Pod, and keeps no log (the operator does).
+        log = {"skyscan.io/payload": "log", "app.kubernetes.io/managed-by": "skyscan"}
+        forged = {"metadata": {"name": "skyscan-log-" + SCAN, "labels": log}}
+        assert refused(shim.post(release.path("configmaps"), json=forged, params=DRY))
+        assert shim.get(release.path("pods", f"skyscan-{SCAN}-bcdfg") + "/log").status_code == 404
+        assert shim.get(release.path("pods", f"skyscan-{SCAN}-bcdfg")).status_code == 403
         assert (
             shim.post(release.path("secrets"), json={"metadata": {"name": "x"}}, params=DRY).status_code
             == 403
