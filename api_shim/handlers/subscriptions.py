@@ -24,6 +24,7 @@ from skyscan import names
 from skyscan import subscription as sub
 from skyscan.io import kube
 from skyscan.io.kube_errors import NotFound
+from skyscan.names import is_object_name
 
 OWNER_LABEL = "skyscan.io/owner"
 KEY_BYTES = 32  # of a secret made for a subscription that brought none
@@ -121,7 +122,9 @@ async def _own(request: web.Request) -> list[dict[str, Any]]:
 
 
 async def subscriptions(request: web.Request) -> web.Response:
-    mine = sorted(await _own(request), key=lambda o: o["metadata"].get("creationTimestamp", ""))
+    mine = sorted(
+        await _own(request), key=lambda o: (o["metadata"].get("creationTimestamp", ""), o["metadata"]["name"])
+    )
     return ok({"subscriptions": [view(o) for o in mine]})
 
 
@@ -129,7 +132,7 @@ async def unsubscribe(request: web.Request) -> web.Response:
     shim, name = request.app[SHIM], request.match_info["subscription_id"]
     path = kube.path(sub.API_VERSION, sub.PLURAL, shim.namespace, name)
     try:
-        obj = await shim.api.request("GET", path) if 0 < len(name) <= 253 else None
+        obj = await shim.api.request("GET", path) if is_object_name(name) else None  # no other name is one
     except NotFound:
         obj = None
     if obj is None or (obj.get("spec") or {}).get("owner") != request[IDENTITY].name:

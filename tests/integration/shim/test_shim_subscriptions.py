@@ -57,7 +57,9 @@ async def test_a_person_subscribes_lists_and_deletes_their_own(make_shim: MakeSh
     ]
 
     listed = await shim.call("GET", "/subscriptions")
-    assert [s["id"] for s in listed.body["subscriptions"]] == [given.body["id"], made.body["id"]]
+    assert sorted(s["id"] for s in listed.body["subscriptions"]) == sorted(
+        [given.body["id"], made.body["id"]]
+    )
     assert all("secret" not in s for s in listed.body["subscriptions"])
     assert (await shim.call("GET", "/subscriptions", as_="icecube")).body == {
         "subscriptions": []
@@ -74,6 +76,14 @@ async def test_a_person_subscribes_lists_and_deletes_their_own(make_shim: MakeSh
     ]
     again = await shim.call("DELETE", f"/subscriptions/{made.body['id']}")
     assert again.status == 404
+    for hostile in (
+        "%C2%88%C3%82%25b%40",
+        "A" * 300,
+        "sub-1%2F..%2Fx",
+        "Sub_1",
+    ):  # no object name: none of yours  # no object name: none of yours
+        refused = await shim.call("DELETE", f"/subscriptions/{hostile}")
+        assert (refused.status, refused.body["reason"]) == (404, "subscription not found"), hostile
 
 
 @pytest.mark.parametrize(
