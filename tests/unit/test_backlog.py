@@ -303,7 +303,9 @@ def test_the_concurrency_cap_and_retries_say_what_holds_them() -> None:
         line.put(replace(c(name, 200, 1, pending=999, interruptions=1), shown=Hold(reason, "")), now=1001)
     line.put(replace(c("failed", 200, 1, pending=999, attempts=1), shown=Hold("StartFailed", "")), now=1001)
     line.put(c("none", 200, 1, pending=999, interruptions=1), now=1001)
-    got = places(line.tick(running=0, now=1001, last_low_priority_admission=None))
+    d = line.tick(running=0, now=1001, last_low_priority_admission=None)
+    assert d.hold[("ns", "failed")] == Hold("RetryDelay", "attempt 1 failed; retrying after a delay")
+    got = places(d)
     assert {k: v[0] for k, v in got.items()} == {
         "out": "Outage", "api": "Outage", "quota": "Quota", "forbidden": "Quota", "failed": "Retry",
         "none": "Retry"}  # fmt: skip
@@ -350,3 +352,113 @@ def test_the_write_cost_of_a_thousand_waiting_scans() -> None:
     assert first == 999  # once, as each joins the line (and one is admitted)
     assert max(writes) <= 21  # a pass: the first 20 (and the next up)
     assert sum(w > 0 for w in writes) == 60  # only on the pass's ticks, every 5 s
+
+
+def test_the_cap_reached_by_a_low_priority_admission_holds_the_low_class_only() -> None:
+    # Capacity 2: one high and one low start; the cap is then reached for low-priority scans only
+    # (the next tick's highs see it then).
+    capped = P.model_copy(update={"max_running_scanners": 3, "backlog_positions_shown": 0})
+    line = Line(capped)
+    for x in [c("h1", 200, 1), c("h2", 100, 2), c("l1", 0, 3), c("l2", 0, 4)]:
+        line.put(x, now=1000)
+    d = line.tick(running=1, now=1000, last_low_priority_admission=None)
+    assert d.admit == [("ns", "h1"), ("ns", "l1")]
+    assert {k[1]: h.reason for k, h in d.hold.items()} == {"h2": "Queued", "l2": "ConcurrencyLimit"}
+    assert places(d) == {"h2": ("Rate", None, None), "l2": ("Quota", None, None)}  # h2: priority 100 is high
+    # Capacity 3: after the same two, one is left, for everyone.
+    line = Line(capped)
+    for x in [c("h1", 200, 1), c("h2", 100, 2), c("l1", 0, 3), c("l2", 0, 4)]:
+        line.put(x, now=1000)
+    d = line.tick(running=0, now=1000, last_low_priority_admission=None)
+    assert {k[1]: h.reason for k, h in d.hold.items()} == {"h2": "Queued", "l2": "LowPriorityInterval"}
+
+
+def test_the_cap_reached_between_passes_is_written_at_once_keeping_the_place() -> None:
+    capped = P.model_copy(update={"max_running_scanners": 2})
+    line, waiting = Line(capped), {}
+    for x in [c("h", 200, 0), c("l1", 0, 1), c("l2", 0, 2)]:
+        waiting[x.key] = x
+        line.put(x, now=1000)
+    d = line.tick(running=0, now=1000, last_low_priority_admission=990)
+    assert d.admit == [("ns", "h")]
+    assert places(d) == {"l1": ("Rate", 1, 1600.0), "l2": ("Priority", 2, 2200.0)}
+    shown(line, waiting, d, 1000)
+    d = line.tick(running=2, now=1001, last_low_priority_admission=990)  # within the interval
+    assert d.place == {("ns", "l1"): Place("Quota", 1, 1600.0), ("ns", "l2"): Place("Quota", 2, 2200.0)}
+    shown(line, waiting, d, 1001)
+    # The next pass: the same positions, estimates within their slack: nothing to write.
+    assert line.tick(running=2, now=1005, last_low_priority_admission=990).place == {}
+
+
+def test_a_restarted_operator_revisits_what_scans_show() -> None:
+    """A new line fed scans as a previous operator left them: the head shows no place of its own yet,
+    the one that was next shows Rate, and one beyond the first shown still shows a position."""
+    line = Line(P.model_copy(update={"backlog_positions_shown": 1}))
+    line.put(replace(c("l0", 10, 5), place=Place("Priority")), now=1000)
+    line.put(replace(c("l1", 0, 1), place=Place("Rate")), now=1000)
+    line.put(replace(c("l2", 0, 2), place=Place("Priority", 2)), now=1000)
+    d = line.tick(running=0, now=1000, last_low_priority_admission=990)
+    assert places(d) == {
+        "l0": ("Rate", 1, None),
+        "l1": ("Priority", None, None),
+        "l2": ("Priority", None, None),
+    }
+
+
+def test_a_scan_written_but_not_yet_seen_is_revisited() -> None:
+    """Places written by a pass whose watch events have not come back yet are looked at again."""
+    line = Line(P.model_copy(update={"backlog_positions_shown": 0}))
+    line.put(c("l1", 0, 1), now=1000)
+    line.put(c("l2", 0, 2), now=1000)
+    assert places(line.tick(running=0, now=1000, last_low_priority_admission=990)) == {
+        "l1": ("Rate", None, None), "l2": ("Priority", None, None)}  # fmt: skip
+    line.put(c("l0", 10, 5), now=1001)
+    assert places(line.tick(running=0, now=1001, last_low_priority_admission=990)) == {
+        "l0": ("Rate", None, None)
+    }
+    d = line.tick(running=0, now=1005, last_low_priority_admission=990)
+    # l1 (was next, Rate) is looked at again; l0 too, as what it shows is not seen yet; not l2.
+    assert places(d) == {"l0": ("Rate", None, None), "l1": ("Priority", None, None)}
+
+
+def test_the_next_high_priority_scan_is_told_by_a_pass_wherever_it_stands() -> None:
+    line, waiting = Line(P.model_copy(update={"backlog_positions_shown": 0})), {}
+    for i in range(1, 5):
+        waiting[("ns", f"h{i}")] = c(f"h{i}", 200, i)
+        line.put(waiting[("ns", f"h{i}")], now=1000)
+    d = line.tick(running=0, now=1000, last_low_priority_admission=None)
+    assert places(d) == {
+        "h2": ("Rate", None, None),
+        "h3": ("Priority", None, None),
+        "h4": ("Priority", None, None),
+    }
+    shown(line, waiting, d, 1000)
+    d = line.tick(running=0, now=1001, last_low_priority_admission=None)
+    assert d.admit == [("ns", "h2")] and d.place == {}  # h3, next now, is told by the next pass
+    d = line.tick(running=0, now=1005, last_low_priority_admission=None)
+    assert d.admit == [("ns", "h3")] and places(d) == {"h4": ("Rate", None, None)}
+
+
+def test_the_next_low_priority_scan_is_told_when_the_one_ahead_starts() -> None:
+    line, waiting = Line(P.model_copy(update={"backlog_positions_shown": 0})), {}
+    for x in [c("h1", 200, 1), c("h2", 200, 2), c("h3", 200, 3), c("l1", 0, 1), c("l2", 0, 2), c("l3", 0, 3)]:
+        waiting[x.key] = x
+        line.put(x, now=1000)
+    d = line.tick(running=0, now=1000, last_low_priority_admission=990)
+    shown(line, waiting, d, 1000)
+    d = line.tick(running=0, now=1290, last_low_priority_admission=990)  # h2 and l1 start; a pass
+    assert d.admit == [("ns", "h2"), ("ns", "l1")]
+    assert places(d) == {"h3": ("Rate", None, None), "l2": ("Rate", None, None)}  # the next up of each
+
+
+def test_a_scan_leaving_its_retry_leaves_no_trace() -> None:
+    line = Line(S)
+    line.put(c("a", 200, 1, pending=990, attempts=1), now=1000)
+    line.remove(("ns", "a"))
+    assert line.tick(running=0, now=1100, last_low_priority_admission=None) == decide(
+        [], running=0, now=1100, last_low_priority_admission=None, settings=S
+    )
+    line.put(c("b", 200, 1, pending=990, attempts=1), now=1000)
+    line.put(c("b", 300, 1, pending=990, attempts=1), now=1000)  # changed while retrying
+    d = line.tick(running=0, now=1100, last_low_priority_admission=None)
+    assert d.admit == [("ns", "b")] and len(line) == 0

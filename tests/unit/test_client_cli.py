@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from skyscan_client import tables
 from skyscan_client.cli import find_filter, launch_request, parser, state_matches
 from skyscan_client.tables import backlog_place, wms
 from skyscan_client.types import Status
@@ -97,3 +99,25 @@ def test_a_waiting_scans_place_in_words() -> None:
     assert [w.rpartition("about ")[2] for w in waits] == ["0 s", "89 s", "2 min", "90 min", "1.5 h", "2.0 h"]
     for reason in ("Rate", "Outage", "Retry"):
         assert backlog_place({**far, "wait_reason": reason}).startswith(f"{reason} (")
+
+
+def test_status_shows_the_backlog_row_only_while_the_scan_waits() -> None:
+    doc: Status = {
+        "scan_state": "PENDING__PRESTARTUP", "is_deleted": False, "wms_deactivated": None,
+        "scan_complete": False, "scanner_server_logs": {"url": None}, "wms_workforce": {"workflow_id": "x"},
+    }  # fmt: skip
+
+    def rows(d: Status) -> list[str]:
+        console = Console(record=True, width=200)
+        console.print(tables.status("s1", d))
+        return [" ".join(line.split()) for line in console.export_text().splitlines()]
+
+    ended = {**doc, "scan_complete": True, "is_deleted": True, "scanner_server_logs": {"url": "u"}}
+    head = ["scan s1", "state PENDING__PRESTARTUP"]
+    assert rows({**ended, "backlog": None}) == [  # type: ignore[typeddict-item]
+        *head, "complete yes", "deleted yes", "WMS active", "workers 0 running", "logs u"]  # fmt: skip
+    waiting = rows({**doc, "backlog": {"position": 1, "wait_reason": "Rate", "estimated_wait_seconds": 5}})
+    assert waiting == [
+        *head, "complete no", "deleted no", "WMS active", "workers 0 running", "logs -",
+        "backlog position 1 · Rate (next to start, at the admission rate) · about 5 s"]  # fmt: skip
+    assert rows(doc) == waiting[:-1]

@@ -171,7 +171,9 @@ def test_the_backlog_in_admission_order_with_positions() -> None:
 
 
 def test_a_waiting_scans_place_and_estimated_wait() -> None:
-    assert view.scan_status(SCAN, None)["backlog"] is None
+    status = view.scan_status(SCAN, None)
+    assert status["backlog"] is None and status["is_deleted"] is False
+    assert status["wms_workforce"] == view.workforce(SCAN)
     assert view.scan_status(waiting("w", 0, 1), None)["backlog"] is None  # no place written yet
     placed = waiting("w", 0, 1, waitReason="Priority", position=3, estimatedStart=1090.0)
     assert view.scan_status(placed, None, now=1000.0)["backlog"] == {

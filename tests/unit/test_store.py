@@ -5,10 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from skyscan import conditions as cond
+from skyscan.model import BacklogStatus
 from skyscan.packing import Packer
 from skyscan.scan_record import ScanRecord
 from skyscan_operator.backlog import Hold, Place
-from skyscan_operator.live_scans import LiveScans, job_view, kept, key_of, pod_view, waiting_status
+from skyscan_operator.live_scans import (
+    LiveScans,
+    job_view,
+    kept,
+    key_of,
+    pod_view,
+    shown_place,
+    waiting_status,
+)
 from skyscan_operator.observed import Admission, WorkflowView
 from skyscan_operator.settings import OperatorSettings
 
@@ -160,6 +169,12 @@ def test_a_scan_shows_its_place_and_is_told_a_new_one_with_its_hold() -> None:
     assert s.take_admission(("ns", "b")) == Admission(False, "ConcurrencyLimit", "c", Place("Rate", 1))
     s.hold(("ns", "b"), None, Place("Quota"))
     assert s.take_admission(("ns", "b")) == Admission(False, place=Place("Quota"))
+
+
+def test_the_place_a_scan_shows() -> None:
+    shown = BacklogStatus(entered_at=1, wait_reason="Priority", position=2, estimated_start=5.0)
+    assert shown_place(shown) == Place("Priority", 2, 5.0)
+    assert shown_place(BacklogStatus(entered_at=1, position=2)) is None  # none without a reason
 
 
 def test_settled_scans_are_forgotten_but_their_lineage_is_kept() -> None:
