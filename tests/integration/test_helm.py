@@ -283,8 +283,11 @@ def test_the_values_show_in_what_the_chart_renders(tmp_path: Path) -> None:
         "SKYSCAN_WMS_ADDRESS": "https://wms.example.org",
         "SKYSCAN_PRESIGN_KEY_FILE": "/etc/skyscan/presign/key",
     }
-    token_rule = next(r for r in find(docs, "Role", "prod-skyscan-operator")["rules"] if "resourceNames" in r)
+    rules = find(docs, "Role", "prod-skyscan-operator")["rules"]
+    token_rule = next(r for r in rules if r["resources"] == ["serviceaccounts/token"])
     assert token_rule["resourceNames"] == ["prod-skyscan-scanner"]
+    secrets_read = [r for r in rules if r["resources"] == ["secrets"] and "get" in r["verbs"]]
+    assert [r["resourceNames"] for r in secrets_read] == [["skyscan-webhook-secrets"]]  # that one only
     # Authentication off (local use only) needs no credentials.
     off = template("--set", "tokens.secretName=", "--set", "settings.SKYSCAN_AUTH_DISABLED=true")
     assert settings_data(off)["SKYSCAN_AUTH_DISABLED"] is True
@@ -329,7 +332,9 @@ def test_the_shim_serves_tls_with_a_certificate_for_its_service_that_scanners_tr
     )
     plain = template("--set", "shim.tls.enabled=false")
     assert settings_data(plain)["SKYSCAN_REST_ADDRESS"] == "http://skyscan-shim.skyscan.svc:8080"
-    assert not [d for d in plain if d["kind"] == "Secret"]
+    # No Secret but the webhook signing secrets' (made empty: the shim writes its keys).
+    secrets = [d for d in plain if d["kind"] == "Secret"]
+    assert [(d["metadata"]["name"], d.get("data")) for d in secrets] == [("skyscan-webhook-secrets", None)]
 
 
 def test_the_scanner_network_policy_selects_the_operators_scanner_pods_and_lets_them_reach_the_shim(

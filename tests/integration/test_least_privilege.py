@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from skyscan import model
+from skyscan import subscription as sub
 from skyscan_local import audit, host_clients
 from skyscan_operator import scanner_job
 from skyscan_operator.settings import OperatorSettings
@@ -137,7 +138,10 @@ def readme_table(release: str) -> dict[str, set[tuple[str, str, str]]]:
         rows = accounts.setdefault(account.replace("skyscan-", f"{release}-"), set())
         if resource:
             verbs_ = ",".join(sorted(v.strip() for v in verbs.split(",")))
-            rows.add((resource, names.replace("skyscan-", f"{release}-"), verbs_))
+            named = (
+                names if names == sub.SECRET_NAME else names.replace("skyscan-", f"{release}-")
+            )  # one per namespace
+            rows.add((resource, named, verbs_))
     return accounts
 
 
