@@ -105,6 +105,17 @@ class SubscriptionStatus(KubeModel):
     backlog: int = Field(default=0, description="Events pending (kubectl get).")
 
 
+def spec_of(obj: Mapping[str, Any]) -> SubscriptionSpec:
+    """A ScanSubscription's spec, checked (ValueError when it is not one)."""
+    return SubscriptionSpec.model_validate(obj.get("spec") or {})  # raw: ScanSubscription
+
+
+def status_of(obj: Mapping[str, Any]) -> SubscriptionStatus | None:
+    """A ScanSubscription's status; None before the operator first wrote one (not taken up yet)."""
+    found = obj.get("status")  # raw: ScanSubscription
+    return SubscriptionStatus.model_validate(found) if found else None
+
+
 def wants_state(states: Iterable[str], state: str) -> bool:
     """Whether `state` is one of `states`, each whole or either half of one."""
     wanted = set(states)

@@ -36,8 +36,8 @@ def owner_label(name: str) -> str:
 
 
 def view(obj: dict[str, Any], secret: str | None = None) -> dict[str, Any]:
-    spec = sub.SubscriptionSpec.model_validate(obj["spec"])
-    status = sub.SubscriptionStatus.model_validate(obj.get("status") or {})
+    spec = sub.spec_of(obj)
+    status = sub.status_of(obj) or sub.SubscriptionStatus()
     last = status.last_delivery
     return {
         "id": obj["metadata"]["name"],
@@ -53,6 +53,14 @@ def view(obj: dict[str, Any], secret: str | None = None) -> dict[str, Any]:
         "last_delivery": None if last is None else last.model_dump(),
         **({"secret": secret} if secret else {}),
     }
+
+
+def _owner(obj: dict[str, Any]) -> str | None:
+    """Who made a subscription through REST; None for one that is no subscription of ours."""
+    try:
+        return sub.spec_of(obj).owner
+    except ValueError:
+        return None
 
 
 async def _set_key(api: kube.Kube, namespace: str, name: str, value: str | None) -> None:
@@ -118,7 +126,7 @@ async def _own(request: web.Request) -> list[dict[str, Any]]:
         kube.path(sub.API_VERSION, sub.PLURAL, shim.namespace),
         params={"labelSelector": f"{OWNER_LABEL}={owner_label(owner)}"},
     )
-    return [o for o in found.get("items", []) if (o.get("spec") or {}).get("owner") == owner]
+    return [o for o in found.get("items", []) if _owner(o) == owner]
 
 
 async def subscriptions(request: web.Request) -> web.Response:
@@ -135,7 +143,7 @@ async def unsubscribe(request: web.Request) -> web.Response:
         obj = await shim.api.request("GET", path) if is_object_name(name) else None  # no other name is one
     except NotFound:
         obj = None
-    if obj is None or (obj.get("spec") or {}).get("owner") != request[IDENTITY].name:
+    if obj is None or _owner(obj) != request[IDENTITY].name:
         raise not_found("subscription")  # another's is not told apart from none
     try:
         await shim.api.request("DELETE", path, body={"preconditions": {"uid": obj["metadata"]["uid"]}})

@@ -192,7 +192,7 @@ class Webhooks:
                     courier.task.cancel()
             return
         try:
-            spec = sub.SubscriptionSpec.model_validate(body.get("spec") or {})
+            spec = sub.spec_of(body)
         except ValueError as e:
             log.warning("subscription %s/%s ignored: invalid spec: %s", *key, e)
             return
@@ -201,8 +201,9 @@ class Webhooks:
             return
         if courier is not None and courier.task:  # made again under its name: the old one's courier goes
             courier.task.cancel()
-        new = not body.get("status")  # never taken up: it starts from now
-        status = sub.SubscriptionStatus.model_validate(body.get("status") or {})
+        status = sub.status_of(body)
+        new = status is None  # never taken up: it starts from now
+        status = status or sub.SubscriptionStatus()
         courier = self.couriers[key] = Courier(key, body["metadata"]["uid"], spec, status)
         now = self.clock()
         if spec.scan_ids:  # a look at each scan it names, not at every scan

@@ -55,7 +55,8 @@ def test_every_local_cluster_reaches_the_wms_by_a_real_name(monkeypatch: pytest.
 
 def test_the_env_file_holds_exactly_the_documented_variables_and_sources_in_a_shell(tmp_path: Path) -> None:
     state = {"ports": {"shim": 8080, "wms": 8081, "operator_metrics": 9090},
-             "tokens": {"user": "u$1", "system": "s'2", "reference": "r 3"}, "kubeconfig": "/k/config",
+             "tokens": {"user": "u$1", "system": "s'2", "reference": "r 3", "viewer": "v 4"},
+             "kubeconfig": "/k/config",
              "archive_dsn": "postgresql://u:pw@127.0.0.1:5/skyscan"}  # fmt: skip
     path = localstack.write_env(tmp_path, localstack.env_lines(state, "skyscan"))
     assert oct(path.stat().st_mode & 0o777) == "0o600"
@@ -69,6 +70,7 @@ def test_the_env_file_holds_exactly_the_documented_variables_and_sources_in_a_sh
         "SKYSCAN_USER_TOKEN=u$1",
         "SKYSCAN_SYSTEM_TOKEN=s'2",
         "SKYSCAN_REFERENCE_TOKEN=r 3",
+        "SKYSCAN_VIEWER_TOKEN=v 4",
         "SKYSCAN_WMS_URL=http://127.0.0.1:8081",
         "KUBECONFIG=/k/config",
         "SKYSCAN_NAMESPACE=skyscan",

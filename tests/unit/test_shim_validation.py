@@ -188,7 +188,7 @@ async def test_the_polled_reads_are_routed_first_and_each_path_is_one_resource()
     assert paths[:2] == ["/scan/{scan_id}/status", "/scan/{scan_id}/manifest"]
     # A path's methods share its resource, whose template is the route's (its metrics' label); the
     # dashboard's files and login come after the REST interface's routes.
-    interface, ui = paths[:-5], paths[-5:]
+    interface, ui = paths[:-6], paths[-6:]
     assert sorted(interface) == sorted({route.path for route in ROUTES})
-    assert ui == ["/ui", "/ui/", "/ui/session", "/ui/{name}", "/ui/login"]
+    assert ui == ["/ui", "/ui/", "/ui/session", "/ui/config", "/ui/{name}", "/ui/login"]
     assert last == UNMATCHED  # the catch-all, last
