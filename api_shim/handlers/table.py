@@ -19,7 +19,7 @@ from aiohttp import web
 from multidict import MultiMapping
 
 from api_shim.errors import bad_request
-from api_shim.find.query import FilterError, parse
+from api_shim.find.query import parse
 from api_shim.find.search import LIMITS
 from api_shim.plumbing import SHIM, ok
 from api_shim.repository import TableAsk
@@ -78,13 +78,21 @@ def _flag(query: MultiMapping[str], name: str) -> bool:
 
 
 def _classifier(text: str) -> tuple[str, Any]:
+    """(key, value): a value that reads as a JSON number, string, boolean or null is that, any other its text
+    (never an object or a list, which a filter would read as operators)."""
     key, equals, value = text.partition("=")
     if not equals or not key or key.startswith("$") or "." in key:
         raise bad_request("classifier: key=value, a key without `.` or a leading `$`")
     try:
-        return key, json.loads(value)
+        read = json.loads(value)
     except ValueError:
         return key, value
+    scalar = (
+        read is None
+        or isinstance(read, bool | int | str)
+        or (isinstance(read, float) and math.isfinite(read))
+    )
+    return key, read if scalar else value
 
 
 def table_filter(query: MultiMapping[str]) -> dict[str, Any]:
@@ -120,10 +128,7 @@ def table_ask(query: MultiMapping[str]) -> TableAsk:
     before = _one(query, "before")
     if before is not None and not 0 < len(before) <= 253:
         raise bad_request("before: a scan id")
-    try:
-        parsed = parse(table_filter(query), LIMITS)
-    except FilterError as e:
-        raise bad_request(f"invalid filter: {e}") from None
+    parsed = parse(table_filter(query), LIMITS)  # scalars at fixed paths: always a valid filter
     limit = _integer(query, "limit", 1, MAX_ROWS)
     return TableAsk(parsed, frozenset(states), _flag(query, "archived"), before, limit or DEFAULT_ROWS)
 

@@ -26,6 +26,16 @@ def test_each_parameter_means_its_filter() -> None:
         "classifiers.a": 1, "classifiers.b": "x=y", "classifiers.c": True, "is_deleted": False,
     }  # fmt: skip
     assert table_filter(q(("classifier", 'k="1"'))) == {"classifiers.k": "1", "is_deleted": False}
+    for text in (
+        '{"$gt": 1}',
+        "[1]",
+        "NaN",
+        "1e999",
+        '"quoted"',
+    ):  # never operators, nor what no classifier is
+        expected = "quoted" if text == '"quoted"' else text
+        assert table_filter(q(("classifier", f"k={text}")))["classifiers.k"] == expected, text
+    assert table_filter(q(("classifier", "k=null"), ("classifier", "f=1.5")))["classifiers.k"] is None
     assert table_filter(q(("since", "10.5"))) == {"timestamp": {"$gte": 10.5}, "is_deleted": False}
     assert table_filter(q(("until", "20"))) == {"timestamp": {"$lt": 20.0}, "is_deleted": False}
     assert table_filter(q(("since", "1"), ("until", "2"), ("deleted", "true"))) == {
@@ -49,6 +59,7 @@ def test_the_ask_carries_states_archive_cursor_and_limit() -> None:
     )
     assert table_ask(q(("limit", "1"))).limit == 1
     assert table_ask(q(("before", "x" * 253))).before == "x" * 253
+    assert table_ask(q(("before", "x"))).before == "x"
     assert table_ask(q(*[("state", "A")] * 10)).states == {"A"}
     ten = table_filter(q(*[("classifier", f"k{i}=1") for i in range(10)]))
     assert len(ten) == 11  # ten classifiers, and not deleted
