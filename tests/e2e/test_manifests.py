@@ -162,7 +162,7 @@ async def test_each_component_gets_least_privilege(cluster: Cluster, namespace: 
         ("scanner", "get", "pods"): False,
         ("scanner", "get", "secrets"): False,
         ("scanner", "get", "configmaps"): False,
-        ("operator", "create", "configmaps"): True,  # an ended scanner's log (its admission policy: that alone)
+        ("operator", "create", "configmaps"): True,  # an ended scanner's kept log (policy: that alone)
         ("operator", "get", "configmaps"): True,  # is a scan's sensor event stored (metadata only)
         ("operator", "list", "configmaps"): True,  # the janitor's sweep of payloads without an owner
         ("operator", "delete", "configmaps"): True,
