@@ -34,7 +34,7 @@ KIND = "ScanSubscription"
 PLURAL = "scansubscriptions"
 SINGULAR = "scansubscription"
 SHORT_NAMES = ["ssub"]
-SECRET_NAME = "skyscan-webhook-secrets"  # one Secret, a key per subscription: the operator reads only it
+SECRET_NAME = "skyscan-webhook-secrets"  # one Secret, a key per subscription: the operator's alone
 SECRET_PREFIX = "whsec_"
 EVENT_TYPE = "io.skyscan.scan.state"
 MAX_SCAN_IDS, MAX_STATES, MAX_CLASSIFIERS = 100, 20, 25
@@ -70,6 +70,12 @@ class SubscriptionSpec(KubeModel):
     )
     owner: str = Field(
         default="", max_length=256, description="Who made it through REST (they alone see it)."
+    )
+    secret: str | None = Field(
+        default=None,
+        max_length=200,
+        description="A signing secret handed over at creation: the operator moves it into the webhook Secret "
+        "(the key secretRef names) and removes it from here.",
     )
 
 

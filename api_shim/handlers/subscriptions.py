@@ -1,10 +1,10 @@
 """Subscriptions to scan events through REST: `POST /subscriptions`, `GET /subscriptions`,
 `DELETE /subscriptions/{subscription_id}`, each person's own only (`skyscan.subscription`).
 
-A subscription is a `ScanSubscription` the operator delivers (`skyscan_operator.webhooks`); its signing
-secret is a key, named as the subscription, of the one webhook Secret, which the shim writes and never
-reads. The key is written first and the subscription made second, so the operator never meets a
-subscription without its secret; a subscription refused by the API server takes its key back out.
+A subscription is a `ScanSubscription` the operator delivers (`skyscan_operator.webhooks`). Its signing
+secret is handed over in the new subscription's spec; the operator moves it into the one webhook
+Secret, which the shim can neither read nor write (a write's answer would carry the Secret back), and
+removes it from the spec: a shim's token never reads another subscription's secret.
 Who made a subscription is in its spec (`owner`) and, as a digest, a label the listing selects on.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from api_shim import rest_models
-from api_shim.errors import ApiError, bad_request, not_found
+from api_shim.errors import bad_request, not_found
 from api_shim.plumbing import IDENTITY, SHIM, ok, parse_body
 from skyscan import names
 from skyscan import subscription as sub
@@ -63,25 +63,6 @@ def _owner(obj: dict[str, Any]) -> str | None:
         return None
 
 
-async def _set_key(api: kube.Kube, namespace: str, name: str, value: str | None) -> None:
-    """The webhook Secret's key `name` set to `value` (removed for None)."""
-    data = {name: None if value is None else base64.b64encode(value.encode()).decode()}
-    try:
-        await api.request(
-            "PATCH",
-            kube.core_path("secrets", namespace, sub.SECRET_NAME),
-            body={"data": data},
-            content_type="application/merge-patch+json",
-        )
-    except NotFound:
-        raise ApiError(
-            503,
-            "webhook secret store missing",
-            f"The Secret {sub.SECRET_NAME} is not installed in this namespace (the chart and the manifests "
-            "install it).",
-        ) from None
-
-
 async def subscribe(request: web.Request) -> web.Response:
     shim, body = request.app[SHIM], await parse_body(request, rest_models.SubscribeBody)
     if refusal := shim.settings.webhook_destinations().url_refusal(body.url):
@@ -101,6 +82,7 @@ async def subscribe(request: web.Request) -> web.Response:
         scan_ids=body.scan_ids,
         classifiers=body.classifiers,
         owner=owner,
+        secret=secret,  # the operator moves it into the webhook Secret, which the shim cannot reach
     )
     obj = {
         "apiVersion": sub.API_VERSION,
@@ -108,14 +90,7 @@ async def subscribe(request: web.Request) -> web.Response:
         "metadata": {"name": name, "labels": {OWNER_LABEL: owner_label(owner), **names.MANAGED_BY}},
         "spec": spec.to_kube(),
     }
-    await _set_key(shim.api, shim.namespace, name, secret)
-    try:
-        created = await shim.api.request(
-            "POST", kube.path(sub.API_VERSION, sub.PLURAL, shim.namespace), body=obj
-        )
-    except BaseException:
-        await _set_key(shim.api, shim.namespace, name, None)
-        raise
+    created = await shim.api.request("POST", kube.path(sub.API_VERSION, sub.PLURAL, shim.namespace), body=obj)
     return ok(view(created, secret if made else None))
 
 
@@ -149,5 +124,4 @@ async def unsubscribe(request: web.Request) -> web.Response:
         await shim.api.request("DELETE", path, body={"preconditions": {"uid": obj["metadata"]["uid"]}})
     except NotFound:
         raise not_found("subscription") from None
-    await _set_key(shim.api, shim.namespace, name, None)
-    return ok(view(obj))
+    return ok(view(obj))  # the operator takes its key out of the webhook Secret

@@ -43,12 +43,14 @@ from skyscan import manifest
 from skyscan import subscription as sub
 from skyscan.io import kube
 from skyscan.io.kube_errors import NotFound, is_outage
+from skyscan.io.kube_errors import Refused as ApiRefused
 from skyscan.scan_record import ScanRecord
 from skyscan_operator import metrics
 from skyscan_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 300.0  # seconds between attempts at one event: doubling, capped
+JSON_PATCH = "application/json-patch+json"
 ANSWER_BYTES = 64 << 10  # of a receiver's answer, read at most (then the connection is dropped)
 WRITE_RETRY_SECONDS = 5.0  # a status write that failed is tried again after this
 # A delivery is written to the status with the next events put on record, or this long after it when no
@@ -160,6 +162,7 @@ class Webhooks:
         self.seen: dict[Key, Seen] = {}  # every scan in the cluster, by (namespace, scan id)
         self._secrets: dict[str, tuple[float, dict[str, str]]] = {}  # namespace -> (read when, its data)
         self._session: aiohttp.ClientSession | None = None
+        self._chores: set[asyncio.Task[None]] = set()  # keys being taken out of the webhook Secret
 
     # --- fed by the watch events ---
     def on_scan(self, event_type: str | None, body: dict[str, Any]) -> None:
@@ -190,6 +193,8 @@ class Webhooks:
                 self.couriers.pop(key)
                 if courier.task:
                     courier.task.cancel()
+                if courier.spec.secret_ref.key == key[1]:  # its own key (REST names it so): gone with it
+                    self._chores.add(asyncio.create_task(self._drop_key(key[0], key[1])))
             return
         try:
             spec = sub.spec_of(body)
@@ -198,6 +203,8 @@ class Webhooks:
             return
         if courier is not None and courier.uid == body["metadata"]["uid"]:
             courier.spec = spec  # the status is ours: the copy in memory is the newest
+            if spec.secret:
+                courier.wake.set()
             return
         if courier is not None and courier.task:  # made again under its name: the old one's courier goes
             courier.task.cancel()
@@ -224,7 +231,7 @@ class Webhooks:
         return [c for (ns, _), c in self.couriers.items() if ns == namespace]
 
     async def stop(self) -> None:
-        tasks = [c.task for c in self.couriers.values() if c.task]
+        tasks = [c.task for c in self.couriers.values() if c.task] + list(self._chores)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -236,6 +243,8 @@ class Webhooks:
         backoff = BACKOFF_FIRST
         while True:
             try:
+                if courier.spec.secret:  # handed over in the spec: into the webhook Secret first
+                    await self._take_secret(courier)
                 if courier.inbox or courier.forgotten or not courier.written:
                     await self._record(courier)
                 if not courier.status.pending:
@@ -289,6 +298,42 @@ class Webhooks:
                     exc_info=level == logging.ERROR,
                 )
                 await asyncio.sleep(WRITE_RETRY_SECONDS)
+
+    async def _take_secret(self, courier: Courier) -> None:
+        """The secret handed over in the spec stored as its key of the webhook Secret, then removed from
+        the spec (only while it is still that secret): the shim, which reads subscriptions, cannot
+        read it from then on."""
+        namespace, name = courier.key
+        secret = courier.spec.secret or ""
+        try:
+            sub.signing_key(secret)
+        except ValueError as e:
+            log.warning(
+                "subscription %s/%s: its handed-over secret is no signing secret: %s", namespace, name, e
+            )
+        else:
+            data = {courier.spec.secret_ref.key: base64.b64encode(secret.encode()).decode()}
+            path = kube.core_path("secrets", namespace, sub.SECRET_NAME)
+            await self.api.request("PATCH", path, body={"data": data}, content_type=kube.MERGE_PATCH)
+            self._secrets.pop(namespace, None)  # read again at the next delivery
+        spec_path = kube.path(sub.API_VERSION, sub.PLURAL, namespace, name)
+        taken = [
+            {"op": "test", "path": "/spec/secret", "value": secret},
+            {"op": "remove", "path": "/spec/secret"},
+        ]
+        with contextlib.suppress(ApiRefused, NotFound):  # changed or gone meanwhile: its next event says how
+            await self.api.request("PATCH", spec_path, body=taken, content_type=JSON_PATCH)
+        courier.spec = courier.spec.model_copy(update={"secret": None})
+
+    async def _drop_key(self, namespace: str, key: str) -> None:
+        path = kube.core_path("secrets", namespace, sub.SECRET_NAME)
+        try:
+            await self.api.request("PATCH", path, body={"data": {key: None}}, content_type=kube.MERGE_PATCH)
+        except Exception as e:  # left there: harmless without its subscription
+            log.warning("the key %s of %s/%s could not be removed: %r", key, namespace, sub.SECRET_NAME, e)
+        finally:
+            if (task := asyncio.current_task()) is not None:
+                self._chores.discard(task)
 
     def _note(self, courier: Courier, head: sub.PendingEvent, result: str) -> None:
         courier.status.last_delivery = sub.LastDelivery(

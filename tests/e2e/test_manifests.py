@@ -173,16 +173,16 @@ async def test_each_component_gets_least_privilege(cluster: Cluster, namespace: 
         ("operator", "list", "leases.coordination.k8s.io"): False,
         ("operator", "delete", "leases.coordination.k8s.io"): False,
         ("shim", "create", "leases.coordination.k8s.io"): False,
-        # Subscriptions: the shim makes them and writes their signing secrets into the one webhook
-        # Secret (never reading it); the operator delivers them, reading that Secret and no other.
+        # Subscriptions: the shim makes them and reaches no Secret (a new one hands its signing secret to
+        # the operator in its spec); the operator delivers them, keeping the secrets in one Secret.
         ("shim", "create", "scansubscriptions.skyscan.io"): True,
         ("shim", "delete", "scansubscriptions.skyscan.io"): True,
-        ("shim", "patch", "secrets/skyscan-webhook-secrets"): True,
+        ("shim", "patch", "secrets/skyscan-webhook-secrets"): False,
         ("shim", "get", "secrets/skyscan-webhook-secrets"): False,
-        ("shim", "patch", "secrets/skyscan-scanner-token"): False,
         ("operator", "watch", "scansubscriptions.skyscan.io"): True,
         ("operator", "create", "scansubscriptions.skyscan.io"): False,
         ("operator", "get", "secrets/skyscan-webhook-secrets"): True,
+        ("operator", "patch", "secrets/skyscan-webhook-secrets"): True,
         ("operator", "get", "secrets/skyscan-scanner-token"): False,
     }
     try:

@@ -260,3 +260,35 @@ async def test_a_new_subscription_starts_from_now(
     await final_result(api, namespace, new)
     await eventually(lambda: _delivered(api, namespace, "fresh", 1), timeout=60)
     assert [e["subject"] for e in receiver.events()] == [new]
+
+
+async def test_a_secret_handed_over_in_the_spec_moves_into_the_webhook_secret(
+    api: Kube, namespace: str, operator: OperatorFactory, receiver: Receiver
+) -> None:
+    """As `POST /subscriptions` makes one: the secret in the spec, which the operator stores and removes."""
+    operator(**LOCAL)
+    await install.ensure_webhook_secrets(api, namespace)
+    secret, scan_id = new_secret(), await create_scan(api, namespace)
+    body = {
+        "apiVersion": sub.API_VERSION, "kind": sub.KIND, "metadata": {"name": "handed"},
+        "spec": {"url": receiver.url, "secretRef": {"key": "handed"}, "states": [FINAL], "secret": secret},
+    }  # fmt: skip
+    await api.request("POST", kube.path(sub.API_VERSION, sub.PLURAL, namespace), body=body)
+
+    async def moved() -> bool:
+        obj = await api.request("GET", kube.path(sub.API_VERSION, sub.PLURAL, namespace, "handed"))
+        return "secret" not in obj["spec"]
+
+    await eventually(moved, timeout=60)
+    kept = await api.request("GET", kube.core_path("secrets", namespace, sub.SECRET_NAME))
+    assert base64.b64decode(kept["data"]["handed"]).decode() == secret
+    await final_result(api, namespace, scan_id)
+    assert await eventually(lambda: _true(len(receiver.got) == 1), timeout=60)
+    assert Webhook(secret).verify(receiver.got[0][1], receiver.got[0][0])["subject"] == scan_id
+    await api.request("DELETE", kube.path(sub.API_VERSION, sub.PLURAL, namespace, "handed"))
+
+    async def key_gone() -> bool:
+        found = await api.request("GET", kube.core_path("secrets", namespace, sub.SECRET_NAME))
+        return "handed" not in (found.get("data") or {})
+
+    await eventually(key_gone, timeout=30)  # its key leaves with it
