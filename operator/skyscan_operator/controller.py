@@ -148,7 +148,10 @@ class Controller:
     # --- fed by the kopf event handlers ---
     def on_scan(self, event_type: str | None, body: dict[str, Any]) -> None:
         if self.webhooks:
-            self.webhooks.on_scan(event_type, body)
+            try:
+                self.webhooks.on_scan(event_type, body)
+            except Exception:  # webhooks never keep a scan from being reconciled
+                log.exception("webhooks: the event of %s/%s was not offered", *key_of(body))
         key = key_of(body)
         if event_type == "DELETED":
             self.store.drop_scan(key)

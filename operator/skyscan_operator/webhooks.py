@@ -180,7 +180,11 @@ class Webhooks:
         if known is not None and known.state == state:
             return
         version = str(body["metadata"].get("resourceVersion", ""))
-        seen = self.seen[namespace, name] = Seen(state, dict(record.classifiers), event_data(body), version)
+        try:
+            data = event_data(body)
+        except ValueError:  # a spec the operator fails as InvalidSpec has no manifest: its state still counts
+            data = {"scan_id": name, "scan_state": state}
+        seen = self.seen[namespace, name] = Seen(state, dict(record.classifiers), data, version)
         now = self.clock()
         for courier in self._of(namespace):
             courier.offer(name, seen, now)

@@ -116,6 +116,7 @@ def scan_rows(t: Template, namespace: str, first: int, n: int, now: float) -> It
             "scan": t.scan.format(**values),
             "result": None,
             "archived_at": created + 8 * 86400,
+            "scanner_log": None,  # no kept log: the bench's archived scans never ran a scanner
         }
 
 

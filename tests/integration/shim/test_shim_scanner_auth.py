@@ -123,7 +123,9 @@ async def test_a_scanner_token_is_refused_on_every_route_but_its_own_reads_and_r
     assert acts <= {(r.method, r.path) for r in refused_routes}
     for route in refused_routes:
         body = None if route.method == "GET" else {}
-        refused = await shim.call(route.method, route.path.format(scan_id=a), as_=token, json_body=body)
+        refused = await shim.call(
+            route.method, route.path.format(scan_id=a, subscription_id="sub-1"), as_=token, json_body=body
+        )
         assert refused.status == 403, (route.method, route.path, refused.status, refused.body)
     scan = await shim.kube_scan(a)
     assert not scan["spec"].get("deleted") and not scan["spec"].get("workerRequests")

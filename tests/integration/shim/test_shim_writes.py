@@ -167,6 +167,7 @@ async def test_status_and_logs(shim: ShimUnderTest) -> None:
             "n_running": 0,
             "top_errors": {},
         },
+        "backlog": None,  # the operator (not running here) has not placed it in the backlog's line
     }
     assert (await shim.call("GET", f"/scan/{scan_id}/logs")).body == {"scanner_server": {"url": url}}
 
