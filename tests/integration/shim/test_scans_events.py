@@ -56,9 +56,13 @@ async def test_the_followed_rows_then_each_change_and_a_note_when_scans_arrive(s
             {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(base + i)},
              "spec": {**obj["spec"], "priority": i}}
         )  # fmt: skip
-    latest = await stream.message()
-    assert latest is not None and (latest.data["scan_id"], latest.data["priority"]) == (second, 49)
-    with pytest.raises(TimeoutError):  # one message for the fifty
+    sent = []  # a version the watch brought before the burst may still be on its way: then one more
+    while not sent or sent[-1] != (second, 49):
+        got = await stream.message()
+        assert got is not None and len(sent) < 3, sent
+        sent.append((got.data["scan_id"], got.data["priority"]))
+    assert len(sent) <= 2  # the fifty as one message (the latest), not fifty
+    with pytest.raises(TimeoutError):  # nothing more is owed
         await stream.message(timeout=1.5)
 
     await shim.launch()
