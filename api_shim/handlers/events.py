@@ -72,8 +72,13 @@ def message(scan: dict[str, Any], logs_url: str | None) -> Message:
         "result": {"is_final": record.has_final_result} if record.has_result else None,
     }
     version = resource_version(scan)
-    data = f"id: {version}\nevent: scan\ndata: {json.dumps(body, separators=(',', ':'))}\n\n"
-    return Message(version, data.encode(), ended(scan))
+    return Message(version, _sse("scan", body, version), ended(scan))
+
+
+def _sse(event: str, body: Any, version: int | None = None) -> bytes:
+    """One Server-Sent Event: its id (a Scan's version) when it has one, its kind, its one JSON line."""
+    head = "" if version is None else f"id: {version}\n"
+    return f"{head}event: {event}\ndata: {json.dumps(body, separators=(',', ':'))}\n\n".encode()
 
 
 def _logs_url(shim: Shim, scan: dict[str, Any]) -> str | None:
@@ -246,17 +251,13 @@ async def _follow(
     await send(END)
 
 
-def _sse(event: str, body: Any) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(body, separators=(',', ':'))}\n\n".encode()
-
-
 class Rows:
     """What changed, for one rows stream, since it last sent: the followed scans that did, and how many
     scans arrived."""
 
-    def __init__(self, names: list[str]) -> None:
+    def __init__(self, names: list[str], opening: set[str]) -> None:
         self.changed = asyncio.Event()
-        self.dirty: set[str] = set(names)  # all of them at first: the stream opens with their rows
+        self.dirty = opening  # the rows the stream opens with (the page has the others')
         self.arrived = 0
         self.wakes = {name: self._waker(name) for name in names}
 
@@ -304,8 +305,8 @@ def _names(request: web.Request) -> list[str]:
 
 async def scans_events(request: web.Request) -> web.StreamResponse:
     shim, streams = request.app[SHIM], request.app[STREAMS]
-    rows = Rows(_names(request))
-    rows.dirty = {name for name in rows.dirty if shim.scans.is_live(name)}  # the page has the others' rows
+    names = _names(request)
+    rows = Rows(names, {name for name in names if shim.scans.is_live(name)})  # archived: the page has theirs
     _admit(streams)
     with _open(request) as response, _watching(shim.scans, streams, rows):
         await response.prepare(request)
