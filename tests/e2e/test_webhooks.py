@@ -5,45 +5,25 @@ CloudEvent for the scan's final result, signed so that the Standard Webhooks lib
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
-from skyscan_local.processes import free_port
 from tests.e2e.conftest import Rest, Stack, scan_request
 from tests.e2e.test_cli import skyscan
 from tests.helpers import eventually
+from tests.integration.operator import test_webhooks as operator_webhooks
+from tests.integration.operator.test_webhooks import Receiver, _true
 
 pytestmark = pytest.mark.timeout(180)
+receiver = operator_webhooks.receiver  # the operator tests' receiver, beside the stack
 FINAL = "SCAN_HAS_FINAL_RESULT"
 
 
-@pytest.fixture
-async def received() -> AsyncIterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
-    """A receiver beside the stack: its URL, and what it was sent."""
-    got: list[tuple[dict[str, str], bytes]] = []
-
-    async def hook(request: web.Request) -> web.Response:
-        got.append(({k.lower(): v for k, v in request.headers.items()}, await request.read()))
-        return web.Response(status=204)
-
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    runner, port = web.AppRunner(app), free_port()
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    yield f"http://127.0.0.1:{port}/hook", got
-    await runner.cleanup()
-
-
-async def test_a_subscription_gets_the_final_result_of_a_scan_signed(
-    rest: Rest, received: tuple[str, list[tuple[dict[str, str], bytes]]]
-) -> None:
-    url, got = received
+async def test_a_subscription_gets_the_final_result_of_a_scan_signed(rest: Rest, receiver: Receiver) -> None:
+    url, got = receiver.url, receiver.got
     made: dict[str, Any] = await rest.ok("POST", "/subscriptions", json={"url": url, "states": [FINAL]})
     scan_id = (await rest.ok("POST", "/scan", json=scan_request()))["scan_id"]
     await rest.wait_status(scan_id, lambda s: s["scan_state"] == FINAL, timeout=120)
@@ -62,10 +42,6 @@ async def test_a_subscription_gets_the_final_result_of_a_scan_signed(
     assert gone["id"] == made["id"]
 
 
-async def _true(value: bool) -> bool:
-    return value
-
-
 async def _delivered(rest: Rest, subscription_id: str) -> dict[str, Any] | None:
     listed = await rest.ok("GET", "/subscriptions")
     mine = next(s for s in listed["subscriptions"] if s["id"] == subscription_id)
@@ -73,10 +49,10 @@ async def _delivered(rest: Rest, subscription_id: str) -> dict[str, Any] | None:
 
 
 async def test_skyscan_subscribe_then_a_scan_to_its_final_result(
-    stack: Stack, rest: Rest, received: tuple[str, list[tuple[dict[str, str], bytes]]], tmp_path: Path
+    stack: Stack, rest: Rest, receiver: Receiver, tmp_path: Path
 ) -> None:
     """The issue's path: `skyscan subscribe --url … --state SCAN_HAS_FINAL_RESULT`, then a scan."""
-    url, got = received
+    url, got = receiver.url, receiver.got
     made = skyscan(stack, tmp_path, "subscribe", "--url", url, "--state", FINAL, "--json")
     assert made.code == 0, made.err
     subscription = json.loads(made.out)
