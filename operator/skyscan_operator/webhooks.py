@@ -88,12 +88,12 @@ class CheckedResolver(AbstractResolver):
         await self._resolver.close()
 
 
-def event_data(scan: dict[str, Any]) -> dict[str, Any]:
-    """What a CloudEvent carries: the scan's status and its manifest's key fields."""
-    record, found = ScanRecord(scan), manifest.of(scan)
+def event_data(scan: dict[str, Any], record: ScanRecord, state: str) -> dict[str, Any]:
+    """What a CloudEvent carries: the scan's status (`state`, already read) and its manifest's key fields."""
+    found = manifest.of(scan)
     return {
         "scan_id": record.name,
-        "scan_state": record.scan_state,
+        "scan_state": state,
         "is_deleted": record.deleted,
         "wms_deactivated": record.deactivated,
         "scan_complete": record.has_final_result,
@@ -181,7 +181,7 @@ class Webhooks:
             return
         version = str(body["metadata"].get("resourceVersion", ""))
         try:
-            data = event_data(body)
+            data = event_data(body, record, state)
         except ValueError:  # a spec the operator fails as InvalidSpec has no manifest: its state still counts
             data = {"scan_id": name, "scan_state": state}
         seen = self.seen[namespace, name] = Seen(state, dict(record.classifiers), data, version)
