@@ -31,6 +31,8 @@ TEXT = "text/plain; charset=utf-8"
 STALLED_SECONDS = 60.0  # a write the client has not taken in after this long ends its stream
 ANSWER_SECONDS = 10.0  # for the API server to start answering a live read
 IDLE_SECONDS = 30.0  # between two chunks of a live read that does not follow
+# What the kubelet sends instead of a log when the container was removed since the Pod was read.
+CONTAINER_GONE = b"unable to retrieve container logs for "
 HEADERS = {"Content-Type": TEXT, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -112,6 +114,8 @@ async def _live(
                 return await _gone(request, shim, scan_id)
             except (KubeError, TimeoutError) as e:
                 raise _unreadable(e) from None
+            if first.startswith(CONTAINER_GONE):  # the kubelet's word, as a 200, for a removed container
+                return await _gone(request, shim, scan_id)
             response = web.StreamResponse(headers=HEADERS)
             await response.prepare(request)
             try:

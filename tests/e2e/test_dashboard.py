@@ -38,6 +38,10 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
+# Chromium aborts its requests when the machine's interfaces change, and says so in the console; the
+# real node's tests beside these add and remove a veth for every Pod. The page takes it as any lost
+# connection (shown, then followed again); the tests' own checks then tell whether it recovered.
+NETWORK_CHANGED = "net::ERR_NETWORK_CHANGED"
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".skyscan" / "test-artifacts"  # kept after the run
 
 
@@ -51,7 +55,12 @@ def watched_tab(
     opened = context.new_page()
     opened.set_default_timeout(30_000)
     problems: list[str] = []
-    opened.on("console", lambda m: problems.append(m.text) if m.type == "error" and problem(m) else None)
+
+    def console(m: ConsoleMessage) -> None:
+        if m.type == "error" and NETWORK_CHANGED not in m.text and problem(m):
+            problems.append(m.text)
+
+    opened.on("console", console)
     opened.on("pageerror", lambda e: problems.append(str(e)))
     opened.on("dialog", lambda d: problems.append(f"a dialog: {d.message}"))
     yield opened

@@ -20,6 +20,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -320,7 +321,12 @@ def test_a_scanner_pod_deleted_or_evicted_mid_scan_is_rescanned_and_the_rescan_f
             live = lambda: rest.get(f"/scan/{scan_id}/logs/scanner-server")  # noqa: E731
             poll(lambda: live().status_code == 200, "the log read live through the shim", 30)
             assert "scanner server starting" in live().text
+        # Followed from before the container ends: the follower has printed the log's first line.
         following = clean.skyscan_process("logs", scan_id, "--follow")
+        printed: list[str] = []
+        reader = threading.Thread(target=lambda: printed.extend(following.stdout or ()), daemon=True)
+        reader.start()
+        poll(lambda: any("scanner server starting" in line for line in printed), "the log followed", 30)
         if how == "deleted":
             clean.api.http.delete(path).raise_for_status()
         else:  # as `kubectl drain` does
@@ -330,8 +336,9 @@ def test_a_scanner_pod_deleted_or_evicted_mid_scan_is_rescanned_and_the_rescan_f
         assert condition(scan, "Complete").get("status") != "True"
     finally:
         wms_config(clean, step_delay=1.0)
-    out, errors = following.communicate(timeout=60)  # it ends with the container
-    assert following.returncode == 0 and "scanner server starting" in out, errors
+    following.wait(timeout=60)  # it ends with the container
+    reader.join(10)
+    assert following.returncode == 0, following.stderr.read() if following.stderr else ""
     # An evicted Pod is deleted (the Eviction API deletes it): its log is kept only if the operator read
     # it before the kubelet removed the Pod (docs: Logs, Scanner logs).
     kept = clean.api.get(f"/api/v1/namespaces/{NS}/configmaps/{names.log_object_name(scan_id)}")

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from api_shim.handlers.scanner_log import CONTAINER_GONE
 from skyscan import conditions as cond
 from skyscan import names
 from skyscan.io import kube, payloads
@@ -147,6 +148,12 @@ async def test_an_oom_killed_scanners_log_is_kept_once_cut_and_served_after_its_
     live = await shim.call("GET", route(scan_id))
     assert live.status == 503 and live.body["reason"] == "scanner log unavailable", live.body
     assert live.headers["Retry-After"] == "5"
+    # The container removed since its Pod was read: the kubelet's 200 says so instead of a log, which is
+    # never served as one; nothing is kept yet.
+    shim.state.api = Kubelet(api, CONTAINER_GONE + b"containerd://0123abcd")
+    gone = await shim.call("GET", route(scan_id))
+    assert gone.status == 404 and "not kept (yet" in gone.body["message"], gone.body
+    shim.state.api = api
 
     # The kernel kills it; its log is 3.3 MB: 1 MiB of head and 1 MiB of tail are kept.
     log = b"".join(b"%08d scanner line\n" % i for i in range(150_000))
