@@ -169,6 +169,13 @@ class _Tests:
         match cond:
             case q.Compare("$eq", target):
                 return _equals(target), size(target)
+            case q.Compare("$exists", present):
+                return (lambda values: bool(values) == present), 1
+            case q.Compare("$size", n):
+                return (lambda values: any(isinstance(v, list) and len(v) == n for v in values)), 1
+            case q.Compare("$regex", pattern):
+                search, work = self.regex(pattern)
+                return (lambda values: _some(values, lambda c: isinstance(c, str) and search(c))), 1 + work
             case q.Compare(op, arg):
                 cmp = _ORDER[op]
                 return (lambda values: _some(values, lambda c: _comparable(c, arg) and cmp(c, arg))), 1
@@ -177,16 +184,9 @@ class _Tests:
                 return (lambda values: not inner(values)), work
             case q.In():
                 return self.within(cond)
-            case q.Exists(present):
-                return (lambda values: bool(values) == present), 1
-            case q.Matches(pattern):
-                search, work = self.regex(pattern)
-                return (lambda values: _some(values, lambda c: isinstance(c, str) and search(c))), 1 + work
             case q.All(items):
                 parts, work = _unzip([self.cond(i) for i in items])
                 return (lambda values: bool(parts) and all(p(values) for p in parts)), 1 + work
-            case q.Size(n):
-                return (lambda values: any(isinstance(v, list) and len(v) == n for v in values)), 1
             case q.ElemMatch(q.Query() as query):
                 test, work = self.query(query)
                 work += 1

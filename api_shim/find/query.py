@@ -40,10 +40,10 @@ class Pattern:
     options: str
 
 
-# A condition on the values found at one path.
+# The conditions on the values found at one path.
 @dataclass(frozen=True)
 class Compare:
-    op: str  # $eq $gt $gte $lt $lte
+    op: str  # $eq $gt $gte $lt $lte; $exists (value: a bool), $size (an int), $regex (a Pattern)
     value: Any
 
 
@@ -54,23 +54,8 @@ class In:
 
 
 @dataclass(frozen=True)
-class Exists:
-    present: bool
-
-
-@dataclass(frozen=True)
-class Matches:
-    pattern: Pattern
-
-
-@dataclass(frozen=True)
 class All:
     items: tuple[Compare | ElemMatch, ...]  # $eq or $elemMatch
-
-
-@dataclass(frozen=True)
-class Size:
-    n: int
 
 
 @dataclass(frozen=True)
@@ -83,7 +68,7 @@ class Not:
     conds: tuple[Cond, ...]  # $ne, $nin and $not: none of these holds (all of them do not)
 
 
-Cond = Compare | In | Exists | Matches | All | Size | ElemMatch | Not
+Cond = Compare | In | All | ElemMatch | Not
 
 
 @dataclass(frozen=True)
@@ -118,6 +103,15 @@ def _patterns(node: Any) -> list[Pattern]:
 
 
 _NUL = "strings cannot contain NUL (\\u0000)"  # no stored text holds one (PostgreSQL's cannot)
+_NEEDS = {  # an operator's refusal of its operand
+    "$in": "an array",
+    "$nin": "an array",
+    "$all": "an array",
+    "$exists": "a boolean",
+    "$size": "an integer",
+    "$elemMatch": "an object",
+    "$not": "an operator expression or a regex",
+}
 
 
 def check_shape(query: Any, limits: FindLimits) -> None:
@@ -195,51 +189,38 @@ def _pattern(pattern: Any, options: Any = "") -> Pattern:
     return Pattern(pattern, options)
 
 
-def _array(op: str, arg: Any) -> list[Any]:
-    if not isinstance(arg, list):
-        raise FilterError(f"{op} needs an array")
-    return arg
-
-
 def _operator(op: str, arg: Any, siblings: Mapping[str, Any]) -> Cond:
-    if op in ("$eq", "$gt", "$gte", "$lt", "$lte"):
-        return Compare(op, arg)
-    if op == "$ne":
-        return Not((Compare("$eq", arg),))
-    if op in ("$in", "$nin"):
-        values, patterns = [], []
-        for a in _array(op, arg):
-            if not is_operator_doc(a):
-                values.append(a)
-            elif "$regex" in a and not set(a) - {"$regex", "$options"}:
-                patterns.append(_pattern(a["$regex"], a.get("$options", "")))
-            else:
-                raise FilterError(f"{op} takes values and {{$regex, $options}} objects")
-        within = In(tuple(values), tuple(patterns))
-        return within if op == "$in" else Not((within,))
-    if op == "$exists":
-        if not isinstance(arg, bool | int):
-            raise FilterError("$exists needs a boolean")
-        return Exists(bool(arg))
-    if op == "$regex":
-        return Matches(_pattern(arg, siblings.get("$options", "")))
-    if op == "$all":
-        return All(
-            tuple(_elem_match(a["$elemMatch"]) if _elem(a) else Compare("$eq", a) for a in _array(op, arg))
-        )
-    if op == "$size":
-        if isinstance(arg, bool) or not isinstance(arg, int):
-            raise FilterError("$size needs an integer")
-        return Size(arg)
-    if op == "$elemMatch":
-        return _elem_match(arg)
-    if op == "$not":
-        if isinstance(arg, str):
-            return Not((Matches(_pattern(arg)),))
-        if is_operator_doc(arg):
+    match op, arg:
+        case (("$eq" | "$gt" | "$gte" | "$lt" | "$lte"), _):
+            return Compare(op, arg)
+        case "$ne", _:
+            return Not((Compare("$eq", arg),))
+        case "$exists", bool() | int():
+            return Compare(op, bool(arg))
+        case "$size", int() if not isinstance(arg, bool):
+            return Compare(op, arg)
+        case "$regex", _:
+            return Compare(op, _pattern(arg, siblings.get("$options", "")))
+        case (("$in" | "$nin"), list()):
+            values, patterns = [], []
+            for a in arg:
+                if not is_operator_doc(a):
+                    values.append(a)
+                elif "$regex" in a and not set(a) - {"$regex", "$options"}:
+                    patterns.append(_pattern(a["$regex"], a.get("$options", "")))
+                else:
+                    raise FilterError(f"{op} takes values and {{$regex, $options}} objects")
+            within = In(tuple(values), tuple(patterns))
+            return within if op == "$in" else Not((within,))
+        case "$all", list():
+            return All(tuple(_elem_match(a["$elemMatch"]) if _elem(a) else Compare("$eq", a) for a in arg))
+        case "$elemMatch", Mapping():
+            return _elem_match(arg)
+        case "$not", str():
+            return Not((Compare("$regex", _pattern(arg)),))
+        case "$not", _ if is_operator_doc(arg):
             return Not(_condition(arg))
-        raise FilterError("$not needs an operator expression or a regex")
-    raise FilterError(f"unsupported operator: {op}")
+    raise FilterError(f"{op} needs {_NEEDS[op]}" if op in _NEEDS else f"unsupported operator: {op}")
 
 
 def _elem(item: Any) -> bool:

@@ -1,15 +1,12 @@
 """Running a find over the live scans and the archive, without holding the event loop for long.
 
-A find is parsed once per body (`Asks`: the same bytes again reuse the parse, and the compiled filter
-when it has no pattern), then checked against the work budget (`FindLimits.max_work`: documents x
-cost), its patterns compiled a slice at a time (refused as soon as those compiled take it beyond the
-budget), before any document is read. A find naming indexed values reads only the scans the index
-lists (`index.lookups`); one the index answers alone (`index.exact`) and projected to at most
-`scan_id` reads no manifest. Matching, archived rows and the answer's encoding each run in slices of
-`SLICE_SECONDS`, yielding to the loop between them, and at most `CONCURRENT_FINDS` finds of one shim
-take a turn at once. With an archive, the archived candidates its SQL selects (`sql`) are tested by
-the same compiled filter and merged in after the live matches (read first), in scan id order, a scan
-in both once, as it is live.
+A find's parse is kept by its body's bytes (`ask`), with its compiled filter when it has no pattern.
+It is held to the work budget (`FindLimits.max_work`: scans x cost) before any scan is read, its
+patterns compiled a slice at a time. The index narrows the live scans read (`index.lookups`), and
+answers alone a find of its equalities projected to at most `scan_id` (`index.exact`). Matching,
+archived rows and encoding run in slices of `SLICE_SECONDS`, at most `CONCURRENT_FINDS` finds at
+once. Archived matches (the candidates of `sql`, tested by the same filter) are merged in scan id
+order after the live ones are read, a scan in both once, as it is live.
 """
 
 from __future__ import annotations
@@ -44,7 +41,7 @@ SLICE_SECONDS = 0.0005  # matching or writing between two yields to the event lo
 CONCURRENT_FINDS = 2  # per shim; each adds at most one slice to each turn of the loop
 WRITE_CHUNK = 32  # manifests encoded at once (32 full manifests are ~0.3 ms of JSON)
 PART_BYTES = 64 << 10  # the answer is written in parts of about this size
-SORT_RUN = 1024  # manifests sorted at once (sorting 50,000 out-of-order ids in one go takes ~50 ms)
+SORT_RUN = 1024  # at most this many names sorted at once, more read off the index's order
 ARCHIVE_BATCH = 64  # archived manifests fetched (and decoded) at once: about a slice of work
 ORDER_RUN = 4096  # names of the index's order filtered at once (~0.1 ms)
 ID_PART = 2048  # scan ids joined into one part of the answer (~60 KiB, ~0.1 ms)
@@ -69,9 +66,7 @@ class Live(Protocol):
 
 @dataclass(frozen=True)
 class Asked:
-    """A find as asked: its parsed filter, its projection, its filter compiled when that needs no
-    pattern (compiling it again would give the same), the lookups that bound it, and whether the
-    index alone answers it."""
+    """A find as asked; `compiled` when its filter has no pattern (compiling again gives the same)."""
 
     query: Query
     fields: frozenset[str]
@@ -82,8 +77,8 @@ class Asked:
 
 @dataclass
 class _Finds:
-    """One shim's finds: their turns, those asked before by their body's bytes, and the manifests
-    answered to finds of a few scans, encoded, by (scan, projection, names) with their Scan version."""
+    """One shim's finds: their turns, those asked before by body, and the manifests answered to finds
+    of a few scans, encoded, by (scan, projection, names) with their Scan's version."""
 
     turn: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(CONCURRENT_FINDS))
     asked: OrderedDict[bytes, Asked] = field(default_factory=OrderedDict)
@@ -129,8 +124,8 @@ def asked_before(live: Live, body: bytes) -> Asked | None:
 
 
 def ask(live: Live, body: bytes, doc: dict[str, Any], fields: Iterable[str]) -> Asked:
-    """The find of filter `doc` projected to `fields`, kept for the next find of the same `body` when
-    it is small and has no pattern (400 for an invalid filter)."""
+    """The find of filter `doc` projected to `fields` (400 for an invalid filter), kept for the next
+    find of the same `body` when that is small and has no pattern."""
     try:
         query = parse(doc, LIMITS)
     except FilterError as e:
@@ -181,10 +176,9 @@ def compile_regex_for(pattern: Pattern, limits: FindLimits) -> Regex:
 
 
 async def compile_in_slices(asked: Asked, examined: int) -> Filter:
-    """The compiled filter, within the work budget over `examined` scans (else 400, as for an invalid
-    one). A filter of a thousand nodes names hundreds of patterns, tens of ms to compile: costed with
-    each uncompiled first (its cost at least), its patterns are compiled a slice at a time, the find
-    refused as soon as the cost they add goes beyond the budget."""
+    """The compiled filter, within the work budget over `examined` scans (else 400). A filter may name
+    hundreds of patterns, tens of ms to compile: costed with each uncompiled (its least), they are
+    compiled a slice at a time, the find refused as soon as they take it beyond the budget."""
     found = asked.compiled
     if found is None:
         patterns = asked.query.patterns()
@@ -207,37 +201,49 @@ async def compile_in_slices(asked: Asked, examined: int) -> Filter:
     return found
 
 
+async def in_order(found_in: FindIndex, keep: set[str] | None, drop: set[str] | None = None) -> list[str]:
+    """The index's scans in `keep` (None: all) and not in `drop`, in id order: a few sorted at once,
+    more read off the index's order `ORDER_RUN` at a time, a slice at a time."""
+    if keep is not None and len(keep) <= SORT_RUN:
+        return sorted(keep)  # `drop` is only given without `keep`
+    order, found, turn = found_in.in_order(), list[str](), _Slice()
+    for start in range(0, len(order), ORDER_RUN):
+        run: Iterable[str] = order[start : start + ORDER_RUN]
+        if keep is not None:
+            run = filter(keep.__contains__, run)
+        if drop is not None:
+            run = itertools.filterfalse(drop.__contains__, run)
+        found += run
+        await turn.end_if_due()
+    return found
+
+
+async def select_ids(found_in: FindIndex, exact: index.Exact) -> list[str]:
+    """The names of the scans `exact` selects, in id order, from the index alone."""
+    return await in_order(found_in, *found_in.selected(exact.lookups, exact.deleted))
+
+
 async def select(live: Live, matches: Predicate, names: set[str] | None = None) -> Iterator[Found]:
     """The manifests of the live Scans (of `names`, or all) that `matches` accepts, in scan id order."""
     found: list[Found] = []
     clock = time.perf_counter
     until = clock() + SLICE_SECONDS
-    for version, document in live.find_documents(names):
+    for version, document in live.find_documents(await in_order(live.find_index, names)):
         if matches(document):
             found.append((version, document))
         if clock() >= until:  # the hot loop: `_Slice.end_if_due` inlined
             await asyncio.sleep(0)
             until = clock() + SLICE_SECONDS
-    runs, turn = [], _Slice()
-    for start in range(0, len(found), SORT_RUN):
-        runs.append(sorted(found[start : start + SORT_RUN], key=_found_id))
-        await turn.end_if_due()
-    if all(_found_id(a[-1]) <= _found_id(b[0]) for a, b in itertools.pairwise(runs)):
-        return itertools.chain.from_iterable(runs)  # the usual case: the cache holds Scans in id order
-    return heapq.merge(*runs, key=_found_id)  # lazily, as the answer is written
-
-
-def _found_id(found: Found) -> str:
-    return str(found[1]["scan_id"])
+    return iter(found)
 
 
 async def select_archived(
     archive: Archive, namespace: str, query: Query, compiled: Filter, live: Live, examined: int
 ) -> list[dict[str, Any]]:
     """The archived manifests `compiled` accepts among the candidates the archive selects for `query`,
-    in scan id order, leaving out scans that are live now (the live copy wins). Refused (400) when the
-    candidates are more than `LIMITS.max_archived`, or with the `examined` live ones beyond the work
-    budget, or when the archive's statement timeout ends a query."""
+    in scan id order, but for scans live now (the live copy wins). Refused (400) when the candidates
+    are more than `LIMITS.max_archived`, or with the `examined` live ones beyond the work budget, or
+    when the archive's statement timeout ends a query."""
     where, params = sql.translate(query, first_param=2)
     count, candidates_sql = sql.queries(where.text, len(params) + 2)
     found: list[dict[str, Any]] = []
@@ -266,8 +272,8 @@ async def select_archived(
 async def _batches(
     conn: asyncpg.Connection, query: str, args: list[Any], few: bool
 ) -> AsyncIterator[list[asyncpg.Record]]:
-    """The rows of `query`: `few` (about a batch, by a count just made) at once, more through a cursor
-    `ARCHIVE_BATCH` at a time (a cursor costs a transaction and more round trips)."""
+    """The rows of `query`: `few` at once, more through a cursor `ARCHIVE_BATCH` at a time (a cursor
+    costs a transaction and more round trips)."""
     if few:
         yield await conn.fetch(query, *args)
         return
@@ -275,24 +281,6 @@ async def _batches(
         cursor = await conn.cursor(query, *args)
         while rows := await cursor.fetch(ARCHIVE_BATCH):
             yield rows
-
-
-async def select_ids(found_in: FindIndex, exact: index.Exact) -> list[str]:
-    """The names of the scans `exact` selects, in id order, from the index alone: a few sorted at once,
-    more read off the index's order (a snapshot) `ORDER_RUN` at a time, a slice at a time."""
-    keep, drop = found_in.selected(exact.lookups, exact.deleted)
-    if keep is not None and len(keep) <= SORT_RUN:
-        return sorted(keep)
-    order, found, turn = found_in.in_order(), list[str](), _Slice()
-    for start in range(0, len(order), ORDER_RUN):
-        run: Iterable[str] = order[start : start + ORDER_RUN]
-        if keep is not None:
-            run = filter(keep.__contains__, run)
-        if drop is not None:
-            run = itertools.filterfalse(drop.__contains__, run)
-        found += run
-        await turn.end_if_due()
-    return found
 
 
 def merge(live: Iterable[T], archived: Iterable[T], key: Callable[[T], str]) -> Iterator[T]:
@@ -308,7 +296,7 @@ async def encode_manifests(
     found: Iterator[Found], fields: Iterable[str], names: Names = Names.INTERFACE
 ) -> list[bytes]:
     """`{"manifests": [...]}`, projected to `fields` and in `names`, as JSON in parts of about
-    `PART_BYTES` (encoded `WRITE_CHUNK` manifests at a time, a slice at a time)."""
+    `PART_BYTES` (`WRITE_CHUNK` manifests encoded at a time, a slice at a time)."""
     parts: list[bytes] = []
     pending, size, separator, turn = [b'{"manifests": ['], 0, "", _Slice()
     while chunk := [spoken(view.project(m, fields), names) for _, m in itertools.islice(found, WRITE_CHUNK)]:
@@ -325,8 +313,8 @@ async def encode_manifests(
 
 
 async def encode_ids(ids: list[str], projected: bool) -> list[bytes]:
-    """`encode_manifests`' answer for manifests projected to their `scan_id` (`projected`) or to no
-    field: the same bytes, joined from each id as json encodes a string, `ID_PART` ids to a part."""
+    """`encode_manifests`' bytes for manifests projected to their `scan_id` (`projected`) or to no
+    field, joined from each id as json encodes a string, `ID_PART` ids to a part."""
     parts, turn = [b'{"manifests": ['], _Slice()
     for start in range(0, len(ids), ID_PART):
         run = ids[start : start + ID_PART]
@@ -367,7 +355,7 @@ async def answer(
         async with finds.turn:
             return await encode_ids(ids, "scan_id" in asked.fields)
     if archived:
-        found = merge(found, [(0, m) for m in archived], _found_id)
+        found = merge(found, [(0, m) for m in archived], lambda f: str(f[1]["scan_id"]))
     if within is not None and len(within) <= FEW:  # the kept bytes of each, without a turn: a few
         return [b'{"manifests": [' + b", ".join(finds.encoded(f, asked.fields, names) for f in found) + b"]}"]
     async with finds.turn:

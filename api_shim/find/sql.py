@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from api_shim.find.index import CLASSIFIER, EVENT_ID, RUN_ID
 from api_shim.find.match import scalar_key
-from api_shim.find.query import All, AnyOf, Compare, Cond, Exists, Field, In, Not, Query
+from api_shim.find.query import All, AnyOf, Compare, Cond, Field, In, Not, Query
 
 BIGINT_MIN, BIGINT_MAX = -(2**63), 2**63 - 1
 SAFE_NUMBER = 2**53  # below it a number's JSON text orders and equals as the number does (see `_safe`)
@@ -134,14 +134,14 @@ def _cond(tests: _Tests, cond: Cond) -> Sql:
     match cond:
         case Compare("$eq", value):
             return tests.equals(value)
-        case Compare(op, value):
+        case Compare("$exists", present):
+            return tests.exists(present)
+        case Compare(op, value) if op in _SQL_ORDER:
             return tests.order(op, value)
         case Not(conds):
             return _not(_conds(tests, conds))
         case In(values, patterns):
             return _join("OR", [*(tests.equals(v) for v in values), *(UNTRANSLATED for _ in patterns)])
-        case Exists(present):
-            return tests.exists(present)
         case All(()):
             return FALSE  # an empty $all matches nothing
         case All(items) if all(isinstance(i, Compare) for i in items):
