@@ -1,16 +1,10 @@
 """Scans by the values at the paths most finds name: `event_metadata.run_id`, `event_metadata.event_id`
-and `classifiers.<key>`. The cache keeps it as Scans change, so a find naming one of them reads only the
-scans that can match (`lookups` picks the conditions; the filter still decides each one).
-
-A Scan is indexed by the values its manifest (`skyscan.manifest.of`) has at those paths, read from the
-object without building the manifest, keyed as the matcher compares them (1 and 1.0 are one key, True
-is not 1). An array is indexed by each of its elements too, as equality tests them. Only non-null
-scalars are indexed: a null condition also matches a missing field, which an index of values cannot
-list.
-
-It also holds the names of the scans it indexed in id order, and which are soft-deleted, so a find the
-index answers alone (`exact`) lists its matches in the answer's order without
-reading a manifest or sorting them all.
+and `classifiers.<key>`, kept by the cache as Scans change, so a find naming one reads only the scans
+that can match (`lookups`; the filter still decides each one). Values are keyed as the matcher compares
+them (1 and 1.0 are one key, True is not 1), an array's elements too; only non-null scalars (a null
+condition also matches a missing field, which no index of values lists). The scans' names in id order,
+and which are soft-deleted, let a find the index answers alone (`exact`) list its matches in order
+without reading a manifest.
 """
 
 from __future__ import annotations
@@ -45,21 +39,16 @@ def _add(found: list[tuple[str, Any]], path: str, value: Any) -> None:
         found += [(path, v) for v in value if isinstance(v, str | int | float)]
 
 
-def _plain_number(value: Any) -> bool:
-    return type(value) is int or type(value) is float
-
-
 def entries(scan: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """(path, value) for each non-null scalar the Scan's manifest has at an indexed path, or has as an
-    element of an array there (pure). Run and event ids come from the stored camelCase metadata; one
-    that is not a plain number there (the manifest's model converts it) is read through the manifest's
-    own code. Classifiers are `manifest.classifiers`: the request's, plus a rescan's own."""
+    """(path, value) for each non-null scalar the Scan's manifest has at an indexed path, or has in an
+    array there (pure), read without building the manifest: run and event ids from the stored metadata
+    (through the manifest's code when not plain numbers there), classifiers with a rescan's own."""
     found: list[tuple[str, Any]] = []
     record = ScanRecord(scan)
     stored = record.status.get("eventMetadata")
     if stored and isinstance(stored, dict):
         run, event = stored.get("runId"), stored.get("eventId")
-        if not (_plain_number(run) and _plain_number(event)):
+        if not {type(run), type(event)} <= {int, float}:
             try:
                 converted = manifest.event_metadata(scan) or {}
             except ValueError:  # not valid metadata: the manifest cannot be built, nothing can match
@@ -75,33 +64,21 @@ def entries(scan: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return found
 
 
-class _Bucket(dict[Any, "str | set[str]"]):
-    """The scans by value at one path (booleans apart: True == 1 in a dict, not in the matcher); one
-    scan is held as its name, more as a set."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, key: tuple[str, bool]) -> None:
-        super().__init__()
-        self.key = key
-
-
 class FindIndex:
     def __init__(self) -> None:
-        self._buckets: dict[tuple[str, bool], _Bucket] = {}
-        self._held: dict[str, tuple[Any, ...]] = {}  # name -> (bucket, value, bucket, value, ...)
+        # (path, is a boolean) -> value -> its scans: one as its name, more as a set (booleans apart:
+        # True == 1 in a dict, not in the matcher)
+        self._buckets: dict[tuple[str, bool], dict[Any, str | set[str]]] = {}
+        self._held: dict[str, tuple[tuple[tuple[str, bool], Any], ...]] = {}  # name -> (bucket, value)s
         self._order: list[str] = []  # every scan indexed, in id (= name) order
         self._deleted: set[str] = set()  # those soft-deleted
 
     def put(self, name: str, scan: Mapping[str, Any]) -> None:
         """Index (the new version of) a Scan."""
         self._unlist(name)
-        held: list[Any] = []
-        for path, value in entries(scan):
-            key = (path, type(value) is bool)
-            bucket = self._buckets.get(key)
-            if bucket is None:
-                bucket = self._buckets[key] = _Bucket(key)
+        held = tuple(((path, type(value) is bool), value) for path, value in entries(scan))
+        for key, value in held:
+            bucket = self._buckets.setdefault(key, {})
             names = bucket.get(value)
             if names is None:
                 bucket[value] = name
@@ -109,9 +86,8 @@ class FindIndex:
                 names.add(name)
             elif names != name:
                 bucket[value] = {names, name}
-            held += (bucket, value)
         if held:
-            self._held[name] = tuple(held)
+            self._held[name] = held
         at = bisect.bisect_left(self._order, name)
         if at == len(self._order) or self._order[at] != name:
             self._order.insert(at, name)  # a new scan: its id is the latest, so this is an append
@@ -129,8 +105,8 @@ class FindIndex:
         self._deleted.discard(name)
 
     def _unlist(self, name: str) -> None:
-        held = self._held.pop(name, ())
-        for bucket, value in zip(held[::2], held[1::2], strict=True):
+        for key, value in self._held.pop(name, ()):
+            bucket = self._buckets[key]
             names = bucket.get(value)
             if isinstance(names, set):
                 names.discard(name)
@@ -139,7 +115,7 @@ class FindIndex:
             elif names == name:
                 del bucket[value]
                 if not bucket:
-                    del self._buckets[bucket.key]
+                    del self._buckets[key]
 
     def names(self, path: str, values: Iterable[Any]) -> set[str]:
         """The scans whose value at `path` (an `indexed` one) is, or has as an element, one of `values`
@@ -155,8 +131,7 @@ class FindIndex:
         return found
 
     def among(self, lookups: Iterable[tuple[str, Iterable[Any]]]) -> set[str] | None:
-        """The scans listed for each (path, values) of `lookups` (a `Lookup`), a new set; None: no
-        lookup, so any scan."""
+        """The scans listed for every (path, values) of `lookups`, a new set; None: any scan."""
         keep: set[str] | None = None
         for path, values in lookups:
             names = self.names(path, values)
@@ -166,9 +141,8 @@ class FindIndex:
     def selected(
         self, lookups: Iterable[tuple[str, Iterable[Any]]], deleted: Collection[bool]
     ) -> tuple[set[str] | None, set[str] | None]:
-        """The scans `among` the lookups whose soft deletion is one of `deleted`: (the names kept, or
-        None for all; the names left out, or None for none), each a new set. The scans selected are
-        those of `in_order()` kept and not left out."""
+        """The scans `among` the lookups whose soft deletion is one of `deleted`, as new sets: (those kept,
+        None for all; those left out, None for none)."""
         keep, drop = self.among(lookups), None
         if not deleted:
             keep = set()
@@ -186,13 +160,9 @@ class FindIndex:
         return list(self._order)
 
 
-# Which scans a filter can match at most. A document matches only if it satisfies each clause, so a
-# field that requires one of a few non-null scalars at an indexed path (`{path: v}`, `$eq`, `$in`, each
-# value of `$all`) bounds the candidates to the scans the index lists for them.
-
-
 class Lookup(NamedTuple):
-    """A matching document has, at `path`, one of `values` or an array with one of them."""
+    """A matching document has, at `path`, one of `values` or an array with one of them: `{path: v}`,
+    `$eq`, `$in` or each value of `$all` (non-null scalars) bound a find to the scans listed for them."""
 
     path: str
     values: tuple[Any, ...]
@@ -244,8 +214,7 @@ def exact(query: Query) -> Exact | None:
     `is_deleted`, the manifest's boolean): its matches are the scans they select; else None."""
     deleted = frozenset((False, True))
     for clause in query.clauses:
-        path = ".".join(clause.path) if isinstance(clause, Field) else ""
-        if not isinstance(clause, Field) or not (path == DELETED or indexed(path)):
+        if not isinstance(clause, Field) or not ((path := ".".join(clause.path)) == DELETED or indexed(path)):
             return None
         equalities, complete = _equalities(clause.conds)
         if not complete:

@@ -2,8 +2,7 @@
 
 Values compare as MongoDB compares them: booleans are not numbers, ordering only between numbers or
 between strings, an array's elements tested as well as the array, `null` also matching a missing
-field. The cost estimates the work of testing one document, in units of about one equality test, so
-a find whose documents x cost exceeds its work budget is refused before it runs.
+field. The cost is the work of testing one document, in about equality tests (the work budget's unit).
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ Test = Callable[[list[Any]], bool]  # of the values found at a path
 Compiled = Mapping[q.Pattern, Regex]
 # What a pattern not compiled yet costs: a program of no instructions, the least a pattern costs.
 UNCOMPILED = Regex("", 0, lambda text: False)
+KINDS = {type(None): "null", bool: "boolean", int: "number", float: "number", str: "text"}  # JSON scalars
 _ORDER = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le}
 
 
@@ -47,15 +47,8 @@ def size(value: Any) -> int:
 
 def scalar_key(value: Any) -> tuple[str, Any] | None:
     """A hashable key that two scalars share exactly when `same` holds; None for arrays/objects."""
-    if value is None:
-        return ("null", None)
-    if isinstance(value, bool):
-        return ("bool", value)
-    if isinstance(value, int | float):
-        return ("number", value)
-    if isinstance(value, str):
-        return ("string", value)
-    return None
+    kind = KINDS.get(type(value))
+    return None if kind is None else (kind, value)
 
 
 def cost(query: q.Query, compiled: Compiled) -> int:
@@ -112,11 +105,9 @@ def _some(values: list[Any], test: Callable[[Any], bool]) -> bool:
 
 
 def _comparable(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return False
-    return (isinstance(a, int | float) and isinstance(b, int | float)) or (
-        isinstance(a, str) and isinstance(b, str)
-    )
+    """Whether MongoDB orders `a` and `b`: numbers (not booleans) or strings, one kind."""
+    kind = KINDS.get(type(a))
+    return (kind == "number" or kind == "text") and kind == KINDS.get(type(b))
 
 
 def _every(tests: list[Callable[[Any], bool]]) -> Callable[[Any], bool]:

@@ -1,23 +1,15 @@
 """MongoDB's `$regex` + `$options` on a linear-time engine (RE2, PyPI `google-re2`).
 
-MongoDB runs patterns through PCRE, whose backtracking makes a pattern like `^(\\w+)+!` take
-exponential time. RE2 matches in time linear in the text for every pattern it accepts, and refuses
-what needs backtracking: backreferences, lookahead and lookbehind, atomic groups, possessive
-quantifiers, recursion and conditionals. Those patterns raise `RegexError` (a 400 for the client).
+PCRE (MongoDB's engine) backtracks: `^(\\w+)+!` takes exponential time. RE2 is linear in the text and
+refuses what needs backtracking (backreferences, lookaround, atomic groups, possessive quantifiers,
+recursion, conditionals): a `RegexError`, a 400. `translate` keeps PCRE's meaning where RE2 differs:
+`$options` `i m s` as inline flags; `x` (whitespace and `#` comments ignored outside classes), from
+`$options` or `(?x)`, applied here; `$` without `m`, and `\\Z`, also before a final newline; `(?#...)`
+dropped. `\\d \\w \\s \\b` are ASCII, as in MongoDB.
 
-Kept from PCRE (MongoDB) where RE2 differs, by rewriting the pattern before RE2 sees it:
-- `$options` `i` `m` `s` become RE2's inline flags; `x` (extended: unescaped whitespace and `#`
-  comments outside character classes are ignored), which RE2 lacks, is applied here, from
-  `$options` or an inline `(?x)` group;
-- `$` outside multi-line mode, and `\\Z`, match at the end or before a final newline;
-- `(?#...)` comments are dropped.
-Any other `$options` letter is refused. `\\d \\w \\s \\b` are ASCII, as in MongoDB.
-
-A pattern is also refused when it exceeds the caller's limits on its length or compiled program
-size (the program size bounds the work of one search: at most proportional to program x text). Its
-size is measured first under a small memory budget (`_sizing`), which RE2 stops compiling past, so
-refusing a pattern far beyond the limit (`\\pL{80}`: 95,000 instructions) costs a few ms of the event
-loop, not 20+; a pattern within it is then compiled again with the budget its automaton needs.
+A pattern beyond the caller's length or program size (which bounds one search's work) is refused; its
+size is measured first under a small memory budget (`_sizing`) that RE2 stops compiling past, so a
+pattern far beyond it (`\\pL{80}`: 95,000 instructions) costs ms of the event loop, not 20+.
 """
 
 from __future__ import annotations
@@ -64,9 +56,8 @@ _RE2_OPTIONS = _options(2 << 20)
 
 
 def _sizing(max_program: int) -> Any:
-    """Options under which RE2 compiles a program of up to about 16 x `max_program` instructions and
-    stops early past that (a fuzz of 10,000 patterns within 1,000 instructions: the same programs as
-    under `_RE2_OPTIONS`)."""
+    """RE2 compiles up to about 16 x `max_program` instructions under these, and stops early past that
+    (10,000 fuzzed patterns within 1,000 instructions: the same programs as under `_RE2_OPTIONS`)."""
     return _options(max(256 * max_program, 64 << 10))
 
 
@@ -84,10 +75,8 @@ class Regex:
 
 
 def _searcher(compiled: Any) -> Callable[[str], bool]:
-    """Whether `compiled` matches somewhere in a text. google-re2's `search` also builds a match object
-    and maps byte offsets back to characters, which costs twice the search itself on the short strings
-    of a manifest; its binding's `RE2.Match` answers alone (a test holds the two to the same answers).
-    Without that binding (another google-re2 major), the public `search`."""
+    """Whether `compiled` matches in a text: through the binding's `RE2.Match`, half the cost of the
+    public `search` (which also builds a match object) on a manifest's short strings; else `search`."""
     match = getattr(getattr(compiled, "_regexp", None), "Match", None)
     unanchored = getattr(getattr(re2, "_Anchor", None), "UNANCHORED", None)
     if match is None or unanchored is None:
@@ -100,35 +89,12 @@ def _searcher(compiled: Any) -> Callable[[str], bool]:
     return search
 
 
-@dataclass
-class _Scope:
-    """The flags in force inside one group of the pattern."""
-
-    multiline: bool
-    extended: bool
-
-
-def _flag_group(match: re.Match[str], scope: _Scope) -> tuple[str, _Scope]:
-    """Apply `(?on-off)` / `(?on-off:`; return the group as RE2 should see it (without `x`) and the
-    flags after it."""
-    on, off, end = match.group(1), match.group(2) or "", match.group(3)
-    after = _Scope(
-        multiline=("m" in on or scope.multiline) and "m" not in off,
-        extended=("x" in on or scope.extended) and "x" not in off,
-    )
-    on, off = on.replace("x", ""), off.replace("x", "")
-    if end == ")" and not on and not off:
-        return "", after
-    return "(?" + on + (f"-{off}" if off else "") + end, after
-
-
 def translate(pattern: str, options: str = "") -> str:
     """The RE2 pattern with MongoDB's (PCRE's) meaning of `pattern` under `options`."""
-    unknown = sorted(set(options) - OPTIONS)
-    if unknown:
+    if unknown := sorted(set(options) - OPTIONS):
         raise RegexError(f"unsupported $options flag: {unknown[0]!r} (supported: i, m, s, x)")
-    scope = _Scope(multiline="m" in options, extended="x" in options)
-    stack: list[_Scope] = []
+    scope = ("m" in options, "x" in options)  # multi-line, extended: the flags in force in this group
+    stack: list[tuple[bool, bool]] = []
     flags = "".join(sorted(set(options) - {"x"}))
     out = [f"(?{flags})" if flags else ""]
     i = 0
@@ -136,12 +102,14 @@ def translate(pattern: str, options: str = "") -> str:
         token = _TOKEN.match(pattern, i)
         assert token is not None  # its last alternative takes any character
         text, i = token[0], token.end()
-        if token[3]:
-            flagged, after = _flag_group(token, scope)
+        if token[3]:  # a flag group: (?on-off) or (?on-off:, its `x` applied here, not by RE2
+            on, off = token[1], token[2] or ""
             if token[3] == ":":
                 stack.append(scope)
-            scope = after
-            out.append(flagged)
+            scope = (("m" in on or scope[0]) and "m" not in off, ("x" in on or scope[1]) and "x" not in off)
+            on, off = on.replace("x", ""), off.replace("x", "")
+            if token[3] == ":" or on or off:
+                out.append("(?" + on + (f"-{off}" if off else "") + token[3])
         elif text.startswith("(?#"):
             if not text.endswith(")"):
                 raise RegexError("missing ) after a (?# comment")
@@ -151,12 +119,12 @@ def translate(pattern: str, options: str = "") -> str:
         elif text == ")":
             scope = stack.pop() if stack else scope  # unbalanced: RE2 reports it
             out.append(text)
-        elif scope.extended and text == "#":  # a comment to the line's end
+        elif scope[1] and text == "#":  # a comment to the line's end
             close = pattern.find("\n", i)
             i = len(pattern) if close < 0 else close + 1
-        elif text == "\\Z" or (text == "$" and not scope.multiline):
+        elif text == "\\Z" or (text == "$" and not scope[0]):
             out.append(_END)
-        elif not (scope.extended and text in _WHITESPACE):
+        elif not (scope[1] and text in _WHITESPACE):
             out.append(text)
     return "".join(out)
 
