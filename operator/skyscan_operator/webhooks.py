@@ -55,7 +55,7 @@ ANSWER_BYTES = 64 << 10  # of a receiver's answer, read at most (then the connec
 WRITE_RETRY_SECONDS = 5.0  # a status write that failed is tried again after this
 # A delivery is written to the status with the next events put on record, or this long after it when no
 # more come: one write per event, not two. An operator that dies meanwhile delivers it again (same id).
-DONE_WRITE_DELAY = 5.0
+DONE_WRITE_DELAY = 15.0
 SECRETS_KEPT_SECONDS = 30.0  # the webhook Secret is read again after this (a secret rotated is seen)
 Key = tuple[str, str]  # (namespace, name)
 
@@ -123,6 +123,7 @@ class Courier:
 
     key: Key
     uid: str
+    generation: int | None  # of the spec held
     spec: sub.SubscriptionSpec
     status: sub.SubscriptionStatus
     inbox: list[sub.PendingEvent] = field(default_factory=list)
@@ -159,6 +160,9 @@ class Webhooks:
         self.api, self.settings, self.clock = api, settings, clock
         self.destinations = settings.webhook_destinations()
         self.couriers: dict[Key, Courier] = {}
+        # The couriers that may want a scan's events, by (namespace, scan id): a subscription naming
+        # scans is under each, one naming none under (namespace, ""). A change looks at these alone.
+        self._watching: dict[Key, set[Key]] = {}
         self.seen: dict[Key, Seen] = {}  # every scan in the cluster, by (namespace, scan id)
         self._secrets: dict[str, tuple[float, dict[str, str]]] = {}  # namespace -> (read when, its data)
         self._session: aiohttp.ClientSession | None = None
@@ -186,15 +190,20 @@ class Webhooks:
             data = {"scan_id": name, "scan_state": state}
         seen = self.seen[namespace, name] = Seen(state, dict(record.classifiers), data, version)
         now = self.clock()
-        for courier in self._of(namespace):
-            courier.offer(name, seen, now)
+        for at in ((namespace, name), (namespace, "")):
+            for key in self._watching.get(at, ()):
+                self.couriers[key].offer(name, seen, now)
 
     def on_subscription(self, event_type: str | None, body: dict[str, Any]) -> None:
-        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
         courier = self.couriers.get(key)
+        same = courier if courier is not None and courier.uid == meta["uid"] else None
+        if same and event_type != "DELETED" and same.generation == meta.get("generation"):
+            return  # its status written (by its courier): the spec held is current
         if event_type == "DELETED":
             if courier is not None:
-                self.couriers.pop(key)
+                self._unindex(self.couriers.pop(key))
                 if courier.task:
                     courier.task.cancel()
                 if courier.spec.secret_ref.key == key[1]:  # its own key (REST names it so): gone with it
@@ -205,17 +214,22 @@ class Webhooks:
         except ValueError as e:
             log.warning("subscription %s/%s ignored: invalid spec: %s", *key, e)
             return
-        if courier is not None and courier.uid == body["metadata"]["uid"]:
-            courier.spec = spec  # the status is ours: the copy in memory is the newest
+        if same:
+            self._unindex(same)
+            same.spec, same.generation = spec, meta.get("generation")  # the status held is the newest
+            self._index(same)
             if spec.secret:
-                courier.wake.set()
+                same.wake.set()
             return
-        if courier is not None and courier.task:  # made again under its name: the old one's courier goes
-            courier.task.cancel()
+        if courier is not None:  # made again under its name: the old one's courier goes
+            self._unindex(courier)
+            if courier.task:
+                courier.task.cancel()
         status = sub.status_of(body)
         new = status is None  # never taken up: it starts from now
         status = status or sub.SubscriptionStatus()
-        courier = self.couriers[key] = Courier(key, body["metadata"]["uid"], spec, status)
+        courier = self.couriers[key] = Courier(key, meta["uid"], meta.get("generation"), spec, status)
+        self._index(courier)
         now = self.clock()
         if spec.scan_ids:  # a look at each scan it names, not at every scan
             known = ((name, self.seen.get((key[0], name))) for name in spec.scan_ids)
@@ -233,6 +247,18 @@ class Webhooks:
 
     def _of(self, namespace: str) -> list[Courier]:
         return [c for (ns, _), c in self.couriers.items() if ns == namespace]
+
+    def _index(self, courier: Courier) -> None:
+        for scan_id in courier.spec.scan_ids or [""]:
+            self._watching.setdefault((courier.key[0], scan_id), set()).add(courier.key)
+
+    def _unindex(self, courier: Courier) -> None:
+        for scan_id in courier.spec.scan_ids or [""]:
+            at = (courier.key[0], scan_id)
+            if (keys := self._watching.get(at)) is not None:
+                keys.discard(courier.key)
+                if not keys:
+                    del self._watching[at]
 
     async def stop(self) -> None:
         tasks = [c.task for c in self.couriers.values() if c.task] + list(self._chores)

@@ -2,7 +2,7 @@
 delivery timed from the status change that caused it to its arrival at a receiver, and the operator's
 CPU meanwhile.
 
-The scans are failed ones (the operator leaves them be), whose final result a writer turns on and off,
+The scans are ones the operator failed (and leaves be), whose final result a writer turns on and off,
 round robin, `rate` changes a second: each change puts every scan in another state (ABORTED__PRESTARTUP
 or SCAN_HAS_FINAL_RESULT) that each of its subscriptions wants. The receiver (aiohttp, in this process)
 answers 204 at once and notes each event's first arrival (repeats, by webhook-id, are counted apart).
@@ -35,10 +35,12 @@ from skyscan import conditions as cond
 from skyscan import subscription as sub
 from skyscan.io import install, kube
 from skyscan.io.kube import Kube, scan_path
+from skyscan.scan_record import ScanRecord
 from skyscan_local.processes import free_port
 
 GOAL_SECONDS = 1.0  # p99, status change -> delivery
 FINAL = "SCAN_HAS_FINAL_RESULT"
+UNKNOWN_TAG = "0.0.1"  # in no operator's catalog (`harness.start_operator`)
 # What the operator needs to deliver to the receiver beside it.
 OPERATOR_SETTINGS = {
     "SKYSCAN_WEBHOOK_ALLOWED_HOSTS": json.dumps(["127.0.0.1"]),
@@ -75,17 +77,21 @@ class Receiver:
 
 
 async def failed_scans(api: Kube, ns: str, n: int) -> list[str]:
-    """`n` scans as the operator leaves failed ones (nothing of theirs runs)."""
-    now = time.time()
-    failed = {"type": cond.FAILED, "status": "True", "reason": "ScannerFailed", "message": "bench",
-              "lastTransitionTime": cond.iso(now)}  # fmt: skip
-    status = {"conditions": [failed], "result": {"isFinal": False, "updatedAt": now}, "lastUpdated": now}
+    """`n` scans the operator has failed (an image tag not in its catalog: InvalidSpec) and then leaves
+    be: their state changes only when the bench changes it."""
     names: list[str] = [""] * n
 
     async def one(i: int) -> None:
-        names[i] = await harness.create_scan(api, ns, harness.scan_spec(i), status=status)
+        names[i] = await harness.create_scan(api, ns, {**harness.scan_spec(i), "dockerTag": UNKNOWN_TAG})
 
     await harness.load_loop(one, n, 16)
+
+    async def all_failed() -> bool:
+        scans = await harness.scans_in(api, ns)
+        failed = {s["metadata"]["name"] for s in scans if ScanRecord(s).condition_true(cond.FAILED)}
+        return failed >= set(names)
+
+    await harness.eventually(all_failed, 600, interval=0.5)
     return names
 
 
@@ -126,6 +132,14 @@ async def taken_up(api: Kube, ns: str, n: int, timeout: float) -> None:
     await harness.eventually(probe, timeout, interval=0.5)
 
 
+async def outcomes(api: Kube, ns: str) -> str:
+    """What the subscriptions' statuses say of their attempts: failed ones, events given up, pending."""
+    listed = await api.request("GET", kube.path(sub.API_VERSION, sub.PLURAL, ns))
+    found = [sub.status_of(o) or sub.SubscriptionStatus() for o in listed["items"]]
+    failures, given_up = sum(s.failures for s in found), sum(s.given_up for s in found)
+    return f"{failures} failed attempts, {given_up} given up, {sum(s.backlog for s in found)} pending"
+
+
 async def measure(
     api: Kube, ns: str, op_pid: int, *, subscriptions: int, scans: int, rate: float, seconds: float
 ) -> Figure:
@@ -151,6 +165,7 @@ async def measure(
         changes: dict[tuple[str, str], list[float]] = {}  # (scan, state it entered) -> when, in order
         final = dict.fromkeys(names, False)
         cpu = asyncio.create_task(harness.cpu_percent(op_pid, seconds))
+        writes: list[asyncio.Task[object]] = []  # sent on time, not after the one before is answered
         began, n = time.monotonic(), 0
         while time.monotonic() - began < seconds:
             scan = names[n % len(names)]
@@ -158,15 +173,17 @@ async def measure(
             state = FINAL if final[scan] else "ABORTED__PRESTARTUP"
             at = time.time()
             result = {"isFinal": final[scan], "updatedAt": at}
-            await api.request(
+            patch = api.request(
                 "PATCH",
                 scan_path(ns, scan, "status"),
                 body={"status": {"result": result}},
                 content_type=kube.MERGE_PATCH,
             )
+            writes.append(asyncio.create_task(patch))
             changes.setdefault((scan, state), []).append(at)
             n += 1
             await asyncio.sleep(max(0.0, began + n / rate - time.monotonic()))
+        await asyncio.gather(*writes)
         operator_cpu = await cpu
         load = os.getloadavg()[0]
         expected = n * (subscriptions // scans)
@@ -189,6 +206,7 @@ async def measure(
                 delays.append(when - caused[-1])
         delays.sort()
         p50, p99 = harness.percentile(delays, 50), harness.percentile(delays, 99)
+        tallies = await outcomes(api, ns)
     finally:
         await runner.cleanup()
     what = (
@@ -197,7 +215,8 @@ async def measure(
     return Figure(
         what,
         f"status change → delivery p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms; "
-        f"{len(delays):,} of {expected:,} delivered, {max(0, late()):,} missing, {receiver.repeats} repeats",
+        f"{len(delays):,} of {expected:,} delivered, {max(0, late()):,} missing, {receiver.repeats} repeats "
+        f"({tallies})",
         f"operator CPU {operator_cpu:.0f} % of a core while changing (load {load:.1f})",
         f"p99 < {GOAL_SECONDS:g} s",
         "PASS" if p99 < GOAL_SECONDS and late() <= 0 else "FAIL",
