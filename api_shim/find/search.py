@@ -110,9 +110,7 @@ _finds: WeakKeyDictionary[Live, _Finds] = WeakKeyDictionary()
 
 
 def _of(live: Live) -> _Finds:
-    if live not in _finds:
-        _finds[live] = _Finds()
-    return _finds[live]
+    return _finds.get(live) or _finds.setdefault(live, _Finds())
 
 
 def asked_before(live: Live, body: bytes) -> Asked | None:
@@ -219,7 +217,6 @@ async def in_order(found_in: FindIndex, keep: set[str] | None, drop: set[str] | 
 
 
 async def select_ids(found_in: FindIndex, exact: index.Exact) -> list[str]:
-    """The names of the scans `exact` selects, in id order, from the index alone."""
     return await in_order(found_in, *found_in.selected(exact.lookups, exact.deleted))
 
 
@@ -272,8 +269,8 @@ async def select_archived(
 async def _batches(
     conn: asyncpg.Connection, query: str, args: list[Any], few: bool
 ) -> AsyncIterator[list[asyncpg.Record]]:
-    """The rows of `query`: `few` at once, more through a cursor `ARCHIVE_BATCH` at a time (a cursor
-    costs a transaction and more round trips)."""
+    """The rows of `query`: `few` at once, more `ARCHIVE_BATCH` at a time through a cursor (which costs
+    a transaction and more round trips)."""
     if few:
         yield await conn.fetch(query, *args)
         return

@@ -67,10 +67,6 @@ COLUMNS = {
 }
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _infinite(value: Any) -> bool:
     """NaN or an infinity (JSON bodies may spell them): SQL orders and equals them otherwise."""
     return isinstance(value, float) and not math.isfinite(value)
@@ -79,7 +75,7 @@ def _infinite(value: Any) -> bool:
 def _safe(value: Any) -> bool:
     """Whether jsonb compares `value` as the matcher does. jsonb holds a float as its shortest decimal
     text; below 2**53 no other float or integer lies between a float and that text, above it one can."""
-    if _number(value):
+    if KINDS.get(type(value)) == "number":
         return not _infinite(value) and abs(value) < SAFE_NUMBER
     if isinstance(value, list):
         return all(_safe(v) for v in value)
@@ -211,7 +207,7 @@ def _manifest(path: tuple[str, ...], op: str, value: Any) -> Sql:
     elif op == "$eq":
         predicate = " ? (@ == $v)" if value is not None and scalar_key(value) is not None else None
     else:  # jsonpath orders strings by another rule than code points
-        predicate = f" ? (@ {_SQL_ORDER[op]} $v)" if _number(value) else None
+        predicate = f" ? (@ {_SQL_ORDER[op]} $v)" if KINDS.get(type(value)) == "number" else None
     if predicate is None or not _safe(value):
         return UNTRANSLATED
     jsonpath = "lax $" + "".join("." + json.dumps(key) for key in path) + predicate

@@ -32,14 +32,11 @@ async def find_scans(request: web.Request) -> web.StreamResponse:
 
 
 async def send(request: web.Request, parts: list[bytes]) -> web.StreamResponse:
-    """A small answer at once; a larger one written as the client drains it, a slice at a time (never
-    one large write)."""
-    size = sum(len(p) for p in parts)
+    """A small answer at once; a larger one part by part as the client drains it (never one large write)."""
+    size = sum(map(len, parts))
     if size <= SMALL_ANSWER:
         return web.Response(body=b"".join(parts), content_type="application/json", charset="utf-8")
-    response = web.StreamResponse()
-    response.content_type = "application/json"
-    response.charset = "utf-8"
+    response = web.StreamResponse(headers={"Content-Type": "application/json; charset=utf-8"})
     response.content_length = size
     await response.prepare(request)
     try:

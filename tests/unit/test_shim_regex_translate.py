@@ -52,6 +52,7 @@ LIMITS = {"max_length": 1_000, "max_program": 1_000}
         # flag groups: m and x switched on and off, x never passed on to RE2
         ("(?i)a$", "", "(?i)a" + _END),
         ("(?-m)a$", "m", "(?m)(?-m)a" + _END),
+        ("(?i)a$", "m", "(?m)(?i)a$"),  # m stays on through a group that does not name it
         ("(?i)a b", "", "(?i)a b"),
         ("(?-x)a b", "x", "a b"),
         ("(?-x:a b)", "x", "(?:a b)"),
