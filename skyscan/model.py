@@ -465,6 +465,14 @@ class ResultStatus(StatusPart):
     updated_at: float
 
 
+class Transition(StatusPart):
+    """The scan recorded in a state (`state`, as the REST interface names it): the webhooks' events."""
+
+    seq: int = Field(ge=1, description="1 for the first state recorded, then one more per change.")
+    state: str
+    at: float = Field(description="Unix seconds: when the operator recorded it.")
+
+
 class OperatorStatus(KubeModel):
     """The status keys the operator writes (and no one else)."""
 
@@ -474,6 +482,10 @@ class OperatorStatus(KubeModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     state: str | None = Field(default=None, description="The REST scan_state, for kubectl get.")
+    transitions: list[Transition] | None = Field(
+        default=None,
+        description="The states the scan was recorded in, oldest first (the last 32): what webhooks deliver.",
+    )
     backlog: BacklogStatus | None = None
     workflow: WorkflowStatus | None = None
     job: JobStatus | None = None

@@ -181,6 +181,9 @@ class ScanRecord:
     def taskforces(self) -> list[dict[str, Any]]:
         return list(self._st.get("taskforces") or [])
 
+    def transitions(self) -> list[model.Transition]:
+        return [model.Transition.model_validate(t) for t in self._st.get("transitions") or []]
+
     def worker_requests(self) -> list[model.WorkerRequestOutcome]:
         return [model.WorkerRequestOutcome.model_validate(o) for o in self._st.get("workerRequests") or []]
 

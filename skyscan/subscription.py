@@ -2,9 +2,11 @@
 CloudEvent announcing one, its Standard Webhooks signature, and where a delivery may go.
 
 A scan event is a scan entering a state (`scan_state`) a subscription names, each state named whole
-(`SCAN_HAS_FINAL_RESULT`) or by either half (`ABORTED` is every aborted scan, whatever its stage). Its id
-(`event_id`) is recorded with it before it is first tried: the same event keeps its id however often it
-is tried, whichever operator replica tries it, so a receiver drops repeats by `webhook-id`.
+(`SCAN_HAS_FINAL_RESULT`) or by either half (`ABORTED` is every aborted scan, whatever its stage). The
+event is on record before it is first tried: it is a transition the Scan holds (`status.transitions`,
+written by the operator), and its id (`event_id`) follows from the subscription and that transition, so
+the same event keeps its id however often it is tried, whichever operator replica tries it, and a
+receiver drops repeats by `webhook-id`.
 
 The signature follows the Standard Webhooks convention: the secret is `whsec_` and the base64 of its
 key; `webhook-signature` is `v1,` and the base64 HMAC-SHA256 of `id.timestamp.body` under that key.
@@ -89,20 +91,22 @@ class LastDelivery(KubeModel):
 
 
 class PendingEvent(KubeModel):
-    """An event on record, not yet delivered: the outbox, in event order."""
+    """An event not yet delivered: a scan's transition a subscription wants."""
 
     id: str
     scan_id: str
+    seq: int  # the transition's
     state: str
-    time: float  # Unix seconds: when it was seen
+    time: float  # Unix seconds: when the transition was recorded
     data: FreeForm  # the CloudEvent's data
     attempts: int = 0
 
 
 class SubscriptionStatus(KubeModel):
-    pending: list[PendingEvent] = Field(default_factory=list)
-    announced: dict[str, str] = Field(
-        default_factory=dict, description="Each scan's last state put on record (scan id -> state)."
+    announced: dict[str, int] = Field(
+        default_factory=dict,
+        description="Each scan's last transition (its seq) delivered, given up, or there before this "
+        "subscription (scan id -> seq).",
     )
     last_delivery: LastDelivery | None = None
     delivered: int = 0
@@ -134,10 +138,10 @@ def wants_scan(spec: SubscriptionSpec, scan_id: str, classifiers: Mapping[str, A
     return all(k in classifiers and classifiers[k] == v for k, v in spec.classifiers.items())
 
 
-def event_id(subscription_uid: str, scan_id: str, state: str, scan_version: str) -> str:
-    """An event's id: the subscription's, the scan's, the state it entered and the Scan version it was
-    seen at (a scan entering a state again is a new event). Recorded with the event, it stays its id."""
-    text = f"{subscription_uid}\0{scan_id}\0{state}\0{scan_version}"
+def event_id(subscription_uid: str, scan_id: str, seq: int) -> str:
+    """An event's id: the subscription's, the scan's and its transition's number (a scan entering a
+    state again is a new transition, so a new event)."""
+    text = f"{subscription_uid}\0{scan_id}\0{seq}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -46,7 +46,7 @@ def view(obj: dict[str, Any], secret: str | None = None) -> dict[str, Any]:
         "scan_ids": spec.scan_ids,
         "classifiers": spec.classifiers,
         "created": obj["metadata"].get("creationTimestamp", ""),
-        "pending": len(status.pending),
+        "pending": status.backlog,
         "delivered": status.delivered,
         "failures": status.failures,
         "given_up": status.given_up,

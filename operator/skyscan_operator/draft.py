@@ -38,7 +38,8 @@ class Plan:
 
 
 # The operator's keys a draft writes: all but the two each pass sets beside it (Execution.wanted).
-DRAFT_KEYS = tuple(k for k in OPERATOR_KEYS if k not in ("observedGeneration", "state"))
+DRAFT_KEYS = tuple(k for k in OPERATOR_KEYS if k not in ("observedGeneration", "state", "transitions"))
+MAX_TRANSITIONS = 32  # kept on a Scan: a real scan passes through fewer states
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Draft:
     taskforces: list[dict[str, Any]] | None
     worker_requests: list[model.WorkerRequestOutcome] | None
     credential: model.ScannerCredential | None
+    transitions: list[model.Transition]
     now: float
     generation: int | None
     deleting: bool = False  # hard-deleted (deletionTimestamp set)
@@ -68,6 +70,7 @@ class Draft:
             taskforces=record.taskforces or None,
             worker_requests=record.worker_requests() or None,
             credential=record.scanner_credential(),
+            transitions=record.transitions(),
             now=now,
             generation=generation,
             deleting=deleting,
@@ -107,6 +110,16 @@ class Draft:
             deactivated=self.workflow.deactivated,
             failed=self.true(cond.FAILED),
         )
+
+    def stated(self, record: ScanRecord) -> dict[str, Any]:
+        """`state` and `transitions`, the state recorded as a transition when it is not the last one
+        (once: the draft keeps it, however often its keys are asked for)."""
+        state = self.state(record)
+        if not self.transitions or self.transitions[-1].state != state:
+            seq = self.transitions[-1].seq + 1 if self.transitions else 1
+            entered = model.Transition(seq=seq, state=state, at=self.now)
+            self.transitions = [*self.transitions, entered][-MAX_TRANSITIONS:]
+        return {"state": state, "transitions": [t.to_kube() for t in self.transitions]}
 
     def set(self, type_: str, status: bool, reason: str, message: str = "") -> None:
         self.conditions = cond.put(self.conditions, type_, status, reason, message, self.now, self.generation)

@@ -160,7 +160,7 @@ def refuse_unreadable(
         return None
     p = Plan(status={}, draft=d)
     _fail_invalid(d, p, str(refusal))
-    return {"observedGeneration": meta.get("generation"), "state": d.state(record), **d.wire()}, p.events
+    return {"observedGeneration": meta.get("generation"), **d.stated(record), **d.wire()}, p.events
 
 
 def replacement_body(scan: ScanView, new_id: str) -> dict[str, Any]:

@@ -149,7 +149,7 @@ class Execution:
         return self.draft.workflow
 
     def wanted(self) -> dict[str, Any]:
-        return {**self.head, "state": self.draft.state(self.scan.record), **self.draft.wire()}
+        return {**self.head, **self.draft.stated(self.scan.record), **self.draft.wire()}
 
     def preview(self) -> ScanView:
         """The scan as it will be once the draft is written: what a carried pass plans from."""

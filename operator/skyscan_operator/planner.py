@@ -77,7 +77,7 @@ def plan(scan: ScanView, obs: Observed, now: float, settings: OperatorSettings) 
     _finalizer(d, p, scan)
     p.status = {
         "observedGeneration": scan.generation,
-        "state": d.state(record),
+        **d.stated(record),
         **d.wire(),
     }
     return p

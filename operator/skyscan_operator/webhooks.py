@@ -1,44 +1,50 @@
 """Scan events delivered to subscribers' webhooks: at least once, in order per subscription, signed.
 
-Every Scan watch event passes through `on_scan`, which does nothing unless the scan's `scan_state`
-changed since it was last seen. A change is offered to each subscription of the namespace that wants
-that scan and state and has not put it on record yet (`status.announced`); the subscription's
-`Courier`, the one writer of its status, then:
+The events are the scans' transitions: each time the operator writes a scan's state, it records it in
+the Scan's `status.transitions` when it differs from the last one recorded (`Draft.stated`), so an event
+is on record, in the Scan, before anything tries to deliver it. Every Scan watch event passes through
+`on_scan`, which does nothing unless the scan's last transition is new; a new one is offered to the
+subscriptions that may want that scan (an index by scan id). Each subscription's `Courier`, the one
+writer of its status:
 
-1. records the event in `status.pending` (the outbox) in one write, before any attempt: an operator
-   that dies from here on leaves it on record, and the next leader (or this one, restarted) carries on
-   from there with the same event id;
-2. delivers the outbox's head, signed: a CloudEvent over HTTP POST, no redirect followed, the answer's
+1. queues the transitions it wants that it has not delivered (`status.announced`: each scan's last
+   transition done) and that were recorded after the subscription was made, in the order recorded;
+2. delivers the queue's head, signed: a CloudEvent over HTTP POST, no redirect followed, the answer's
    size and time bounded, the receiver's address checked where the connection is made;
-3. records the outcome: a 2xx takes the head off the outbox (written with the next events recorded, or
-   `DONE_WRITE_DELAY` later); a failure is tried again after a delay that doubles per attempt
+3. a 2xx takes the head off; a failure is tried again after a delay that doubles per attempt
    (`BACKOFF_*`), until the event is `webhook_retry_seconds` old, when it is given up. The head blocks
-   what follows it: a subscription's events arrive in the order they were seen.
+   what follows it: a subscription's events arrive in the order they were recorded.
 
-A scan that passes through several states while no operator runs is announced in the state it is in
-when one runs again: a subscription taken up before (all of them, when an operator starts) is offered
-the states of the scans known, and delivers those it has not announced. A new subscription starts from
-now: the states scans are in already are noted as announced, not delivered.
+Its status (the scans done, the last delivery, the tallies) is written at once after a failure or a
+give-up, and `DONE_WRITE_DELAY` after a delivery (with the ones that follow): one write per subscription
+per delivery would be more than an API server takes at a thousand subscriptions. An operator that dies
+meanwhile, or its standby taking over, finds the same transitions on the Scans and delivers again what
+the status does not show done, with the same ids (`subscription.event_id`). A transition is kept on
+its Scan (the last `MAX_TRANSITIONS`) while the Scan is in the cluster.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import bisect
 import contextlib
 import ipaddress
+import json
 import logging
+import math
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
+from skyscan import conditions as cond
 from skyscan import manifest
 from skyscan import subscription as sub
 from skyscan.io import kube
@@ -53,9 +59,13 @@ BACKOFF_FIRST, BACKOFF_MAX = 1.0, 300.0  # seconds between attempts at one event
 JSON_PATCH = "application/json-patch+json"
 ANSWER_BYTES = 64 << 10  # of a receiver's answer, read at most (then the connection is dropped)
 WRITE_RETRY_SECONDS = 5.0  # a status write that failed is tried again after this
-# A delivery is written to the status with the next events put on record, or this long after it when no
-# more come: one write per event, not two. An operator that dies meanwhile delivers it again (same id).
+# Deliveries are written to the status this long after the first of them, together: not one write each.
+# An operator that dies meanwhile delivers them again (same ids).
 DONE_WRITE_DELAY = 15.0
+# Subscriptions' status writes, all couriers together, one at a time and at most this many a second: a
+# thousand at once would hold the API server from the Scans' writes, which record the transitions, and
+# from the watch events that bring them here. A write waiting its turn delays no delivery.
+STATUS_WRITES_PER_SECOND = 50.0
 SECRETS_KEPT_SECONDS = 30.0  # the webhook Secret is read again after this (a secret rotated is seen)
 Key = tuple[str, str]  # (namespace, name)
 
@@ -88,12 +98,12 @@ class CheckedResolver(AbstractResolver):
         await self._resolver.close()
 
 
-def event_data(scan: dict[str, Any], record: ScanRecord, state: str) -> dict[str, Any]:
-    """What a CloudEvent carries: the scan's status (`state`, already read) and its manifest's key fields."""
+def event_data(scan: dict[str, Any], record: ScanRecord) -> dict[str, Any]:
+    """What a CloudEvent carries but the state it announces: the scan's status and its manifest's key
+    fields."""
     found = manifest.of(scan)
     return {
         "scan_id": record.name,
-        "scan_state": state,
         "is_deleted": record.deleted,
         "wms_deactivated": record.deactivated,
         "scan_complete": record.has_final_result,
@@ -106,51 +116,72 @@ def event_data(scan: dict[str, Any], record: ScanRecord, state: str) -> dict[str
     }
 
 
+class Entered(NamedTuple):
+    """One of a scan's transitions (`status.transitions`)."""
+
+    seq: int
+    state: str
+    at: float
+
+
 @dataclass
 class Seen:
-    """A scan as the subscriptions match it: its state, its classifiers and the event's data."""
+    """A scan as the subscriptions match it, kept for every scan (so small): its classifiers, its
+    transitions, and the events' data as JSON (each event's says the state it entered)."""
 
-    state: str
     classifiers: dict[str, Any]
-    data: dict[str, Any]
-    version: str  # the Scan's resourceVersion where the state was seen
+    transitions: tuple[Entered, ...]
+    data: bytes  # of its latest version
 
 
 @dataclass
 class Courier:
     """One subscription: its spec and status (the operator is the only writer of the status), the
-    events waiting to go on record, and the task that records and delivers them."""
+    events queued for it, and the task that delivers them."""
 
     key: Key
     uid: str
     generation: int | None  # of the spec held
+    created: float  # Unix seconds: transitions recorded before are not news
     spec: sub.SubscriptionSpec
     status: sub.SubscriptionStatus
-    inbox: list[sub.PendingEvent] = field(default_factory=list)
+    queue: list[sub.PendingEvent] = field(default_factory=list)  # in the order recorded
+    queued: dict[str, int] = field(default_factory=dict)  # each scan's last transition looked at
     forgotten: set[str] = field(default_factory=set)  # scans gone from the cluster: no longer announced
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     last_sent: float = 0.0
     written: bool = False  # its status written since it was first seen (kubectl shows it taken up)
-    delivered_unwritten: bool = False  # deliveries its status does not show yet
+    unwritten_since: float | None = None  # the first delivery its status does not show yet
+    writing: asyncio.Task[None] | None = None  # its deliveries being written, beside new ones
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one status write at a time, the latest
 
-    def wants(self, scan_id: str, seen: Seen) -> bool:
-        return sub.wants_state(self.spec.states, seen.state) and sub.wants_scan(
-            self.spec, scan_id, seen.classifiers
-        )
+    def writing_now(self) -> bool:
+        return self.writing is not None and not self.writing.done()
 
-    def offer(self, scan_id: str, seen: Seen, now: float) -> None:
-        if not self.wants(scan_id, seen):
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return [t for t in (self.task, self.writing) if t is not None]
+
+    def offer(self, scan_id: str, seen: Seen) -> None:
+        if not sub.wants_scan(self.spec, scan_id, seen.classifiers):
             return
-        recorded = self.status.announced.get(scan_id)
-        queued = next((e.state for e in reversed(self.inbox) if e.scan_id == scan_id), None)
-        if (queued or recorded) == seen.state:
-            return
-        event_id = sub.event_id(self.uid, scan_id, seen.state, seen.version)
-        self.inbox.append(
-            sub.PendingEvent(id=event_id, scan_id=scan_id, state=seen.state, time=now, data=seen.data)
-        )
-        self.wake.set()
+        after = max(self.status.announced.get(scan_id, 0), self.queued.get(scan_id, 0))
+        for t in seen.transitions:
+            if t.seq <= after or t.at < self.created:
+                continue
+            self.queued[scan_id] = t.seq
+            if sub.wants_state(self.spec.states, t.state):
+                event_id = sub.event_id(self.uid, scan_id, t.seq)
+                data = {**json.loads(seen.data), "scan_state": t.state}
+                event = sub.PendingEvent(
+                    id=event_id, scan_id=scan_id, seq=t.seq, state=t.state, time=t.at, data=data
+                )
+                bisect.insort(self.queue, event, key=lambda e: (e.time, e.scan_id, e.seq))
+                self.wake.set()
+
+    def done(self, head: sub.PendingEvent) -> None:
+        self.queue.remove(head)
+        self.status.announced[head.scan_id] = max(self.status.announced.get(head.scan_id, 0), head.seq)
 
 
 class Webhooks:
@@ -167,6 +198,8 @@ class Webhooks:
         self._secrets: dict[str, tuple[float, dict[str, str]]] = {}  # namespace -> (read when, its data)
         self._session: aiohttp.ClientSession | None = None
         self._chores: set[asyncio.Task[None]] = set()  # keys being taken out of the webhook Secret
+        self._writing = asyncio.Lock()
+        self._next_write = 0.0  # monotonic seconds: the earliest the next status write may go
 
     # --- fed by the watch events ---
     def on_scan(self, event_type: str | None, body: dict[str, Any]) -> None:
@@ -179,20 +212,19 @@ class Webhooks:
                     courier.wake.set()
             return
         record = ScanRecord(body)
-        state = record.scan_state
+        transitions = tuple(Entered(t.seq, t.state, t.at) for t in record.transitions())
         known = self.seen.get((namespace, name))
-        if known is not None and known.state == state:
+        if not transitions or (known is not None and known.transitions[-1] == transitions[-1]):
             return
-        version = str(body["metadata"].get("resourceVersion", ""))
         try:
-            data = event_data(body, record, state)
+            data = event_data(body, record)
         except ValueError:  # a spec the operator fails as InvalidSpec has no manifest: its state still counts
-            data = {"scan_id": name, "scan_state": state}
-        seen = self.seen[namespace, name] = Seen(state, dict(record.classifiers), data, version)
-        now = self.clock()
+            data = {"scan_id": name}
+        encoded = json.dumps(data, separators=(",", ":")).encode()
+        seen = self.seen[namespace, name] = Seen(dict(record.classifiers), transitions, encoded)
         for at in ((namespace, name), (namespace, "")):
             for key in self._watching.get(at, ()):
-                self.couriers[key].offer(name, seen, now)
+                self.couriers[key].offer(name, seen)
 
     def on_subscription(self, event_type: str | None, body: dict[str, Any]) -> None:
         meta = body["metadata"]
@@ -204,8 +236,8 @@ class Webhooks:
         if event_type == "DELETED":
             if courier is not None:
                 self._unindex(self.couriers.pop(key))
-                if courier.task:
-                    courier.task.cancel()
+                for task in courier.tasks():
+                    task.cancel()
                 if courier.spec.secret_ref.key == key[1]:  # its own key (REST names it so): gone with it
                     self._chores.add(asyncio.create_task(self._drop_key(key[0], key[1])))
             return
@@ -223,25 +255,20 @@ class Webhooks:
             return
         if courier is not None:  # made again under its name: the old one's courier goes
             self._unindex(courier)
-            if courier.task:
-                courier.task.cancel()
-        status = sub.status_of(body)
-        new = status is None  # never taken up: it starts from now
-        status = status or sub.SubscriptionStatus()
-        courier = self.couriers[key] = Courier(key, meta["uid"], meta.get("generation"), spec, status)
+            for task in courier.tasks():
+                task.cancel()
+        status = sub.status_of(body) or sub.SubscriptionStatus()
+        created = cond.epoch(meta.get("creationTimestamp")) or self.clock()
+        courier = Courier(key, meta["uid"], meta.get("generation"), created, spec, status)
+        self.couriers[key] = courier
         self._index(courier)
-        now = self.clock()
         if spec.scan_ids:  # a look at each scan it names, not at every scan
             known = ((name, self.seen.get((key[0], name))) for name in spec.scan_ids)
         else:
             known = ((name, seen) for (namespace, name), seen in self.seen.items() if namespace == key[0])
         for name, seen in known:
-            if seen is None:
-                continue
-            if not new:  # taken up before (this operator restarted, or another held it): what it missed
-                courier.offer(name, seen, now)
-            elif courier.wants(name, seen):  # the states scans are in already are not news
-                courier.status.announced[name] = seen.state
+            if seen is not None:  # what it has not delivered (this operator restarted, or another held it)
+                courier.offer(name, seen)
         courier.wake.set()
         courier.task = asyncio.create_task(self._run(courier), name=f"webhooks-{key[1]}")
 
@@ -261,7 +288,7 @@ class Webhooks:
                     del self._watching[at]
 
     async def stop(self) -> None:
-        tasks = [c.task for c in self.couriers.values() if c.task] + list(self._chores)
+        tasks = [t for c in self.couriers.values() for t in c.tasks()] + list(self._chores)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -275,23 +302,20 @@ class Webhooks:
             try:
                 if courier.spec.secret:  # handed over in the spec: into the webhook Secret first
                     await self._take_secret(courier)
-                if courier.inbox or courier.forgotten or not courier.written:
-                    await self._record(courier)
-                if not courier.status.pending:
+                if courier.forgotten or not courier.written:
+                    await self._write(courier)
+                if not courier.queue:
                     courier.wake.clear()
-                    if courier.inbox or courier.forgotten:
+                    if courier.unwritten_since is None or courier.writing_now():
+                        await courier.wake.wait()  # a write ending with deliveries left unwritten wakes it
                         continue
-                    if courier.delivered_unwritten:  # written with the next events, or once none come
-                        try:
-                            await asyncio.wait_for(courier.wake.wait(), DONE_WRITE_DELAY)
-                        except TimeoutError:
-                            await self._write(courier)
-                        continue
-                    await courier.wake.wait()
+                    with contextlib.suppress(TimeoutError):  # written with the next deliveries, or alone
+                        await asyncio.wait_for(courier.wake.wait(), self._write_in(courier))
+                    self._write_soon(courier)
                     continue
-                head = courier.status.pending[0]
+                head = courier.queue[0]
                 if self.clock() - head.time > self.settings.webhook_retry_seconds:
-                    courier.status.pending.pop(0)
+                    courier.done(head)
                     courier.status.given_up += 1
                     metrics.WEBHOOK_GIVE_UPS.inc()
                     self._note(courier, head, f"gave up after {head.attempts} attempts")
@@ -301,13 +325,15 @@ class Webhooks:
                 outcome = await self._deliver(courier, head)
                 head.attempts += 1
                 if outcome is None:
-                    courier.status.pending.pop(0)
+                    courier.done(head)
                     courier.status.delivered += 1
                     metrics.WEBHOOK_DELIVERIES.labels("delivered").inc()
                     metrics.WEBHOOK_LATENCY.observe(max(0.0, self.clock() - head.time))
                     self._note(courier, head, "delivered")
                     backoff = BACKOFF_FIRST
-                    courier.delivered_unwritten = True
+                    if courier.unwritten_since is None:
+                        courier.unwritten_since = self.clock()
+                    self._write_soon(courier)
                     continue
                 courier.status.failures += 1
                 metrics.WEBHOOK_DELIVERIES.labels("failed").inc()
@@ -371,33 +397,51 @@ class Webhooks:
             result=result,
         )  # fmt: skip
 
-    async def _record(self, courier: Courier) -> None:
-        """The inbox on record (appended to the outbox) and forgotten scans dropped, in one write."""
-        taken, forgotten = list(courier.inbox), set(courier.forgotten)
-        status = courier.status
-        status.pending.extend(taken)
-        for event in taken:
-            status.announced[event.scan_id] = event.state
-        for name in forgotten:
-            status.announced.pop(name, None)
-        try:
-            await self._write(courier, removed=forgotten)
-        except BaseException:
-            del status.pending[len(status.pending) - len(taken) :]  # not on record: kept in the inbox
-            raise
-        del courier.inbox[: len(taken)]
-        courier.forgotten -= forgotten
+    def _write_in(self, courier: Courier) -> float:
+        """Seconds until the deliveries its status does not show are written."""
+        since = courier.unwritten_since
+        return math.inf if since is None else since + DONE_WRITE_DELAY - self.clock()
 
-    async def _write(self, courier: Courier, removed: Iterable[str] = ()) -> None:
+    def _write_soon(self, courier: Courier) -> None:
+        """Its deliveries written once they are due, while it delivers the next ones: the write may
+        wait its turn (`STATUS_WRITES_PER_SECOND`)."""
+        if self._write_in(courier) <= 0 and not courier.writing_now():
+            courier.writing = asyncio.create_task(self._write_aside(courier))
+
+    async def _write_aside(self, courier: Courier) -> None:
+        try:
+            await self._write(courier)
+        except Exception as e:  # written with the next ones
+            log.warning("subscription %s/%s: its status not written: %r", *courier.key, e)
+        finally:
+            if courier.unwritten_since is not None:  # deliveries since it began, or it failed
+                courier.wake.set()
+
+    async def _write(self, courier: Courier) -> None:
         """The status as held here, whole (a merge patch: the API server's cheapest write; the operator
-        is the status's one writer); `removed`: scans dropped from `announced`."""
-        courier.status.backlog = len(courier.status.pending)
-        namespace, name = courier.key
-        status = courier.status.to_kube()
-        status["announced"] = {**status["announced"], **dict.fromkeys(removed)}
-        path = kube.path(sub.API_VERSION, sub.PLURAL, namespace, name, "status")
-        await self.api.read("PATCH", path, body={"status": status}, content_type=kube.MERGE_PATCH)
-        courier.written, courier.delivered_unwritten = True, False
+        is the status's one writer), the forgotten scans taken out of `announced`."""
+        async with courier.lock:  # the latest status taken once the write before it is answered
+            forgotten = set(courier.forgotten)
+            status = courier.status
+            for name in forgotten:
+                status.announced.pop(name, None)
+            status.backlog = len(courier.queue)
+            wire = status.to_kube()
+            wire["announced"] = {**wire["announced"], **dict.fromkeys(forgotten)}
+            path = kube.path(sub.API_VERSION, sub.PLURAL, *courier.key, "status")
+            since, courier.unwritten_since = courier.unwritten_since, None  # later ones: the next write
+            try:
+                async with self._writing:
+                    await asyncio.sleep(self._next_write - time.monotonic())
+                    self._next_write = time.monotonic() + 1 / STATUS_WRITES_PER_SECOND
+                    await self.api.read("PATCH", path, body={"status": wire}, content_type=kube.MERGE_PATCH)
+            except BaseException:
+                courier.unwritten_since = min(
+                    (t for t in (since, courier.unwritten_since) if t is not None), default=None
+                )
+                raise
+            courier.written = True
+            courier.forgotten -= forgotten
 
     async def _pace(self, courier: Courier) -> None:
         gap = 1.0 / self.settings.webhook_rate_per_second - (self.clock() - courier.last_sent)

@@ -35,7 +35,7 @@ async def test_a_subscription_gets_the_final_result_of_a_scan_signed(rest: Rest,
     headers, body = next((h, b) for h, b in got if json.loads(b)["subject"] == scan_id)
     event = Webhook(made["secret"]).verify(body, headers)
     assert event["data"]["scan_state"] == FINAL and event["data"]["scan_id"] == scan_id
-    mine = await eventually(lambda: _delivered(rest, made["id"]), timeout=30)
+    mine = await eventually(lambda: _delivered(rest, made["id"]), timeout=60)  # written within 15 s
     assert mine["last_delivery"]["result"] == "delivered"
     assert len(ours()) == 1  # one event for the scan: its final result
     gone = await rest.ok("DELETE", f"/subscriptions/{made['id']}")

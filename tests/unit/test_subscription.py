@@ -40,22 +40,16 @@ def test_states_are_whole_or_either_half_and_scans_by_id_and_classifiers() -> No
     assert not sub.wants_scan(picky, "s", {"k": "1"}) and not sub.wants_scan(picky, "s", {})
 
 
-def test_an_event_id_differs_by_subscription_scan_state_and_scan_version() -> None:
-    final = "SCAN_HAS_FINAL_RESULT"
-    first = sub.event_id("uid-1", "s1", final, "7")
-    assert first == sub.event_id("uid-1", "s1", final, "7") and len(first) == 32
-    others = (
-        ("uid-2", "s1", final, "7"),
-        ("uid-1", "s2", final, "7"),
-        ("uid-1", "s1", "X", "7"),
-        ("uid-1", "s1", final, "9"),
-    )
+def test_an_event_id_differs_by_subscription_scan_and_transition() -> None:
+    first = sub.event_id("uid-1", "s1", 3)
+    assert first == sub.event_id("uid-1", "s1", 3) and len(first) == 32
+    others = (("uid-2", "s1", 3), ("uid-1", "s2", 3), ("uid-1", "s1", 4), ("uid-1", "s13", 1))
     assert len({first, *(sub.event_id(*other) for other in others)}) == 5
 
 
 def test_the_cloud_event_is_signed_as_standard_webhooks_verify_it() -> None:
     event = sub.PendingEvent(
-        id="e1", scan_id="s1", state="SCAN_HAS_FINAL_RESULT", time=1_700_000_000.5, data={"x": 1}
+        id="e1", scan_id="s1", seq=2, state="SCAN_HAS_FINAL_RESULT", time=1_700_000_000.5, data={"x": 1}
     )
     body = sub.cloud_event("ns", event)
     assert json.loads(body) == {

@@ -133,11 +133,14 @@ async def taken_up(api: Kube, ns: str, n: int, timeout: float) -> None:
 
 
 async def outcomes(api: Kube, ns: str) -> str:
-    """What the subscriptions' statuses say of their attempts: failed ones, events given up, pending."""
+    """What the subscriptions' statuses say (as last written: up to 15 s behind) of failed attempts, events
+    given up and pending."""
     listed = await api.request("GET", kube.path(sub.API_VERSION, sub.PLURAL, ns))
     found = [sub.status_of(o) or sub.SubscriptionStatus() for o in listed["items"]]
-    failures, given_up = sum(s.failures for s in found), sum(s.given_up for s in found)
-    return f"{failures} failed attempts, {given_up} given up, {sum(s.backlog for s in found)} pending"
+    failures, given_up, pending = (
+        sum(getattr(s, k) for s in found) for k in ("failures", "given_up", "backlog")
+    )
+    return f"statuses: {failures} failed attempts, {given_up} given up, {pending} pending"
 
 
 async def measure(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import os
 import time
 from collections.abc import AsyncIterator
@@ -126,9 +127,10 @@ async def test_a_final_result_arrives_signed_once_and_its_delivery_shows(
     assert event["specversion"] == "1.0" and event["type"] == sub.EVENT_TYPE and event["subject"] == scan_id
     assert event["source"] == f"/skyscan/{namespace}/scans" and event["id"] == headers["webhook-id"]
     assert event["data"]["scan_state"] == FINAL and event["data"]["scan_complete"] is True
-    shown = await eventually(lambda: _delivered(api, namespace, "final", 1), timeout=30)
+    shown = await eventually(lambda: _delivered(api, namespace, "final", 1), timeout=60)
     assert shown["lastDelivery"]["result"] == "delivered" and shown["lastDelivery"]["eventId"] == event["id"]
-    assert shown["pending"] == [] and shown["announced"] == {scan_id: FINAL}  # not the other scan's
+    (entered,) = [t for t in await _transitions(api, namespace, scan_id) if t["state"] == FINAL]
+    assert shown["backlog"] == 0 and shown["announced"] == {scan_id: entered["seq"]}  # not the other scan's
     assert len(receiver.got) == 1
 
 
@@ -141,8 +143,9 @@ async def test_an_operator_killed_mid_delivery_delivers_the_same_event_again(
     receiver.held = asyncio.Event()  # the first attempt hangs in the receiver
     await final_result(api, namespace, scan_id)
     assert await eventually(lambda: _true(len(receiver.got) == 1), timeout=60)
-    recorded = await status(api, namespace, "held")
-    assert [p["scanId"] for p in recorded["pending"]] == [scan_id]  # on record before it was tried
+    # On record before it was tried: the transition the Scan holds.
+    assert [t["state"] for t in await _transitions(api, namespace, scan_id)][-1] == FINAL
+    assert (await status(api, namespace, "held")).get("delivered", 0) == 0
     first.kill()
     receiver.held.set()
     receiver.held = None
@@ -166,12 +169,12 @@ async def test_a_receiver_down_through_the_first_retries_gets_everything_in_orde
         )
     for scan_id in scans:  # the finals, one after another as the operator sees them
         await final_result(api, namespace, scan_id)
-        await eventually(lambda s=scan_id: _announced(api, namespace, "down", s, FINAL), timeout=30)
+        await eventually(lambda s=scan_id: _in_state(api, namespace, s, FINAL), timeout=30)
     down = await eventually(lambda: _failed(api, namespace, "down", 3), timeout=60)
     assert down["lastDelivery"]["result"] == "HTTP 503"
     receiver.status = 200
     shown = await eventually(lambda: _delivered(api, namespace, "down", 6), timeout=90)
-    assert shown["pending"] == []
+    assert shown["backlog"] == 0
     accepted: list[tuple[str, str]] = []
     for event in receiver.events():
         key = (event["subject"], event["data"]["scan_state"])
@@ -240,8 +243,8 @@ async def _taken_up(api: Kube, namespace: str, name: str) -> bool:
     return "backlog" in await status(api, namespace, name)
 
 
-async def _announced(api: Kube, namespace: str, name: str, scan_id: str, state: str) -> bool:
-    return bool((await status(api, namespace, name)).get("announced", {}).get(scan_id) == state)
+async def _transitions(api: Kube, namespace: str, scan_id: str) -> list[dict[str, Any]]:
+    return list(((await get_scan(api, namespace, scan_id)).get("status") or {}).get("transitions") or [])
 
 
 async def _in_state(api: Kube, namespace: str, scan_id: str, state: str) -> bool:
@@ -255,11 +258,13 @@ async def test_a_new_subscription_starts_from_now(
     old, new = await create_scan(api, namespace), await create_scan(api, namespace)
     await final_result(api, namespace, old)
     await eventually(lambda: _in_state(api, namespace, old, FINAL))  # the operator has seen it final
+    # A subscription is made at a whole second (its creationTimestamp): the one after that final.
+    recorded = (await _transitions(api, namespace, old))[-1]["at"]
+    await eventually(lambda: _true(time.time() >= math.floor(recorded) + 1), timeout=5)
     await subscribe(api, namespace, "fresh", receiver.url, new_secret())
-    assert (await status(api, namespace, "fresh"))["announced"] == {old: FINAL}  # noted, not news
     await final_result(api, namespace, new)
     await eventually(lambda: _delivered(api, namespace, "fresh", 1), timeout=60)
-    assert [e["subject"] for e in receiver.events()] == [new]
+    assert [e["subject"] for e in receiver.events()] == [new]  # the old scan's final was there before
 
 
 async def test_a_secret_handed_over_in_the_spec_moves_into_the_webhook_secret(
