@@ -146,7 +146,7 @@ class Courier:
     spec: sub.SubscriptionSpec
     status: sub.SubscriptionStatus
     queue: list[sub.PendingEvent] = field(default_factory=list)  # in the order recorded
-    queued: dict[str, int] = field(default_factory=dict)  # each scan's last transition looked at
+    queued: dict[str, int] = field(default_factory=dict)  # a scan's last transition in the queue
     forgotten: set[str] = field(default_factory=set)  # scans gone from the cluster: no longer announced
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
@@ -169,8 +169,8 @@ class Courier:
         for t in seen.transitions:
             if t.seq <= after or t.at < self.created:
                 continue
-            self.queued[scan_id] = t.seq
             if sub.wants_state(self.spec.states, t.state):
+                self.queued[scan_id] = t.seq
                 event_id = sub.event_id(self.uid, scan_id, t.seq)
                 data = {**json.loads(seen.data), "scan_state": t.state}
                 event = sub.PendingEvent(
@@ -181,6 +181,8 @@ class Courier:
 
     def done(self, head: sub.PendingEvent) -> None:
         self.queue.remove(head)
+        if self.queued.get(head.scan_id) == head.seq:  # none of the scan's left in the queue
+            del self.queued[head.scan_id]
         self.status.announced[head.scan_id] = max(self.status.announced.get(head.scan_id, 0), head.seq)
 
 
