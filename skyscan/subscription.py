@@ -98,7 +98,7 @@ class PendingEvent(KubeModel):
     seq: int  # the transition's
     state: str
     time: float  # Unix seconds: when the transition was recorded
-    data: FreeForm  # the CloudEvent's data
+    data: FreeForm | None = None  # the CloudEvent's data (None until it is read from the Scan)
     attempts: int = 0
 
 

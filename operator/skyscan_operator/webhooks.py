@@ -29,8 +29,8 @@ import asyncio
 import base64
 import bisect
 import contextlib
+import functools
 import ipaddress
-import json
 import logging
 import math
 import socket
@@ -100,8 +100,11 @@ class CheckedResolver(AbstractResolver):
 
 def event_data(scan: dict[str, Any], record: ScanRecord) -> dict[str, Any]:
     """What a CloudEvent carries but the state it announces: the scan's status and its manifest's key
-    fields."""
-    found = manifest.of(scan)
+    fields (the scan id alone for a spec the operator failed as InvalidSpec: it has no manifest)."""
+    try:
+        found = manifest.of(scan)
+    except ValueError:
+        return {"scan_id": record.name}
     return {
         "scan_id": record.name,
         "is_deleted": record.deleted,
@@ -126,12 +129,11 @@ class Entered(NamedTuple):
 
 @dataclass
 class Seen:
-    """A scan as the subscriptions match it, kept for every scan (so small): its classifiers, its
-    transitions, and the events' data as JSON (each event's says the state it entered)."""
+    """A scan as the subscriptions match it, kept for every scan (so small): its classifiers and its
+    transitions."""
 
     classifiers: dict[str, Any]
     transitions: tuple[Entered, ...]
-    data: bytes  # of its latest version
 
 
 @dataclass
@@ -162,7 +164,9 @@ class Courier:
     def tasks(self) -> list[asyncio.Task[None]]:
         return [t for t in (self.task, self.writing) if t is not None]
 
-    def offer(self, scan_id: str, seen: Seen) -> None:
+    def offer(self, scan_id: str, seen: Seen, data: Callable[[], dict[str, Any]] | None = None) -> None:
+        """Queue the scan's transitions it wants and has not delivered; `data` gives the events' data
+        from the Scan at hand (else it is read when the event is delivered)."""
         if not sub.wants_scan(self.spec, scan_id, seen.classifiers):
             return
         after = max(self.status.announced.get(scan_id, 0), self.queued.get(scan_id, 0))
@@ -171,11 +175,10 @@ class Courier:
                 continue
             if sub.wants_state(self.spec.states, t.state):
                 self.queued[scan_id] = t.seq
-                event_id = sub.event_id(self.uid, scan_id, t.seq)
-                data = {**json.loads(seen.data), "scan_state": t.state}
                 event = sub.PendingEvent(
-                    id=event_id, scan_id=scan_id, seq=t.seq, state=t.state, time=t.at, data=data
-                )
+                    id=sub.event_id(self.uid, scan_id, t.seq), scan_id=scan_id, seq=t.seq, state=t.state,
+                    time=t.at, data=None if data is None else {**data(), "scan_state": t.state},
+                )  # fmt: skip
                 bisect.insort(self.queue, event, key=lambda e: (e.time, e.scan_id, e.seq))
                 self.wake.set()
 
@@ -218,15 +221,11 @@ class Webhooks:
         known = self.seen.get((namespace, name))
         if not transitions or (known is not None and known.transitions[-1] == transitions[-1]):
             return
-        try:
-            data = event_data(body, record)
-        except ValueError:  # a spec the operator fails as InvalidSpec has no manifest: its state still counts
-            data = {"scan_id": name}
-        encoded = json.dumps(data, separators=(",", ":")).encode()
-        seen = self.seen[namespace, name] = Seen(dict(record.classifiers), transitions, encoded)
+        seen = self.seen[namespace, name] = Seen(dict(record.classifiers), transitions)
+        data = functools.cache(lambda: event_data(body, record))  # made once, if a courier wants it
         for at in ((namespace, name), (namespace, "")):
             for key in self._watching.get(at, ()):
-                self.couriers[key].offer(name, seen)
+                self.couriers[key].offer(name, seen, data)
 
     def on_subscription(self, event_type: str | None, body: dict[str, Any]) -> None:
         meta = body["metadata"]
@@ -323,6 +322,8 @@ class Webhooks:
                     self._note(courier, head, f"gave up after {head.attempts} attempts")
                     await self._write(courier)
                     continue
+                if head.data is None:  # offered when this operator took the subscription up
+                    head.data = await self._read_data(courier.key[0], head)
                 await self._pace(courier)
                 outcome = await self._deliver(courier, head)
                 head.attempts += 1
@@ -450,6 +451,14 @@ class Webhooks:
         if gap > 0:
             await asyncio.sleep(gap)
         courier.last_sent = self.clock()
+
+    async def _read_data(self, namespace: str, event: sub.PendingEvent) -> dict[str, Any]:
+        """An event's data from its Scan as it is now (the scan id and state alone once it is gone)."""
+        try:
+            scan = await self.api.request("GET", kube.scan_path(namespace, event.scan_id))
+        except NotFound:
+            return {"scan_id": event.scan_id, "scan_state": event.state}
+        return {**event_data(scan, ScanRecord(scan)), "scan_state": event.state}
 
     async def _deliver(self, courier: Courier, head: sub.PendingEvent) -> str | None:
         """None once the receiver took the event; else what went wrong."""

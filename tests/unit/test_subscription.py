@@ -129,3 +129,16 @@ def test_destinations_by_host_list_scheme_and_address() -> None:
     local = sub.destinations(["127.0.0.1"], ["127.0.0.1/8"], plain_http=True)  # host bits set: the network
     assert local.url_refusal("http://127.0.0.1:9999/hook") is None
     assert local.address_refusal("127.0.0.1") is None and local.address_refusal("10.0.0.1") is not None
+
+
+def test_a_subscriptions_spec_and_status_are_read_from_its_resource() -> None:
+    spec = {"url": "https://a.example.org/h", "secretRef": {"key": "k"}, "states": ["SCAN_HAS_FINAL_RESULT"]}
+    obj = {"spec": spec, "status": {"announced": {"s1": 3}, "delivered": 2}}
+    read = sub.spec_of(obj)
+    assert (read.url, read.secret_ref.key, read.states) == (spec["url"], "k", spec["states"])
+    for missing in ({}, {"spec": None}, {"SPEC": spec}):
+        with pytest.raises(ValueError):
+            sub.spec_of(missing)
+    status = sub.status_of(obj)
+    assert status is not None and (status.announced, status.delivered) == ({"s1": 3}, 2)
+    assert sub.status_of({"spec": spec}) is None and sub.status_of({"spec": spec, "status": {}}) is None

@@ -153,6 +153,8 @@ async def test_an_operator_killed_mid_delivery_delivers_the_same_event_again(
     assert await eventually(lambda: _true(len(receiver.got) >= 2), timeout=60)
     ids = {headers["webhook-id"] for headers, _ in receiver.got}
     assert len(ids) == 1  # the same event, whoever tried it
+    datas = [event["data"] for event in receiver.events()]  # the second's read from the Scan, maybe
+    assert all(d["scan_state"] == FINAL and d["manifest"]["priority"] is not None for d in datas), datas
     await eventually(lambda: _delivered(api, namespace, "held", 1), timeout=30)
 
 
