@@ -195,6 +195,7 @@ async def test_a_receiver_down_through_the_first_retries_gets_everything_in_orde
         ("http://169.254.169.254/latest/meta-data", "not on the allowed list"),
         ("http://skyscan.example.org/hook", "not on the allowed list"),
         ("http://localhost:{port}/hook", "refused: address"),  # a listed name that resolves to loopback
+        ("http://127.0.0.1:{port}/hook", "refused: address"),  # a listed loopback address
     ],
 )
 async def test_destinations_not_allowed_get_nothing(
