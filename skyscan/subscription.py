@@ -105,8 +105,7 @@ class PendingEvent(KubeModel):
 class SubscriptionStatus(KubeModel):
     announced: dict[str, int] = Field(
         default_factory=dict,
-        description="Each scan's last transition (its seq) delivered, given up, or there before this "
-        "subscription (scan id -> seq).",
+        description="Each scan's last transition (its seq) delivered or given up (scan id -> seq).",
     )
     last_delivery: LastDelivery | None = None
     delivered: int = 0

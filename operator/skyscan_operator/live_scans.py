@@ -138,9 +138,8 @@ def waiting_status(settings: OperatorSettings, now: float) -> dict[str, Any]:
     backlog: dict[str, Any] = {"attempts": 0, "enteredAt": now, "interruptions": 0, "pendingSince": 0}
     backlog["waitReason"] = "Priority"  # as every scan beyond the first in a large backlog
     state = scan_state(has_final_result=False, workflow_id=None, progress=None, deactivated=None)
-    entered = [{"at": now, "seq": 1, "state": state}]
-    status = {"backlog": backlog, "conditions": conditions, "observedGeneration": 1, "state": state}
-    status["transitions"] = entered
+    status = {"backlog": backlog, "conditions": conditions, "observedGeneration": 1, "state": state,
+              "transitions": [{"at": now, "seq": 1, "state": state}]}  # fmt: skip
     return sorted_keys(status)  # type: ignore[no-any-return]
 
 

@@ -156,8 +156,9 @@ async def measure(
         names = await failed_scans(api, ns, scans)
         await subscribe_all(api, ns, f"http://127.0.0.1:{port}/hook", names, subscriptions)
         await taken_up(api, ns, subscriptions, 600)
-        # The states the scans are in now are announced too (each subscription is new): those arrive
-        # before the clock starts.
+        # A scan's failure recorded in the same second a subscription was made counts as news to it
+        # (subscriptions start from their creationTimestamp, whole seconds): those arrive before the
+        # clock starts.
         settle = time.monotonic()
         while time.monotonic() - settle < 60:
             before = len(receiver.arrived)
