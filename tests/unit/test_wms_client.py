@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -25,6 +26,10 @@ class Sim:
 
     def posts(self, path: str) -> int:
         return sum(1 for r in self.state.requests if r == ("POST", path))
+
+    async def configure(self, **settings: Any) -> None:
+        async with aiohttp.ClientSession() as http, http.patch(f"{self.url}/_sim/config", json=settings) as r:
+            r.raise_for_status()
 
 
 @pytest.fixture
@@ -50,6 +55,7 @@ def client(sim: Sim, **kw: Any) -> WMSClient:
 
 async def test_a_workflow_lives_through_the_simulated_lifecycle(sim: Sim) -> None:
     wms = client(sim)
+    await sim.configure(activation_delay=3600)  # held until the first looks
     wf = (await wms.request_workflow(request(requestClusters=[{"location": "osg", "nWorkers": 3}])))[
         "workflow"
     ]
@@ -58,6 +64,7 @@ async def test_a_workflow_lives_through_the_simulated_lifecycle(sim: Sim) -> Non
     assert scanner_job.ewms_connection(await wms.public_mq_profiles(wf_id)) is None
     (tf,) = await wms.query_taskforces([wf_id])
     assert tf["phase"] == "pre-mq-activation" and tf["compound_statuses"] == {}
+    await sim.configure(activation_delay=0)
     # Time passes: the queues activate, the taskforce is submitted and its workers run.
     assert await eventually(lambda: _running(wms, wf_id), timeout=5) == 3
     assert scanner_job.ewms_connection(await wms.public_mq_profiles(wf_id)) is not None
