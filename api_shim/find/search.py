@@ -1,6 +1,8 @@
 """Running a find over the live scans and the archive, without holding the event loop for long.
 
-A find's parse is kept by its body's bytes (`ask`), with its compiled filter when it has no pattern.
+A find's parse is kept by its body's bytes (`Finds.ask`), with its compiled filter when it has no
+pattern; a find of a few live scans answers the bytes of their manifests kept per Scan version (`Forms`,
+the forms the shim's GETs keep).
 It is held to the work budget (`FindLimits.max_work`: scans x cost) before any scan is read, its
 patterns compiled a slice at a time. The index narrows the live scans read (`index.lookups`), and
 answers alone a find of its equalities projected to at most `scan_id` (`index.exact`). Matching,
@@ -17,11 +19,10 @@ import itertools
 import json
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Collection, Hashable, Iterable, Iterator
+from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from typing import Any, Protocol, TypeVar
-from weakref import WeakKeyDictionary
 
 import asyncpg
 
@@ -48,10 +49,10 @@ ID_PART = 2048  # scan ids joined into one part of the answer (~60 KiB, ~0.1 ms)
 KEPT_ASKS = 256  # finds kept parsed by their body's bytes (patterns aside: each may hold MiBs)
 KEPT_BODY_BYTES = 4096  # a body kept is at most this large
 NARROW = "Narrow the filter: name a run or event id, a classifier value, or a time range."
-KEPT_ANSWER_BYTES = 256 << 10  # manifests kept encoded per Scan version, for finds of a few scans
 FEW = 8  # a find answering at most this many live scans answers their kept bytes
 T = TypeVar("T")
 Found = tuple[int, dict[str, Any]]  # a manifest and the version of its Scan (0: archived)
+Form = tuple[Hashable, ...]  # a REST form of a Scan kept encoded: what it is, what it depends on
 
 
 class Live(Protocol):
@@ -73,72 +74,6 @@ class Asked:
     compiled: Filter | None
     lookups: list[index.Lookup]
     exact: index.Exact | None
-
-
-@dataclass
-class _Finds:
-    """One shim's finds: their turns, those asked before by body, and the manifests answered to finds
-    of a few scans, encoded, by (scan, projection, names) with their Scan's version."""
-
-    turn: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(CONCURRENT_FINDS))
-    asked: OrderedDict[bytes, Asked] = field(default_factory=OrderedDict)
-    answered: OrderedDict[tuple[str, frozenset[str], Names], tuple[int, bytes]] = field(
-        default_factory=OrderedDict
-    )
-    answered_bytes: int = 0
-
-    def encoded(self, found: Found, fields: frozenset[str], names: Names) -> bytes:
-        """A live scan's manifest as answered, encoded once per version of its Scan."""
-        version, document = found
-        key = (document["scan_id"], fields, names)
-        kept = self.answered.get(key)
-        if kept is not None and kept[0] == version:
-            self.answered.move_to_end(key)
-            return kept[1]
-        body = json.dumps(spoken(view.project(document, fields), names)).encode()
-        if version and len(body) <= KEPT_ANSWER_BYTES // 32:
-            if kept is not None:
-                self.answered_bytes -= len(kept[1])
-            self.answered[key] = (version, body)
-            self.answered_bytes += len(body)
-            while self.answered_bytes > KEPT_ANSWER_BYTES:
-                self.answered_bytes -= len(self.answered.popitem(last=False)[1][1])
-        return body
-
-
-_finds: WeakKeyDictionary[Live, _Finds] = WeakKeyDictionary()
-
-
-def _of(live: Live) -> _Finds:
-    return _finds.get(live) or _finds.setdefault(live, _Finds())
-
-
-def asked_before(live: Live, body: bytes) -> Asked | None:
-    finds = _of(live)
-    found = finds.asked.get(body)
-    if found is not None:
-        finds.asked.move_to_end(body)
-    return found
-
-
-def ask(live: Live, body: bytes, doc: dict[str, Any], fields: Iterable[str]) -> Asked:
-    """The find of filter `doc` projected to `fields` (400 for an invalid filter), kept for the next
-    find of the same `body` when that is small and has no pattern."""
-    try:
-        query = parse(doc, LIMITS)
-    except FilterError as e:
-        raise bad_request(f"invalid filter: {e}") from None
-    has_patterns, fields = bool(query.patterns()), frozenset(fields)
-    compiled = None if has_patterns else compile_filter(query, {})
-    asked = Asked(
-        query, fields, compiled, index.lookups(query), index.exact(query) if ids_only(fields) else None
-    )
-    if not has_patterns and len(body) <= KEPT_BODY_BYTES:
-        kept = _of(live).asked
-        kept[body] = asked
-        if len(kept) > KEPT_ASKS:
-            kept.popitem(last=False)
-    return asked
 
 
 class _Slice:
@@ -330,30 +265,82 @@ def ids_only(fields: Collection[str]) -> bool:
     return set(fields).intersection(MANIFEST_FIELDS) <= {"scan_id"}
 
 
-async def answer(
-    live: Live, archive: Archive | None, namespace: str, asked: Asked, names: Names
-) -> list[bytes]:
-    """The answer to `asked`, in `names`, as the parts of its JSON body."""
-    finds, exact = _of(live), asked.exact
-    async with finds.turn:  # the CPU work; a client reading slowly does not hold a turn
-        within = live.find_index.among(asked.lookups)
-        examined = len(live) if within is None else len(within)
-        compiled = await compile_in_slices(asked, examined)
+class Forms(Protocol):
+    """The REST forms of live Scans kept encoded per version (the shim's, shared with its GETs)."""
+
+    def get(self, name: str, form: Form, version: int | None = None) -> tuple[bytes, bool] | None: ...
+    def keep(self, name: str, version: int, deleted: bool, form: Form, body: bytes) -> None: ...
+
+
+class Finds:
+    """One shim's finds over its live scans and archive: their turns at the CPU, those asked before by
+    their body's bytes, and the forms of live scans they answer, kept encoded per Scan version."""
+
+    def __init__(self, live: Live, archive: Archive | None, namespace: str, forms: Forms) -> None:
+        self.live, self.archive, self.namespace, self.forms = live, archive, namespace, forms
+        self.turn = asyncio.Semaphore(CONCURRENT_FINDS)
+        self.asked: OrderedDict[bytes, Asked] = OrderedDict()
+
+    def asked_before(self, body: bytes) -> Asked | None:
+        found = self.asked.get(body)
+        if found is not None:
+            self.asked.move_to_end(body)
+        return found
+
+    def ask(self, body: bytes, doc: dict[str, Any], fields: Iterable[str]) -> Asked:
+        """The find of filter `doc` projected to `fields` (400 for an invalid filter), kept for the next
+        find of the same `body` when that is small and has no pattern."""
+        try:
+            query = parse(doc, LIMITS)
+        except FilterError as e:
+            raise bad_request(f"invalid filter: {e}") from None
+        has_patterns, fields = bool(query.patterns()), frozenset(fields)
+        compiled = None if has_patterns else compile_filter(query, {})
+        exact = index.exact(query) if ids_only(fields) else None
+        asked = Asked(query, fields, compiled, index.lookups(query), exact)
+        if not has_patterns and len(body) <= KEPT_BODY_BYTES:
+            self.asked[body] = asked
+            if len(self.asked) > KEPT_ASKS:
+                self.asked.popitem(last=False)
+        return asked
+
+    def encoded(self, found: Found, fields: frozenset[str], names: Names) -> bytes:
+        """A manifest as answered; a live scan's encoded once per version of its Scan."""
+        version, document = found
+        name, form = document["scan_id"], ("find", fields, names)
+        kept = self.forms.get(name, form, version)  # none for an archived one (version 0)
+        if kept is not None:
+            return kept[0]
+        body = json.dumps(spoken(view.project(document, fields), names)).encode()
+        if version:
+            self.forms.keep(name, version, document["is_deleted"], form, body)
+        return body
+
+    async def answer(self, asked: Asked, names: Names) -> list[bytes]:
+        """The answer to `asked`, in `names`, as the parts of its JSON body."""
+        live, exact = self.live, asked.exact
+        async with self.turn:  # the CPU work; a client reading slowly does not hold a turn
+            within = live.find_index.among(asked.lookups)
+            examined = len(live) if within is None else len(within)
+            compiled = await compile_in_slices(asked, examined)
+            if exact is not None:
+                ids = await select_ids(live.find_index, exact)
+            else:
+                found = await select(live, compiled.matches, within)
+        archived: list[dict[str, Any]] = []
+        if self.archive is not None:  # after the live snapshot: a scan leaves it only once archived
+            archived = await select_archived(
+                self.archive, self.namespace, asked.query, compiled, live, examined
+            )
         if exact is not None:
-            ids = await select_ids(live.find_index, exact)
-        else:
-            found = await select(live, compiled.matches, within)
-    archived: list[dict[str, Any]] = []
-    if archive is not None:  # after the live snapshot: a scan leaves it only once archived
-        archived = await select_archived(archive, namespace, asked.query, compiled, live, examined)
-    if exact is not None:
+            if archived:
+                ids = list(merge(ids, [m["scan_id"] for m in archived], str))
+            async with self.turn:
+                return await encode_ids(ids, "scan_id" in asked.fields)
         if archived:
-            ids = list(merge(ids, [m["scan_id"] for m in archived], str))
-        async with finds.turn:
-            return await encode_ids(ids, "scan_id" in asked.fields)
-    if archived:
-        found = merge(found, [(0, m) for m in archived], lambda f: str(f[1]["scan_id"]))
-    if within is not None and len(within) <= FEW:  # the kept bytes of each, without a turn: a few
-        return [b'{"manifests": [' + b", ".join(finds.encoded(f, asked.fields, names) for f in found) + b"]}"]
-    async with finds.turn:
-        return await encode_manifests(found, asked.fields, names)
+            found = merge(found, [(0, m) for m in archived], lambda f: str(f[1]["scan_id"]))
+        if within is not None and len(within) <= FEW:  # the kept bytes of each, without a turn: a few
+            kept = b", ".join(self.encoded(f, asked.fields, names) for f in found)
+            return [b'{"manifests": [' + kept + b"]}"]
+        async with self.turn:
+            return await encode_manifests(found, asked.fields, names)

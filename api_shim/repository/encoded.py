@@ -50,10 +50,12 @@ class EncodedForms:
         self._size = 0
         self.builds = 0  # forms built and kept (a read that found none): what tests and profiles count
 
-    def get(self, name: str, form: Form) -> Kept | None:
-        """The kept form of the version of `name` the cache holds now; None when none is kept."""
+    def get(self, name: str, form: Form, version: int | None = None) -> Kept | None:
+        """The kept form of the version of `name` the cache holds now (and is `version`, when given);
+        None when none is kept."""
         entry = self._entries.get(name)
-        if entry is None or entry.version != self._cache.version(name):
+        now = self._cache.version(name)
+        if entry is None or entry.version != now or (version is not None and version != now):
             return None
         body = entry.forms.get(form)
         if body is None:
@@ -65,22 +67,26 @@ class EncodedForms:
         """Keep `body` as `form` of `scan`, if `scan` is the version the cache holds (else it is dropped:
         an archived copy, or a version the cache has already moved past)."""
         record = ScanRecord(scan)
-        version = resource_version(scan)
-        if not version or record.archived_at is not None or self._cache.version(record.name) != version:
+        if record.archived_at is None:
+            self.keep(record.name, resource_version(scan), record.deleted, form, body)
+
+    def keep(self, name: str, version: int, deleted: bool, form: Form, body: bytes) -> None:
+        """Keep `body` as `form` of version `version` of `name`, if that is the version the cache holds."""
+        if not version or self._cache.version(name) != version:
             return
         if len(body) > self._budget // 8:  # a manifest holding large metadata: a few would fill the budget
             return
-        entry = self._entries.get(record.name)
+        entry = self._entries.get(name)
         if entry is None or entry.version != version:
-            self._drop(record.name)
-            entry = self._entries[record.name] = _Entry(version, record.deleted)
+            self._drop(name)
+            entry = self._entries[name] = _Entry(version, deleted)
         elif form in entry.forms or len(entry.forms) >= FORMS_PER_SCAN:
             return
         entry.forms[form] = body
         entry.size += len(body) + FORM_OVERHEAD
         self._size += len(body) + FORM_OVERHEAD
         self.builds += 1
-        self._entries.move_to_end(record.name)
+        self._entries.move_to_end(name)
         while self._size > self._budget and len(self._entries) > 1:
             self._drop(next(iter(self._entries)))
 

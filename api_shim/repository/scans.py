@@ -88,6 +88,7 @@ class Scans:
         self._freshness = Freshness(cache, self._store.read)
         self._encoded = EncodedForms(cache)  # REST forms of live scans, encoded once per version
         self._archive = archive  # None: live-only
+        self._finds = search.Finds(cache, archive, namespace, self._encoded)  # finds over both
         self._events: OrderedDict[str, Any] = OrderedDict()
 
     @classmethod
@@ -197,15 +198,15 @@ class Scans:
 
     def asked_before(self, body: bytes) -> search.Asked | None:
         """A find of these body bytes parsed before, if it was kept."""
-        return search.asked_before(self._cache, body)
+        return self._finds.asked_before(body)
 
     def ask(self, body: bytes, doc: dict[str, Any], fields: Collection[str]) -> search.Asked:
         """The find of filter `doc` projected to `fields` (400 when invalid), kept by its body's bytes."""
-        return search.ask(self._cache, body, doc, fields)
+        return self._finds.ask(body, doc, fields)
 
     async def find(self, asked: search.Asked, names: Names) -> list[bytes]:
         """The answer to a find over the live scans and the archive, in `names`: the parts of its body."""
-        return await search.answer(self._cache, self._archive, self._namespace, asked, names)
+        return await self._finds.answer(asked, names)
 
     async def table(self, ask: table.TableAsk) -> table.TablePage:
         """A page of the dashboard's table: scans newest first below `ask.before`, archived ones too

@@ -22,7 +22,7 @@ import yaml
 
 from skyscan_client import exit_codes
 from skyscan_client.client import Client
-from tests.e2e.conftest import LONG_NSIDES, Stack, scan_request
+from tests.e2e.conftest import LONG_NSIDES, Stack, scan_request, workers_held
 
 pytestmark = pytest.mark.timeout(240)  # one xdist worker runs the module (tests/conftest.py TOGETHER)
 MAIN = "import sys; from skyscan_client.cli import main; sys.exit(main())"
@@ -167,29 +167,30 @@ def wait_in_progress(client: Client, scan_id: str) -> None:
 def test_actions_and_a_followed_abort(stack: Stack, client: Client, tmp_path: Path) -> None:
     (tmp_path / "event.json").write_text(json.dumps({"run_id": 123457, "event_id": 7}))
     nsides = [f"{n}:0" for n in LONG_NSIDES]
-    run = skyscan(
-        stack, tmp_path, "launch", "--reco-algo", "millipede_wilks", "--max-pixel-reco-time", "600",
-        "--event", "event.json", "--nsides", *nsides, "--cluster", "osg=1", "--priority", "100", "--json",
-    )  # fmt: skip
-    assert run.code == exit_codes.OK, run.err
-    scan_id = json.loads(run.out)["scan_id"]
-    wait_in_progress(client, scan_id)
+    with workers_held(stack):  # so both scans are mid-way when aborted, however busy the machine
+        run = skyscan(
+            stack, tmp_path, "launch", "--reco-algo", "millipede_wilks", "--max-pixel-reco-time", "600",
+            "--event", "event.json", "--nsides", *nsides, "--cluster", "osg=1", "--priority", "100", "--json",
+        )  # fmt: skip
+        assert run.code == exit_codes.OK, run.err
+        scan_id = json.loads(run.out)["scan_id"]
+        wait_in_progress(client, scan_id)
 
-    added = skyscan(stack, tmp_path, "add-workers", scan_id, "--cluster", "osg", "--n", "2", "--json")
-    assert added.code == exit_codes.OK, added.err
-    assert json.loads(added.out)["n_workers"] == 2
+        added = skyscan(stack, tmp_path, "add-workers", scan_id, "--cluster", "osg", "--n", "2", "--json")
+        assert added.code == exit_codes.OK, added.err
+        assert json.loads(added.out)["n_workers"] == 2
 
-    rescan = skyscan(stack, tmp_path, "rescan", scan_id)
-    assert rescan.code == exit_codes.OK, rescan.err
-    new = rescan.out.strip()
-    assert new != scan_id and client.manifest(new)["classifiers"]["origin_scan_id"] == scan_id
+        rescan = skyscan(stack, tmp_path, "rescan", scan_id)
+        assert rescan.code == exit_codes.OK, rescan.err
+        new = rescan.out.strip()
+        assert new != scan_id and client.manifest(new)["classifiers"]["origin_scan_id"] == scan_id
 
-    for target in (scan_id, new):
-        aborted = skyscan(stack, tmp_path, "abort", target)
-        assert aborted.code == exit_codes.OK, aborted.err
-        followed = skyscan(stack, tmp_path, "follow", target, "--json", "--poll-interval", "0.2")
-        assert followed.code == exit_codes.ABORTED, followed.out + followed.err
-        assert json.loads(followed.out.splitlines()[-1])["status"]["is_deleted"] is True
+        for target in (scan_id, new):
+            aborted = skyscan(stack, tmp_path, "abort", target)
+            assert aborted.code == exit_codes.OK, aborted.err
+            followed = skyscan(stack, tmp_path, "follow", target, "--json", "--poll-interval", "0.2")
+            assert followed.code == exit_codes.ABORTED, followed.out + followed.err
+            assert json.loads(followed.out.splitlines()[-1])["status"]["is_deleted"] is True
 
 
 def test_status_says_where_a_waiting_scan_waits_and_why(stack: Stack, client: Client, tmp_path: Path) -> None:

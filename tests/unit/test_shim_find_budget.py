@@ -17,6 +17,7 @@ from api_shim.find.query import FindLimits, Pattern, parse
 from api_shim.find.regex import Regex
 from api_shim.find.search import Asked
 from tests.helpers import find_filter
+from tests.unit.test_find_search import new_finds
 
 PATTERNS = {"run_id": {"$regex": "a{40}"}, "event_id": {"$regex": "b{40}"}, "x": {"$regex": "c{40}"}}
 
@@ -45,14 +46,9 @@ def compiled(monkeypatch: pytest.MonkeyPatch) -> list[Pattern]:
     return seen
 
 
-class _Live:
-    """Where a find keeps what it parsed (a shim's cache, to the find)."""
-
-
 def asked(query: dict[str, Any]) -> Asked:
     """A find of `query` as first asked."""
-    live: Any = _Live()
-    return find.ask(live, b"", query, ())
+    return new_finds().ask(b"", query, ())
 
 
 def least_cost(query: dict[str, Any]) -> int:
@@ -168,14 +164,14 @@ async def test_compiling_many_patterns_yields_to_the_event_loop_between_them(
 
 
 def test_the_shape_is_checked_before_anything_else() -> None:
-    live: Any = _Live()
+    finds = new_finds()
     query: dict[str, Any] = {"run_id": 1}
-    assert find.ask(live, b"{}", query, ()).query == parse(query)
+    assert finds.ask(b"{}", query, ()).query == parse(query)
     deep: dict[str, Any] = {"a": 1}
     for _ in range(find.LIMITS.max_depth):
         deep = {"$and": [deep]}
     with pytest.raises(ApiError) as refused:
-        find.ask(live, b"{}", deep, ())
+        finds.ask(b"{}", deep, ())
     assert refused.value.status == 400
     assert (
         refused.value.reason
