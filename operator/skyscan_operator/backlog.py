@@ -173,13 +173,14 @@ class Line:
         if held is not None:
             self._unlink(held)
         self._candidates[c.key] = c
-        bisect.insort(self._order, c.rank)
+        rank = c.rank  # one tuple in both lines, not one each (10,000 waiting scans: 0.6 MiB)
+        bisect.insort(self._order, rank)
         due = retry_due(c, self.settings)
         if due > now:
             self._due[c.key] = due
             heapq.heappush(self._retrying, (due, c.key))
         else:
-            bisect.insort(self._ready, c.rank)
+            bisect.insort(self._ready, rank)
         self._touched.add(c.key)
 
     def remove(self, key: Key) -> None:

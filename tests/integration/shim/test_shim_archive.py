@@ -386,7 +386,9 @@ async def test_postgresql_refusing_connections_is_an_archive_outage_not_the_api_
     live = str((await shim.launch())["scan_id"])
     stopped = await asyncpg.create_pool(f"postgresql://skyscan@127.0.0.1:{free_port()}/none", min_size=0)
     assert stopped is not None
-    kept, shim.state.scans._archive = shim.state.scans._archive, Archive(stopped)
+    archive = shim.state.scans._archive  # the one every reader of the archive holds: PostgreSQL stops
+    assert archive is not None
+    kept, archive.pool = archive.pool, stopped
     try:
         for method, path, body in [
             ("GET", f"/scan/{'0' * 11}x{'0' * 20}/manifest", None),  # not live: the archive is asked
@@ -398,7 +400,7 @@ async def test_postgresql_refusing_connections_is_an_archive_outage_not_the_api_
             assert "Error" not in reply.body["message"] and "127.0.0.1" not in reply.body["message"]
         assert (await shim.call("GET", f"/scan/{live}/manifest")).status == 200  # live scans are unaffected
     finally:
-        shim.state.scans._archive = kept
+        archive.pool = kept
         await stopped.close()
 
 
