@@ -317,6 +317,8 @@ def _up(s: LocalStackSettings) -> dict[str, str]:
         if record:
             print(f"restarting {component.name} (configuration changed or not running)", file=sys.stderr)
             stop_process(record)
+        if component.name == "shim":  # a new shim knows no code as spent: the links made before go
+            (s.dir / UI_LOGIN_FILE).unlink(missing_ok=True)
         start(s, state, component)
     values = env_lines(state, s.namespace)
     write_env(s.dir, values)

@@ -102,8 +102,15 @@ LOGIN_LINK_SECONDS = 900
 
 def new_login_link(s: LocalStackSettings, token: str, shim_url: str) -> str:
     """A one-time dashboard login link that opens `token`, for `LOGIN_LINK_SECONDS`: the code's hash, the
-    token and the expiry written whole (mode 0600) where the shim reads them; an older link stops working."""
+    token and the expiry written whole (mode 0600) where the shim reads them. Links printed before that
+    have not expired keep working (`make demo` runs `make up` again, which makes a new one), once each."""
+    path, now = s.dir / UI_LOGIN_FILE, time.time()
+    try:
+        kept = json.loads(path.read_text())["codes"]
+        codes = {h: c for h, c in kept.items() if c["expires_at"] > now}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # none yet, or not ours to read
+        codes = {}
     code = secrets.token_urlsafe(24)
-    doc = {"codes": {token_hash(code): {"token": token, "expires_at": time.time() + LOGIN_LINK_SECONDS}}}
-    processes.write_private(s.dir / UI_LOGIN_FILE, json.dumps(doc))
+    codes[token_hash(code)] = {"token": token, "expires_at": now + LOGIN_LINK_SECONDS}
+    processes.write_private(path, json.dumps({"codes": codes}))
     return f"{shim_url}/ui/#code={code}"

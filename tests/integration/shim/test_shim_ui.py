@@ -11,6 +11,8 @@ from pathlib import Path
 
 import api_shim
 from api_shim.auth import token_hash
+from skyscan_local.stack_provision import UI_LOGIN_FILE, new_login_link
+from skyscan_local.stack_settings import LocalStackSettings
 from tests.integration.shim.conftest import MakeShim, ShimUnderTest
 
 CSP = "Content-Security-Policy"
@@ -84,6 +86,26 @@ async def test_a_login_code_opens_its_token_once_and_only_before_it_expires(
     login_file.write_text("not json")
     broken = await shim.call("POST", "/ui/login", as_=None, json_body={"code": "fresh"})
     assert broken.status == 401
+
+
+async def test_every_link_make_up_printed_opens_once_until_it_expires(
+    make_shim: MakeShim, tmp_path: Path
+) -> None:
+    """`make demo` runs `make up` again, which prints a new link: the one printed before still opens."""
+    settings = LocalStackSettings(SKYSCAN_LOCAL_DIR=tmp_path)
+    login_file = tmp_path / UI_LOGIN_FILE
+    login_file.write_text(
+        json.dumps({"codes": {token_hash("old"): {"token": "t", "expires_at": time.time() - 1}}})
+    )
+    first = new_login_link(settings, "the-user-token", "http://shim")
+    second = new_login_link(settings, "the-user-token", "http://shim")
+    assert token_hash("old") not in json.loads(login_file.read_text())["codes"]  # the expired one is gone
+    shim = await make_shim(ui_login_file=login_file)
+    statuses = []
+    for link in (first, second, first):  # each opens once
+        got = await shim.call("POST", "/ui/login", as_=None, json_body={"code": link.split("#code=")[1]})
+        statuses.append((got.status, got.body.get("token")))
+    assert statuses == [(200, "the-user-token"), (200, "the-user-token"), (401, None)]
 
 
 async def test_the_session_names_a_person_and_the_actions_the_route_table_lets_them_take(
